@@ -1,0 +1,225 @@
+"""OpenAI-compatible HTTP client engine (``vllm serve``, a Ray Serve deployment, any
+``/v1/chat/completions`` server).
+
+A batch is sent concurrently (a thread pool over one pooled ``httpx.Client``). Transport errors,
+429 and 5xx are retried with exponential backoff, a bounded number of times; after that the
+engine raises :class:`EngineError` (an engine-level failure). A 400/413/422 answer (the prompt is
+over the context length, or the server otherwise rejects this one request) becomes a
+``Completion(error=...)``: retrying would not fix it. Other 4xx (bad key, unknown model) raise.
+
+Token counts come from the response's ``usage``. ``count_tokens`` uses the server's
+``POST /tokenize`` (vLLM serves it at the root, next to ``/v1``); when the server has none, it
+falls back to an approximation of one token per 4 characters (``approximate_tokens``), and
+``tokenize_available`` is False.
+
+``EngineSpec.engine_args`` options: ``max_retries`` (4), ``backoff_s`` (0.5, doubled per retry,
+capped at 8 s), ``concurrency`` (``max_batch_size``), ``extra_body`` (merged into every request
+body, e.g. ``{"top_k": 20}``), ``tokenize_url`` (override the tokenize endpoint).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.spec import EngineSpec
+
+CONTEXT_LENGTH_ERROR = "context_length_exceeded"
+
+_CTX_WORDS = ("context length", "context_length", "maximum context", "too long", "max_model_len")
+_PROMPT_TOKENS_RE = re.compile(r"(\d+) (?:tokens )?in the messages|prompt \(?(?:length )?(\d+)")
+
+_ALLOWED_ARGS = {"max_retries", "backoff_s", "concurrency", "extra_body", "tokenize_url"}
+
+
+class EngineError(RuntimeError):
+    """The server could not be reached or kept failing after the retries."""
+
+
+def approximate_tokens(text: str) -> int:
+    """Fallback token count: one token per 4 characters (rounded up)."""
+    return (len(text) + 3) // 4
+
+
+class OpenAIEngine:
+    """Client for an OpenAI-compatible chat completions server (see module docstring)."""
+
+    def __init__(self, spec: EngineSpec) -> None:
+        if not spec.base_url:
+            raise ValueError("OpenAIEngine needs spec.base_url")
+        unknown = set(spec.engine_args) - _ALLOWED_ARGS
+        if unknown:
+            raise ValueError(
+                f"unknown engine_args for kind 'openai': {sorted(unknown)}; "
+                f"allowed: {sorted(_ALLOWED_ARGS)}"
+            )
+        args = spec.engine_args
+        self.spec = spec
+        self.model = spec.model
+        self.base_url = spec.base_url.rstrip("/")
+        self.max_retries = int(args.get("max_retries", 4))
+        self.backoff_s = float(args.get("backoff_s", 0.5))
+        self.concurrency = int(args.get("concurrency", spec.max_batch_size))
+        self.extra_body: dict[str, Any] = dict(args.get("extra_body") or {})
+        root = re.sub(r"/v1$", "", self.base_url)
+        self.tokenize_url: str = args.get("tokenize_url") or f"{root}/tokenize"
+        self.tokenize_available: bool | None = None  # unknown until the first count_tokens
+
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(spec.api_key_env)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(
+                spec.request_timeout_s, connect=min(30.0, spec.request_timeout_s)
+            ),
+            limits=httpx.Limits(
+                max_connections=self.concurrency, max_keepalive_connections=self.concurrency
+            ),
+            headers=headers,
+        )
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    # -- Engine protocol
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        if len(requests) <= 1:
+            return [self._one(r) for r in requests]
+        return list(self._executor().map(self._one, requests))
+
+    def count_tokens(self, text: str) -> int:
+        if not text:
+            return 0
+        if self.tokenize_available is not False:
+            try:
+                r = self._client.post(
+                    self.tokenize_url,
+                    json={"model": self.model, "prompt": text, "add_special_tokens": False},
+                )
+            except httpx.TransportError:
+                r = None
+            if r is not None and r.status_code == 200:
+                body = r.json()
+                self.tokenize_available = True
+                if "count" in body:
+                    return int(body["count"])
+                return len(body["tokens"])
+            if r is not None and r.status_code in (404, 405, 501):
+                self.tokenize_available = False
+        return approximate_tokens(text)
+
+    # -- lifecycle
+
+    def close(self) -> None:
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+        self._client.close()
+
+    def __enter__(self) -> OpenAIEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.concurrency, thread_name_prefix="df-ray-openai"
+                )
+            return self._pool
+
+    def _body(self, request: ChatRequest) -> dict[str, Any]:
+        s = request.sampling
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "max_tokens": s.max_tokens,
+            "seed": request.seed,
+            "n": 1,
+        }
+        if s.stop:
+            body["stop"] = list(s.stop)
+        body.update(self.extra_body)
+        return body
+
+    def _one(self, request: ChatRequest) -> Completion:
+        url = f"{self.base_url}/chat/completions"
+        body = self._body(request)
+        last: str = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                delay = min(8.0, self.backoff_s * 2 ** (attempt - 1))
+                time.sleep(delay * (0.5 + random.random() / 2))
+            try:
+                r = self._client.post(url, json=body)
+            except httpx.TransportError as e:
+                last = f"{type(e).__name__}: {e}"
+                continue
+            if r.status_code == 200:
+                return self._parse(r.json(), request)
+            if r.status_code == 429 or r.status_code >= 500:
+                last = f"HTTP {r.status_code}: {r.text[:300]}"
+                continue
+            detail = _error_message(r)
+            if r.status_code in (400, 413, 422):
+                return self._rejected(r.status_code, detail)
+            raise EngineError(f"{url} answered HTTP {r.status_code}: {detail}")
+        raise EngineError(f"{url} failed after {self.max_retries + 1} attempts; last: {last}")
+
+    def _parse(self, data: dict[str, Any], request: ChatRequest) -> Completion:
+        choice = data["choices"][0]
+        text = (choice.get("message") or {}).get("content") or choice.get("text") or ""
+        usage = data.get("usage") or {}
+        prompt_tokens = usage.get("prompt_tokens")
+        completion_tokens = usage.get("completion_tokens")
+        if prompt_tokens is None:
+            prompt_tokens = sum(self.count_tokens(m.content) for m in request.messages)
+        if completion_tokens is None:
+            completion_tokens = self.count_tokens(text)
+        return Completion(
+            text=text, prompt_tokens=int(prompt_tokens), completion_tokens=int(completion_tokens)
+        )
+
+    @staticmethod
+    def _rejected(status: int, detail: str) -> Completion:
+        low = detail.lower()
+        kind = CONTEXT_LENGTH_ERROR if any(w in low for w in _CTX_WORDS) else "rejected"
+        m = _PROMPT_TOKENS_RE.search(detail)
+        n = int(next(g for g in m.groups() if g)) if m else 0
+        return Completion(
+            text="", prompt_tokens=n, completion_tokens=0, error=f"{kind}: HTTP {status}: {detail}"
+        )
+
+
+def _error_message(r: httpx.Response) -> str:
+    try:
+        data = r.json()
+    except ValueError:
+        return r.text[:500]
+    err = data.get("error") if isinstance(data, dict) else None
+    if isinstance(err, dict) and err.get("message"):
+        return str(err["message"])
+    if isinstance(err, str):
+        return err
+    if isinstance(data, dict) and data.get("message"):
+        return str(data["message"])
+    if isinstance(data, dict) and data.get("detail"):
+        return str(data["detail"])
+    return r.text[:500]

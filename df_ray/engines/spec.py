@@ -1,0 +1,98 @@
+"""Engine configuration: one validated value that says which backbone to run and how.
+
+A YAML config names an engine per backbone; :func:`df_ray.engines.make_engine` turns the
+:class:`EngineSpec` into a live :class:`~df_ray.engines.base.Engine`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+EngineKind = Literal["embedded", "vllm", "openai", "scripted"]
+
+#: Models the embedded (llama.cpp) engine can run, each shipped in a PyPI package.
+EMBEDDED_MODELS: tuple[str, ...] = ("smollm2-135m-instruct", "gemma3-270m")
+
+
+class EngineSpec(BaseModel):
+    """How to run one backbone.
+
+    Fields that do not apply to a kind are ignored by it (e.g. ``base_url`` for ``vllm``),
+    except where a validator says otherwise.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: EngineKind
+    #: HF id (vllm/openai), a served model name (openai), a known embedded name, or any label
+    #: (scripted).
+    model: str = Field(min_length=1)
+    revision: str | None = None
+    dtype: str = "auto"
+    max_model_len: int | None = Field(default=None, ge=1)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    #: Extra keyword arguments passed to the backend's constructor (vllm.LLM, llama_cpp.Llama).
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    #: openai: base URL of an OpenAI-compatible server, e.g. http://host:8000/v1
+    base_url: str | None = None
+    #: openai: environment variable holding the API key (unset variable = no auth header).
+    api_key_env: str = "OPENAI_API_KEY"
+    #: embedded: llama.cpp threads (None = llama.cpp's default).
+    n_threads: int | None = Field(default=None, ge=1)
+    #: embedded: context window in tokens.
+    n_ctx: int = Field(default=2048, ge=16)
+    #: How messages become a prompt. None = "chat" if the model has a chat template, else
+    #: "completion" (a plain "Question: ...\nAnswer:" rendering).
+    prompt_format: Literal["chat", "completion"] | None = None
+    #: scripted: a builtin responder name ("echo", "majority", "from_file:<path.jsonl>", ...)
+    #: or "package.module:callable" (a Callable[[ChatRequest], str]).
+    script: str | None = None
+    #: Engine replicas (actors) for this backbone in the pipeline.
+    replicas: int = Field(default=1, ge=1)
+    #: GPUs per replica. None -> 1 for vllm (times tensor_parallel_size), 0 otherwise.
+    num_gpus: float | None = Field(default=None, ge=0.0)
+    max_batch_size: int = Field(default=32, ge=1)
+    request_timeout_s: float = Field(default=600.0, gt=0.0)
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> EngineSpec:
+        if self.kind == "openai" and not self.base_url:
+            raise ValueError(
+                "engine kind 'openai' requires base_url (e.g. 'http://localhost:8000/v1')"
+            )
+        if (
+            self.kind == "openai"
+            and self.base_url
+            and not self.base_url.startswith(("http://", "https://"))
+        ):
+            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        if self.kind == "embedded" and self.model not in EMBEDDED_MODELS:
+            raise ValueError(
+                f"embedded model must be one of {', '.join(EMBEDDED_MODELS)}; got {self.model!r} "
+                "(use kind 'vllm' or 'openai' for other models)"
+            )
+        if self.kind == "scripted" and self.script is not None and not self.script.strip():
+            raise ValueError("scripted engine: script must be a non-empty responder name")
+        if self.kind != "scripted" and self.script is not None:
+            raise ValueError(f"script is only valid for kind 'scripted', not {self.kind!r}")
+        if (
+            self.kind == "vllm"
+            and self.num_gpus is not None
+            and self.num_gpus > 0
+            and self.num_gpus < self.tensor_parallel_size
+        ):
+            raise ValueError(
+                f"num_gpus={self.num_gpus} is less than tensor_parallel_size="
+                f"{self.tensor_parallel_size}"
+            )
+        return self
+
+    @property
+    def resolved_num_gpus(self) -> float:
+        """GPUs one replica needs (the Ray actor's ``num_gpus``)."""
+        if self.num_gpus is not None:
+            return self.num_gpus
+        return float(self.tensor_parallel_size) if self.kind == "vllm" else 0.0

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from df_ray.engines import EMBEDDED_MODELS, EngineSpec, make_engine
+
+
+def test_defaults():
+    s = EngineSpec(kind="vllm", model="Qwen/Qwen2.5-7B-Instruct")
+    assert s.dtype == "auto"
+    assert s.tensor_parallel_size == 1
+    assert s.gpu_memory_utilization == 0.9
+    assert s.engine_args == {}
+    assert s.n_ctx == 2048
+    assert s.replicas == 1
+    assert s.max_batch_size == 32
+    assert s.request_timeout_s == 600
+    assert s.resolved_num_gpus == 1.0
+    assert EngineSpec(kind="vllm", model="m", tensor_parallel_size=2).resolved_num_gpus == 2.0
+    assert EngineSpec(kind="embedded", model="gemma3-270m").resolved_num_gpus == 0.0
+    assert EngineSpec(kind="vllm", model="m", num_gpus=0).resolved_num_gpus == 0.0
+
+
+def test_from_yaml():
+    doc = yaml.safe_load(
+        """
+        kind: openai
+        model: Qwen/Qwen2.5-7B-Instruct
+        base_url: http://head:8000/v1
+        engine_args: {max_retries: 2}
+        replicas: 2
+        """
+    )
+    s = EngineSpec.model_validate(doc)
+    assert s.base_url == "http://head:8000/v1"
+    assert s.engine_args == {"max_retries": 2}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"kind": "openai", "model": "m"}, "requires base_url"),
+        ({"kind": "openai", "model": "m", "base_url": "head:8000"}, "http://"),
+        ({"kind": "embedded", "model": "llama-70b"}, "smollm2-135m-instruct, gemma3-270m"),
+        ({"kind": "vllm", "model": "m", "tensor_parallel_size": 0}, "greater than or equal"),
+        ({"kind": "vllm", "model": "m", "gpu_memory_utilization": 1.5}, "less than or equal"),
+        ({"kind": "vllm", "model": "m", "bogus": 1}, "Extra inputs are not permitted"),
+        ({"kind": "tgi", "model": "m"}, "'embedded', 'vllm', 'openai' or 'scripted'"),
+        ({"kind": "vllm", "model": "m", "script": "echo"}, "only valid for kind 'scripted'"),
+        ({"kind": "vllm", "model": "m", "prompt_format": "raw"}, "'chat' or 'completion'"),
+        ({"kind": "vllm", "model": "m", "tensor_parallel_size": 4, "num_gpus": 2}, "less than"),
+        ({"kind": "vllm", "model": ""}, "at least 1 character"),
+    ],
+)
+def test_validation_errors(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        EngineSpec(**fields)
+
+
+def test_known_embedded_models():
+    assert EMBEDDED_MODELS == ("smollm2-135m-instruct", "gemma3-270m")
+    for m in EMBEDDED_MODELS:
+        EngineSpec(kind="embedded", model=m)
+
+
+def test_make_engine_validates_dicts():
+    with pytest.raises(ValidationError):
+        make_engine({"kind": "openai", "model": "m"})
+
+
+def test_make_engine_openai_rejects_unknown_args():
+    with pytest.raises(ValueError, match="unknown engine_args"):
+        make_engine(
+            {"kind": "openai", "model": "m", "base_url": "http://x/v1", "engine_args": {"x": 1}}
+        )
