@@ -1,0 +1,247 @@
+"""Run and sweep configuration, validated with pydantic before any engine starts.
+
+A run names a benchmark, the backbones (engines), the agents that use them, a coordinator,
+the method and its knobs, and where results go. Every validation error names the field and
+the allowed values; `load_config` adds the file name.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from df_ray.engines.spec import EngineSpec
+
+METHODS = (
+    "darkforest",
+    "single",
+    "self_consistency",
+    "weighted_vote",
+    "debate",
+    "reconcile",
+    "moa",
+    "goa_mean",
+    "goa_max",
+    "self_refine",
+)
+BENCHMARKS = ("math", "humaneval", "mmlu_pro", "gpqa", "finqa", "legalbench")
+ABLATIONS = ("full", "no_calibration", "agent_only", "no_independence", "no_confidence")
+
+
+class ConfigError(ValueError):
+    """A configuration is invalid; the message names the field and what is allowed."""
+
+
+def default_cache_root() -> str:
+    base = os.environ.get("DF_RAY_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "df_ray")
+    return os.path.join(base, "generations")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AgentConfig(_Strict):
+    """One agent: a backbone plus how it is prompted and sampled."""
+
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
+    backbone: str
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(512, ge=1, le=32768)
+    seed: int = 0
+    system_prompt: str | None = None
+
+
+class GuardrailSettings(_Strict):
+    k: int = Field(2, ge=1)
+    tau_p: float = Field(0.66, ge=0.0, le=1.0)
+    tau_m: float = Field(0.30, ge=0.0, le=1.0)
+    enabled: bool = True
+
+
+class CalibrationSettings(_Strict):
+    """Where frozen calibration files live, and whether the job may fit a missing one."""
+
+    path: str | None = None  # an explicit file; else looked up in `dir` by benchmark + agents
+    dir: str = "calibration"
+    auto_fit: bool = True
+    limit: int | None = Field(100, ge=1)  # held-out samples used when fitting
+
+
+class TrackingSettings(_Strict):
+    uri: str = "sqlite:///mlflow.db"
+    experiment: str = "df_ray"
+
+
+class RunConfig(_Strict):
+    """One configuration: one MLflow run."""
+
+    name: str = "run"
+    benchmark: Literal["math", "humaneval", "mmlu_pro", "gpqa", "finqa", "legalbench"]
+    split: Literal["test", "calibration"] = "test"
+    source: str | None = None
+    limit: int | None = Field(None, ge=1)
+    seed: int = 0
+    method: Literal[
+        "darkforest", "single", "self_consistency", "weighted_vote", "debate", "reconcile",
+        "moa", "goa_mean", "goa_max", "self_refine",
+    ] = "darkforest"
+    method_args: dict[str, Any] = Field(default_factory=dict)
+    backbones: dict[str, EngineSpec]
+    agents: list[AgentConfig] = Field(min_length=1)
+    coordinator: AgentConfig | None = None
+    disclosure: Literal["strict", "moderate", "permissive", "adaptive"] = "strict"
+    guardrail: GuardrailSettings = GuardrailSettings()
+    lazy_coordinator: bool = False
+    ablation: Literal["full", "no_calibration", "agent_only", "no_independence", "no_confidence"] = "full"
+    gamma: float = Field(0.5, ge=0.0, le=1.0)
+    calibration: CalibrationSettings = CalibrationSettings()
+    cache_root: str = Field(default_factory=default_cache_root)
+    tracking: TrackingSettings = TrackingSettings()
+    batch_size: int = Field(8, ge=1)
+    concurrency: int = Field(2, ge=1)
+    results_dir: str = "results"
+    max_request_retries: int = Field(2, ge=0)
+
+    @field_validator("backbones")
+    @classmethod
+    def _some_backbone(cls, v: dict[str, EngineSpec]) -> dict[str, EngineSpec]:
+        if not v:
+            raise ValueError("at least one backbone is required")
+        return v
+
+    @model_validator(mode="after")
+    def _references(self) -> RunConfig:
+        names = sorted(self.backbones)
+        ids = [a.id for a in self.agents]
+        if len(set(ids)) != len(ids):
+            dup = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValueError(f"agents: agent ids must be unique, repeated: {dup}")
+        for a in [*self.agents, *([self.coordinator] if self.coordinator else [])]:
+            if a.backbone not in self.backbones:
+                raise ValueError(
+                    f"agent {a.id!r}: backbone {a.backbone!r} is not defined; "
+                    f"defined backbones: {names}"
+                )
+        if self.method == "darkforest" and self.coordinator is None:
+            raise ValueError("coordinator: the darkforest method needs a coordinator agent")
+        if self.coordinator is not None and self.coordinator.id in ids:
+            raise ValueError(
+                f"coordinator: id {self.coordinator.id!r} collides with an agent id; give the "
+                "coordinator its own id (it may share a backbone)"
+            )
+        return self
+
+    # ------------------------------------------------------------------ helpers
+    def fingerprint(self) -> str:
+        """Stable hash of everything that changes results (not where they are written)."""
+        d = self.model_dump(mode="json", exclude={"tracking", "cache_root", "results_dir", "name",
+                                                  "batch_size", "concurrency"})
+        blob = json.dumps(d, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def agent_ids(self) -> list[str]:
+        return [a.id for a in self.agents]
+
+    def agent(self, agent_id: str) -> AgentConfig:
+        for a in [*self.agents, *([self.coordinator] if self.coordinator else [])]:
+            if a.id == agent_id:
+                return a
+        raise KeyError(agent_id)
+
+
+class SweepConfig(_Strict):
+    """A list of configurations run in one job over shared engines and one cache.
+
+    ``base`` is a RunConfig mapping; ``runs`` lists overrides (dotted keys allowed,
+    e.g. ``guardrail.tau_p``) each naming one configuration; ``grid`` expands the cartesian
+    product of its lists on top of every run.
+    """
+
+    name: str = "sweep"
+    base: dict[str, Any]
+    runs: list[dict[str, Any]] = Field(default_factory=lambda: [{}])
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+
+    def expand(self) -> list[RunConfig]:
+        out: list[RunConfig] = []
+        keys = list(self.grid)
+        combos = list(itertools.product(*(self.grid[k] for k in keys))) if keys else [()]
+        for i, override in enumerate(self.runs):
+            for combo in combos:
+                d = copy.deepcopy(self.base)
+                for k, v in override.items():
+                    _set_dotted(d, k, v)
+                for k, v in zip(keys, combo, strict=True):
+                    _set_dotted(d, k, v)
+                if "name" not in override:
+                    parts = [override.get("name") or d.get("name") or f"{self.name}-{i}"]
+                    parts += [f"{k}={v}" for k, v in zip(keys, combo, strict=True)]
+                    d["name"] = " ".join(str(p) for p in parts)
+                elif combo:
+                    d["name"] = override["name"] + " " + " ".join(
+                        f"{k}={v}" for k, v in zip(keys, combo, strict=True))
+                try:
+                    out.append(RunConfig.model_validate(d))
+                except ValidationError as e:
+                    raise ConfigError(f"sweep {self.name!r}, run {i} ({d.get('name')}):\n"
+                                      f"{format_validation_error(e)}") from None
+        return out
+
+
+def _set_dotted(d: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    cur = d
+    for p in parts[:-1]:
+        cur = cur.setdefault(p, {})
+    cur[parts[-1]] = value
+
+
+def format_validation_error(e: ValidationError) -> str:
+    lines = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(config)"
+        msg = err["msg"]
+        ctx = err.get("ctx") or {}
+        if "expected" in ctx:
+            msg += f" (allowed: {ctx['expected']})"
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def _read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping of config fields")
+    return data
+
+
+def load_config(path: str | Path) -> SweepConfig:
+    """Read a run or sweep YAML file; a plain run file becomes a one-run sweep."""
+    data = _read_yaml(path)
+    if "base" not in data:
+        data = {"name": data.get("name", Path(path).stem), "base": data}
+    try:
+        sweep = SweepConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{path}: invalid sweep config:\n{format_validation_error(e)}") from None
+    try:
+        sweep.expand()
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    return sweep

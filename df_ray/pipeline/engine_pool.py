@@ -1,0 +1,160 @@
+"""Long-lived engine actors: one pool per backbone, started once per job and shared by every
+stage, round and configuration of that job.
+
+Each replica is a Ray actor that owns one engine (a vLLM engine pinned to one GPU with
+``num_gpus``, an embedded model on CPU threads, an HTTP client, or a scripted engine).
+`EngineClient` is what stages hold: it spreads a batch over the replicas of a backbone,
+keeps every backbone's requests in flight together, and turns engine faults into bounded
+retries (a crashed replica is restarted by Ray; a hung one is killed and restarted) and,
+when retries run out, into per-request errors rather than a crashed job.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.spec import EngineSpec
+
+log = logging.getLogger(__name__)
+
+
+@ray.remote(max_restarts=-1)
+class EngineActor:
+    """Hosts one engine replica."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        from df_ray.engines import make_engine
+
+        self.spec = EngineSpec.model_validate(spec)
+        self.engine = make_engine(self.spec)
+        self.served = 0
+
+    def generate(self, requests: list[dict]) -> list[dict]:
+        reqs = [ChatRequest.from_dict(r) for r in requests]
+        out = self.engine.generate(reqs)
+        self.served += len(reqs)
+        return [asdict(c) for c in out]
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return [int(self.engine.count_tokens(t)) for t in texts]
+
+    def stats(self) -> dict[str, Any]:
+        return {"model": self.spec.model, "served": self.served}
+
+
+def _actor_options(spec: EngineSpec) -> dict[str, Any]:
+    if spec.kind == "vllm":
+        gpus = spec.num_gpus if spec.num_gpus is not None else float(spec.tensor_parallel_size)
+        return {"num_gpus": gpus, "num_cpus": 1}
+    return {"num_gpus": spec.num_gpus or 0, "num_cpus": 1 if spec.kind == "embedded" else 0}
+
+
+class EnginePool:
+    """Starts the replicas of every backbone once; `handles` is what stages receive."""
+
+    def __init__(self, backbones: Mapping[str, EngineSpec]) -> None:
+        self.specs = dict(backbones)
+        self.handles: dict[str, list[Any]] = {}
+        for name, spec in self.specs.items():
+            opts = _actor_options(spec)
+            self.handles[name] = [
+                EngineActor.options(**opts, name=None).remote(spec.model_dump(mode="json"))
+                for _ in range(spec.replicas)
+            ]
+
+    def wait_ready(self, timeout_s: float = 900) -> None:
+        """Block until every replica has loaded its engine (fails fast on a load error)."""
+        refs = [h.stats.remote() for hs in self.handles.values() for h in hs]
+        ray.get(refs, timeout=timeout_s)
+
+    def client(self, retries: int = 2) -> EngineClient:
+        return EngineClient(self.handles, self.specs, retries=retries)
+
+    def shutdown(self) -> None:
+        for hs in self.handles.values():
+            for h in hs:
+                ray.kill(h)
+        self.handles.clear()
+
+
+class EngineClient:
+    """Sends requests to the pools; picklable, so stages get their own copy."""
+
+    def __init__(self, handles: Mapping[str, list[Any]], specs: Mapping[str, EngineSpec],
+                 retries: int = 2) -> None:
+        self.handles = {k: list(v) for k, v in handles.items()}
+        self.specs = dict(specs)
+        self.retries = retries
+        self._rr = dict.fromkeys(self.handles, 0)
+        self._model_to_backbone = {}
+        for name, spec in self.specs.items():
+            self._model_to_backbone.setdefault((spec.model, spec.revision), name)
+
+    def backbone_of(self, request: ChatRequest) -> str:
+        try:
+            return self._model_to_backbone[(request.model, request.revision)]
+        except KeyError:
+            raise KeyError(f"no backbone serves model {request.model!r}") from None
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        """Answer every request; all backbones and replicas work at once."""
+        results: list[Completion | None] = [None] * len(requests)
+        pending: list[int] = list(range(len(requests)))
+        attempt = 0
+        last_error: dict[int, str] = {}
+        while pending:
+            inflight = self._submit(requests, pending)
+            failed: list[int] = []
+            for actor, idxs, ref in inflight:
+                spec = self.specs[self.backbone_of(requests[idxs[0]])]
+                try:
+                    out = ray.get(ref, timeout=spec.request_timeout_s)
+                    for i, d in zip(idxs, out, strict=True):
+                        results[i] = Completion(**d)
+                except GetTimeoutError:
+                    log.warning("engine replica hung past %.0fs; restarting it", spec.request_timeout_s)
+                    ray.kill(actor, no_restart=False)
+                    failed += idxs
+                    last_error.update(dict.fromkeys(idxs, "engine timed out"))
+                except (RayActorError, RayTaskError) as e:
+                    log.warning("engine replica failed (%s); retrying", type(e).__name__)
+                    failed += idxs
+                    msg = str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
+                    last_error.update(dict.fromkeys(idxs, f"engine error: {msg}"))
+            attempt += 1
+            if failed and attempt > self.retries:
+                for i in failed:
+                    results[i] = Completion("", 0, 0, error=last_error.get(i, "engine failed"))
+                break
+            pending = failed
+            if pending:
+                time.sleep(min(2.0 * attempt, 10.0))
+        return [r if r is not None else Completion("", 0, 0, error="engine failed") for r in results]
+
+    def _submit(self, requests: Sequence[ChatRequest], idxs: Sequence[int]):
+        by_backbone: dict[str, list[int]] = {}
+        for i in idxs:
+            by_backbone.setdefault(self.backbone_of(requests[i]), []).append(i)
+        inflight = []
+        for name, members in by_backbone.items():
+            replicas = self.handles[name]
+            size = max(1, self.specs[name].max_batch_size)
+            chunks = [members[j:j + size] for j in range(0, len(members), size)]
+            for chunk in chunks:
+                actor = replicas[self._rr[name] % len(replicas)]
+                self._rr[name] += 1
+                ref = actor.generate.remote([requests[i].to_dict() for i in chunk])
+                inflight.append((actor, chunk, ref))
+        return inflight
+
+    def count_tokens(self, backbone: str, texts: Sequence[str]) -> list[int]:
+        actor = self.handles[backbone][0]
+        return ray.get(actor.count_tokens.remote(list(texts)))

@@ -1,0 +1,313 @@
+"""Running configurations: engines up once, samples streamed through the method's rounds with
+Ray Data, metrics accumulated on the driver, one MLflow run per configuration.
+
+The order of things is chosen so that nothing computed is lost: every configuration is
+validated, every benchmark split loaded and the tracking store reached before an engine
+starts; completions are persisted to the generation cache batch by batch as they arrive;
+a configuration's MLflow run is written only once its samples are all graded, so a killed job
+leaves no half runs, and its rerun skips finished configurations and replays cached calls.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from df_ray.config import ConfigError, RunConfig, SweepConfig
+from df_ray.core import (
+    Calibration,
+    CalibrationMismatchError,
+    CalibrationRecord,
+    Observation,
+    find_calibration,
+    fit_calibration,
+    load_calibration,
+)
+from df_ray.core.calibration import calibration_filename
+from df_ray.engines.spec import EngineSpec
+from df_ray.methods import get_method
+from df_ray.methods.base import SampleState
+from df_ray.pipeline.metrics import MetricsAccumulator
+from df_ray.tasks import get_task
+from df_ray.tasks.base import Sample
+
+log = logging.getLogger(__name__)
+
+NEEDS_CALIBRATION = ("darkforest", "weighted_vote")
+
+
+@dataclass
+class RunResult:
+    config: RunConfig
+    metrics: dict[str, float]
+    samples_path: str
+    run_id: str | None = None
+    skipped: bool = False
+
+
+def _say(msg: str) -> None:
+    print(f"[df-ray] {msg}", file=sys.stderr, flush=True)
+
+
+def init_ray(address: str | None = None) -> None:
+    """Join a cluster (``address`` or RAY_ADDRESS, as under ``ray job submit``) or start an
+    embedded local Ray."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS")
+    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
+    if address:
+        ray.init(address=address, log_to_driver=True)
+    else:
+        # Logical CPUs: stage actors mostly wait on engines, so allow more than the cores.
+        ray.init(num_cpus=max(8, os.cpu_count() or 1), include_dashboard=False,
+                 runtime_env=runtime_env, log_to_driver=True)
+    from ray.data import DataContext
+
+    ctx = DataContext.get_current()
+    ctx.enable_progress_bars = sys.stderr.isatty()
+    ctx.print_on_execution_start = False
+
+
+def shared_backbones(configs: Sequence[RunConfig]) -> dict[str, EngineSpec]:
+    """The union of the configurations' backbones; one name must mean one engine."""
+    out: dict[str, EngineSpec] = {}
+    for cfg in configs:
+        for name, spec in cfg.backbones.items():
+            if name in out and out[name] != spec:
+                raise ConfigError(f"backbone {name!r} is defined differently in two "
+                                  f"configurations of the sweep ({cfg.name!r}); a sweep shares "
+                                  "its engines, so give different engines different names")
+            out[name] = spec
+    return out
+
+
+def load_samples(cfg: RunConfig, split: str | None = None, limit: int | None = None) -> list[Sample]:
+    task = get_task(cfg.benchmark)
+    return task.load(split or cfg.split, source=cfg.source,
+                     limit=limit if limit is not None else cfg.limit, seed=cfg.seed)
+
+
+def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
+    """Everything that can fail without an engine fails here: data, calibration files, methods."""
+    loaded: dict[tuple, list[Sample]] = {}
+    for cfg in configs:
+        get_method(cfg.method, **cfg.method_args)  # unknown method args are rejected here
+        key = (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.seed)
+        if key not in loaded:
+            samples = load_samples(cfg)
+            if not samples:
+                raise ConfigError(f"{cfg.name}: the {cfg.benchmark} {cfg.split} split is empty")
+            loaded[key] = samples
+        if cfg.method in NEEDS_CALIBRATION and cfg.calibration.path:
+            load_calibration(cfg.calibration.path, agents=cfg.agent_ids(), benchmark=cfg.benchmark)
+        elif (cfg.method in NEEDS_CALIBRATION and cfg.ablation != "no_calibration"
+              and not cfg.calibration.auto_fit
+              and find_calibration(cfg.calibration.dir, cfg.benchmark, cfg.agent_ids()) is None):
+            raise ConfigError(
+                f"{cfg.name}: no calibration file for {cfg.benchmark} with agents "
+                f"{cfg.agent_ids()} in {cfg.calibration.dir!r}, and calibration.auto_fit is off; "
+                "set calibration.auto_fit: true or calibration.path")
+    return loaded
+
+
+RESULT_SCHEMA = pa.schema([
+    ("sample_id", pa.string()), ("correct", pa.bool_()), ("scores", pa.string()),
+    ("final_answer", pa.string()), ("decision_source", pa.string()), ("trusted", pa.bool_()),
+    ("overridden", pa.bool_()), ("coordinator_called", pa.bool_()),
+    ("coordinator_answer", pa.string()), ("coordinator_correct", pa.bool_()),
+    ("top_answer", pa.string()), ("coordinator_agrees", pa.bool_()),
+    ("any_agent_correct", pa.bool_()), ("n_calls", pa.int64()), ("n_fresh_calls", pa.int64()),
+    ("n_errors", pa.int64()), ("agent_tokens", pa.int64()), ("coordinator_tokens", pa.int64()),
+    ("other_tokens", pa.int64()), ("total_tokens", pa.int64()), ("t_cross", pa.int64()),
+    ("detail", pa.string()),
+])
+
+
+class Runner:
+    """Runs configurations over one pool of engines (started lazily, once)."""
+
+    def __init__(self, backbones: dict[str, EngineSpec], tracker=None,
+                 progress: Callable[[str], None] = _say) -> None:
+        self.backbones = backbones
+        self.tracker = tracker
+        self.say = progress
+        self._pool = None
+
+    @property
+    def pool(self):
+        if self._pool is None:
+            from df_ray.pipeline.engine_pool import EnginePool
+
+            self.say(f"starting engines: {', '.join(f'{n} ({s.kind}: {s.model} x{s.replicas})' for n, s in self.backbones.items())}")
+            t = time.time()
+            self._pool = EnginePool(self.backbones)
+            self._pool.wait_ready()
+            self.say(f"engines ready in {time.time() - t:.1f}s")
+        return self._pool
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    # ------------------------------------------------------------------ calibration
+    def calibration_for(self, cfg: RunConfig) -> Calibration | None:
+        if cfg.method not in NEEDS_CALIBRATION or cfg.ablation == "no_calibration":
+            return None
+        agents = cfg.agent_ids()
+        if cfg.calibration.path:
+            return load_calibration(cfg.calibration.path, agents=agents, benchmark=cfg.benchmark)
+        found = find_calibration(cfg.calibration.dir, cfg.benchmark, agents)
+        if found is not None:
+            try:
+                return load_calibration(found, agents=agents, benchmark=cfg.benchmark)
+            except CalibrationMismatchError:
+                pass
+        if not cfg.calibration.auto_fit:
+            raise ConfigError(f"no calibration for {cfg.benchmark} / {agents}")
+        return self.fit(cfg)
+
+    def fit(self, cfg: RunConfig) -> Calibration:
+        samples = load_samples(cfg, split="calibration", limit=cfg.calibration.limit)
+        self.say(f"no calibration file matches {cfg.benchmark} with agents {cfg.agent_ids()}: "
+                 f"fitting one on {len(samples)} held-out samples")
+        records = []
+        for row in self._stream(cfg, samples, None, agents_only=True):
+            detail = json.loads(row["detail"])
+            obs = tuple(Observation(**{k: o[k] for k in ("agent", "answer", "confidence", "valid",
+                                                         "quality", "raw")})
+                        for o in detail["observations"])
+            correct = {}
+            for o in obs:
+                if o.valid:
+                    correct[o.answer] = bool(detail["agent_correct"].get(o.agent, False))
+            records.append(CalibrationRecord(sample_id=row["sample_id"], observations=obs,
+                                             correct=correct))
+        cal = fit_calibration(records, agents=cfg.agent_ids(), benchmark=cfg.benchmark,
+                              gamma=cfg.gamma)
+        out = Path(cfg.calibration.dir) / calibration_filename(cfg.benchmark, cfg.agent_ids())
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cal.save(out)
+        self.say(f"calibration saved to {out}")
+        return cal
+
+    # ------------------------------------------------------------------ running
+    def _stream(self, cfg: RunConfig, samples: Sequence[Sample], calibration: Calibration | None,
+                agents_only: bool = False):
+        """Yield graded result rows as they come out of the pipeline."""
+        for batch in self._stream_batches(cfg, samples, calibration, agents_only):
+            yield from batch.to_pylist()
+
+    def _stream_batches(self, cfg: RunConfig, samples: Sequence[Sample],
+                        calibration: Calibration | None, agents_only: bool = False):
+        """Yield graded result batches (pyarrow tables) as they come out of the pipeline."""
+        import ray
+
+        from df_ray.pipeline.stages import GradeStage, RoundStage
+
+        pool = self.pool
+        method = get_method("darkforest") if agents_only else get_method(cfg.method, **cfg.method_args)
+        rounds = 1 if agents_only else method.rounds
+        rows = [{"sample_id": s.id, "state": json.dumps(SampleState(s).to_dict())} for s in samples]
+        n_blocks = max(1, min(len(rows), (len(rows) + cfg.batch_size - 1) // cfg.batch_size))
+        ds = ray.data.from_items(rows, override_num_blocks=n_blocks)
+        common = {"config": cfg.model_dump_json(),
+                  "calibration": calibration.to_dict() if calibration else None,
+                  "handles": pool.handles, "agents_only": agents_only}
+        for r in range(rounds):
+            ds = ds.map_batches(RoundStage, fn_constructor_kwargs={"round": r, **common},
+                                batch_size=cfg.batch_size, concurrency=cfg.concurrency,
+                                num_cpus=0.25, batch_format="numpy")
+        ds = ds.map_batches(GradeStage, fn_constructor_kwargs=common, batch_size=cfg.batch_size,
+                            concurrency=cfg.concurrency, num_cpus=0.25, batch_format="numpy")
+        yield from ds.iter_batches(batch_size=64, batch_format="pyarrow")
+
+    def run(self, cfg: RunConfig, samples: Sequence[Sample] | None = None,
+            sweep: str = "sweep") -> RunResult:
+        if self.tracker is not None:
+            done = self.tracker.finished_run(cfg)
+            if done is not None:
+                self.say(f"{cfg.name}: already finished (MLflow run {done.info.run_id}); skipping")
+                return RunResult(cfg, dict(done.data.metrics), "", done.info.run_id, skipped=True)
+        samples = list(samples) if samples is not None else load_samples(cfg)
+        calibration = self.calibration_for(cfg)
+        self.say(f"{cfg.name}: {cfg.method} on {len(samples)} {cfg.benchmark} samples")
+        out_dir = Path(cfg.results_dir) / _safe(sweep) / f"{_safe(cfg.name)}-{cfg.fingerprint()}"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / "samples.parquet"
+        tmp = out_dir / "samples.parquet.tmp"
+        acc = MetricsAccumulator()
+        t0 = time.time()
+        writer = None
+        try:
+            for table in self._stream_batches(cfg, samples, calibration):
+                for row in table.to_pylist():
+                    acc.add(row)
+                table = table.select(RESULT_SCHEMA.names).cast(RESULT_SCHEMA)
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, RESULT_SCHEMA)
+                writer.write_table(table)
+                self.say(f"{cfg.name}: {acc.n}/{len(samples)} samples graded")
+        finally:
+            if writer is not None:
+                writer.close()
+        os.replace(tmp, path)
+        wall = time.time() - t0
+        metrics = acc.result()
+        metrics["wall_time_s"] = wall
+        metrics["samples_per_s"] = acc.n / wall if wall > 0 else 0.0
+        if acc.n != len(samples):
+            raise RuntimeError(f"{cfg.name}: {len(samples)} samples in, {acc.n} graded")
+        run_id = None
+        if self.tracker is not None:
+            run_id = self.tracker.log_run(cfg, metrics, path, calibration)
+        return RunResult(cfg, metrics, str(path), run_id)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80]
+
+
+def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = "default",
+              progress: Callable[[str], None] = _say) -> list[RunResult]:
+    """Validate, preflight, start engines once, run every configuration, log each to MLflow."""
+    configs = sweep.expand()
+    loaded = preflight(configs)
+    if tracker == "default":
+        from df_ray.tracking import Tracker
+
+        first = configs[0].tracking
+        tracker = Tracker(first.uri, first.experiment)
+    init_ray(address)
+    runner = Runner(shared_backbones(configs), tracker=tracker, progress=progress)
+    results = []
+    try:
+        ctx = tracker.sweep(sweep) if tracker is not None else _nullcontext()
+        with ctx:
+            for cfg in configs:
+                key = (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.seed)
+                results.append(runner.run(cfg, loaded[key], sweep=sweep.name))
+    finally:
+        runner.shutdown()
+    return results
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False

@@ -1,0 +1,214 @@
+"""The Ray Data stages: one per method round, then grading.
+
+Rows are ``{"sample_id": str, "state": json}``. A round stage asks the method what each sample
+needs, answers from the generation cache what it can, sends the rest to the shared engines
+(all backbones at once), persists the new completions and appends the records to the state.
+The grading stage runs `Method.finish`, grades the final answer and the agents' answers, and
+emits one flat result row per sample.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+from df_ray.config import RunConfig
+from df_ray.core import Calibration
+from df_ray.core.types import Observation
+from df_ray.engines.base import SamplingParams
+from df_ray.methods import get_method
+from df_ray.methods.base import AgentView, CallRecord, MethodContext, SampleState
+from df_ray.pipeline.cache import GenerationCache
+from df_ray.pipeline.engine_pool import EngineClient
+from df_ray.tasks import get_task
+
+
+def agent_view(cfg: RunConfig, agent_id: str) -> AgentView:
+    a = cfg.agent(agent_id)
+    spec = cfg.backbones[a.backbone]
+    return AgentView(id=a.id, model=spec.model, revision=spec.revision,
+                     sampling=SamplingParams(temperature=a.temperature, top_p=a.top_p,
+                                             max_tokens=a.max_tokens),
+                     seed=a.seed, system_prompt=a.system_prompt)
+
+
+def build_context(cfg: RunConfig, calibration: Calibration | None,
+                  client: EngineClient | None) -> MethodContext:
+    def count(agent_id: str, text: str) -> int:
+        if client is None:
+            return len(text.split())
+        return _count_cached(agent_id, text)
+
+    @functools.lru_cache(maxsize=4096)
+    def _count_cached(agent_id: str, text: str) -> int:
+        return client.count_tokens(cfg.agent(agent_id).backbone, [text])[0]
+
+    return MethodContext(
+        task=get_task(cfg.benchmark),
+        agents=[agent_view(cfg, a.id) for a in cfg.agents],
+        coordinator=agent_view(cfg, cfg.coordinator.id) if cfg.coordinator else None,
+        settings=cfg,
+        calibration=calibration,
+        count_tokens=count,
+        run_seed=cfg.seed,
+    )
+
+
+class _StageBase:
+    def __init__(self, config: str, calibration: dict | None, handles: dict,
+                 agents_only: bool = False) -> None:
+        self.cfg = RunConfig.model_validate_json(config)
+        self.calibration = Calibration.from_dict(calibration) if calibration else None
+        self.client = EngineClient(handles, self.cfg.backbones, retries=self.cfg.max_request_retries)
+        self.method = get_method(self.cfg.method, **self.cfg.method_args)
+        if agents_only:
+            # Calibration runs only the independent round of DarkForest.
+            self.method = get_method("darkforest")
+        self.ctx = build_context(self.cfg, self.calibration, self.client)
+
+
+class RoundStage(_StageBase):
+    """Runs one round of the method over a batch of samples."""
+
+    def __init__(self, round: int, config: str, calibration: dict | None, handles: dict,
+                 agents_only: bool = False) -> None:
+        super().__init__(config, calibration, handles, agents_only)
+        self.round = round
+        self.cache = GenerationCache(self.cfg.cache_root)
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        states = [SampleState.from_dict(json.loads(s)) for s in batch["state"]]
+        planned = []
+        for i, st in enumerate(states):
+            if st.done:
+                continue
+            for call in self.method.plan(self.round, st, self.ctx):
+                planned.append((i, call))
+        if planned:
+            # Other writers (earlier configurations, another job) may have added entries.
+            self.cache.refresh()
+            results: list[Any] = [None] * len(planned)
+            cached = [False] * len(planned)
+            todo: dict[str, list[int]] = {}
+            for j, (_, call) in enumerate(planned):
+                hit = self.cache.get(call.request.key())
+                if hit is not None:
+                    results[j], cached[j] = hit, True
+                else:
+                    todo.setdefault(call.request.key(), []).append(j)
+            if todo:
+                firsts = [js[0] for js in todo.values()]
+                reqs = [planned[j][1].request for j in firsts]
+                comps = self.client.generate(reqs)
+                self.cache.put_many(zip(reqs, comps, strict=True))
+                for js, comp in zip(todo.values(), comps, strict=True):
+                    for n, j in enumerate(js):
+                        results[j] = comp
+                        cached[j] = n > 0  # a duplicate within the batch costs nothing
+            for j, (i, call) in enumerate(planned):
+                comp = results[j]
+                states[i].calls.append(CallRecord(
+                    round=self.round, role=call.role, agent=call.agent, key=call.request.key(),
+                    text=comp.text, prompt_tokens=comp.prompt_tokens,
+                    completion_tokens=comp.completion_tokens, cached=cached[j], error=comp.error))
+        return {"sample_id": batch["sample_id"],
+                "state": [json.dumps(st.to_dict()) for st in states]}
+
+
+class GradeStage(_StageBase):
+    """Finishes each sample: the method's outcome, grades, token and call accounting."""
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        rows = [grade_state(SampleState.from_dict(json.loads(s)), self.method, self.ctx)
+                for s in batch["state"]]
+        return {k: [r[k] for r in rows] for k in RESULT_COLUMNS}
+
+
+RESULT_COLUMNS = (
+    "sample_id", "correct", "scores", "final_answer", "decision_source", "trusted",
+    "overridden", "coordinator_called", "coordinator_answer", "coordinator_correct",
+    "top_answer", "coordinator_agrees", "any_agent_correct", "n_calls", "n_fresh_calls",
+    "n_errors", "agent_tokens", "coordinator_tokens", "other_tokens", "total_tokens", "t_cross",
+    "detail",
+)
+
+
+def grade_state(state: SampleState, method, ctx: MethodContext) -> dict[str, Any]:
+    task = ctx.task
+    sample = state.sample
+    outcome = method.finish(state, ctx)
+    grades: dict[str, Any] = {}
+
+    def grade_obs(o: Observation | None):
+        if o is None or not o.valid:
+            return task.grade(sample, None)
+        key = o.answer
+        if key not in grades:
+            grades[key] = task.grade(sample, o)
+        return grades[key]
+
+    final_grade = grade_obs(outcome.final)
+    agent_correct = {}
+    for o in outcome.agent_observations:
+        if o.valid:
+            agent_correct[o.agent] = bool(grade_obs(o).correct)
+    d = outcome.decision
+    coord_called = bool(outcome.extra.get("coordinator_called", False))
+    coord_answer = d.coordinator_answer if d else None
+    coord_correct = None
+    if coord_answer is not None:
+        coord_obs = [o for o in _coordinator_observations(state, ctx) if o.answer == coord_answer]
+        coord_correct = bool(grade_obs(coord_obs[0]).correct) if coord_obs else None
+    elif coord_called:
+        coord_correct = False
+    top = (outcome.extra.get("belief") or {}).get("top")
+    tokens = {"agent": 0, "coordinator": 0, "other": 0}
+    for c in state.calls:
+        bucket = c.role if c.role in tokens else "other"
+        tokens[bucket] += c.prompt_tokens + c.completion_tokens
+    detail = {
+        "observations": [_obs_dict(o) for o in outcome.agent_observations],
+        "agent_correct": agent_correct,
+        "final": _obs_dict(outcome.final) if outcome.final else None,
+        "extra": outcome.extra,
+        "calls": [{"round": c.round, "role": c.role, "agent": c.agent, "cached": c.cached,
+                   "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
+                   "error": c.error} for c in state.calls],
+    }
+    return {
+        "sample_id": sample.id,
+        "correct": bool(final_grade.correct),
+        "scores": json.dumps(final_grade.scores),
+        "final_answer": outcome.final.answer if outcome.final else None,
+        "decision_source": d.source if d else None,
+        "trusted": bool(d.trusted) if d else False,
+        "overridden": bool(d.overridden) if d else False,
+        "coordinator_called": coord_called,
+        "coordinator_answer": coord_answer,
+        "coordinator_correct": coord_correct,
+        "top_answer": top,
+        "coordinator_agrees": (coord_answer == top) if (coord_called and top is not None) else None,
+        "any_agent_correct": any(agent_correct.values()),
+        "n_calls": len(state.calls),
+        "n_fresh_calls": sum(1 for c in state.calls if not c.cached and c.error is None),
+        "n_errors": sum(1 for c in state.calls if c.error),
+        "agent_tokens": tokens["agent"],
+        "coordinator_tokens": tokens["coordinator"],
+        "other_tokens": tokens["other"],
+        "total_tokens": sum(tokens.values()),
+        "t_cross": int(outcome.t_cross),
+        "detail": json.dumps(detail, default=str),
+    }
+
+
+def _coordinator_observations(state: SampleState, ctx: MethodContext) -> list[Observation]:
+    from df_ray.methods.darkforest import observations_from_state
+
+    return observations_from_state(state, ctx, round=1, role="coordinator")
+
+
+def _obs_dict(o: Observation) -> dict[str, Any]:
+    return {"agent": o.agent, "answer": o.answer, "confidence": o.confidence, "valid": o.valid,
+            "quality": o.quality, "extracted": (o.extracted or "")[:2000],
+            "raw": o.raw[:4000]}
