@@ -1,0 +1,412 @@
+"""Offline, closed-form calibration (DESIGN §1): alpha_i, R_pi and kappa_ij from held-out samples.
+
+Counting, per held-out sample (a :class:`CalibrationRecord`), over its valid observations (at
+most one per agent, chosen as in :func:`df_ray.core.belief.select_observations`):
+
+- agent i: ``n_valid_i`` += 1 for a valid observation, ``n_correct_i`` += 1 when it is right;
+  alpha_i = (n_correct_i + 1) / (n_valid_i + 2).
+- pattern pi: one cluster per distinct valid answer; pi = the sorted tuple of its supporting
+  agent ids; ``n_pi`` += 1 and ``n_correct_pi`` += 1 when its answer is right;
+  R_pi = (n_correct_pi + 1) / (n_pi + 2).
+- pair {i, j}: when both are valid and both wrong, ``n_both_wrong_ij`` += 1, and
+  ``n_same_wrong_ij`` += 1 when they gave the same wrong answer;
+  kappa_ij = (n_same_wrong_ij + 1) / (n_both_wrong_ij + 2). kappa is symmetric, so pairs are
+  unordered and stored once, as ``"i|j"`` with i < j.
+- delta_i(gamma) = 1 - gamma * max_{j != i} kappa_ij over the calibration's agents (1 for a
+  single agent).
+
+An answer key is right when ``record.correct[key]`` says so (code, where correctness comes from
+running the program); keys missing from ``correct`` (or all keys, when ``correct`` is None) are
+compared with ``record.gold``. Anything never counted gets the Laplace prior 1/2.
+
+The frozen result is a versioned, human-readable JSON file (see ``calibration/README.md``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from df_ray.core.belief import LAPLACE_PRIOR, cluster_observations
+from df_ray.core.types import Observation
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AgentStats",
+    "Calibration",
+    "CalibrationMismatchError",
+    "CalibrationRecord",
+    "PairStats",
+    "PatternStats",
+    "calibration_filename",
+    "find_calibration",
+    "fit_calibration",
+    "load_calibration",
+]
+
+SCHEMA_VERSION = 1
+_SEP = "|"
+
+
+class CalibrationMismatchError(ValueError):
+    """A calibration file that does not belong to this run (agents, benchmark or schema)."""
+
+
+def _laplace(hits: int, n: int) -> float:
+    return (hits + 1) / (n + 2)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStats:
+    n_valid: int = 0
+    n_correct: int = 0
+
+    @property
+    def alpha(self) -> float:
+        return _laplace(self.n_correct, self.n_valid)
+
+
+@dataclass(frozen=True, slots=True)
+class PatternStats:
+    n: int = 0
+    n_correct: int = 0
+
+    @property
+    def reliability(self) -> float:
+        return _laplace(self.n_correct, self.n)
+
+
+@dataclass(frozen=True, slots=True)
+class PairStats:
+    n_both_wrong: int = 0
+    n_same_wrong: int = 0
+
+    @property
+    def kappa(self) -> float:
+        return _laplace(self.n_same_wrong, self.n_both_wrong)
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationRecord:
+    """One held-out sample: the agents' observations and how to tell a right answer."""
+
+    sample_id: str
+    observations: tuple[Observation, ...]
+    gold: str | None = None
+    correct: Mapping[str, bool] | None = None
+
+    def is_correct(self, key: str) -> bool:
+        if self.correct is not None and key in self.correct:
+            return bool(self.correct[key])
+        return self.gold is not None and key == self.gold
+
+
+def _pair(i: str, j: str) -> tuple[str, str]:
+    return (i, j) if i <= j else (j, i)
+
+
+def _check_agent_ids(agents: Sequence[str]) -> None:
+    for a in agents:
+        if not isinstance(a, str) or not a or _SEP in a:
+            raise ValueError(f"agent ids must be non-empty strings without {_SEP!r}, got {a!r}")
+    if len(set(agents)) != len(agents):
+        raise ValueError(f"agent ids must be unique, got {list(agents)}")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Frozen calibration statistics for one benchmark and one set of agents.
+
+    ``agent_stats`` maps every agent to its counts; ``pattern_stats`` maps patterns (sorted
+    tuples of agent ids) to counts; ``pair_stats`` maps unordered pairs (sorted 2-tuples) to
+    counts. Derived values (alpha, R, kappa, delta) are computed from the counts.
+    """
+
+    benchmark: str
+    agents: tuple[str, ...]
+    n_samples: int
+    fitted_at: str
+    gamma: float = 0.5
+    agent_stats: Mapping[str, AgentStats] = field(default_factory=dict)
+    pattern_stats: Mapping[tuple[str, ...], PatternStats] = field(default_factory=dict)
+    pair_stats: Mapping[tuple[str, str], PairStats] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "agents", tuple(self.agents))
+        _check_agent_ids(self.agents)
+        if not (0.0 <= float(self.gamma) <= 1.0):
+            raise ValueError(f"calibration gamma must be in [0, 1], got {self.gamma!r}")
+        known = set(self.agents)
+        for a in self.agent_stats:
+            if a not in known:
+                raise ValueError(f"agent_stats names {a!r}, not one of {list(self.agents)}")
+        for p in self.pattern_stats:
+            if not p or any(a not in known for a in p) or tuple(sorted(p)) != tuple(p):
+                raise ValueError(f"bad pattern {p!r}: must be a sorted tuple of {list(self.agents)}")
+        for p in self.pair_stats:
+            if len(p) != 2 or p[0] >= p[1] or any(a not in known for a in p):
+                raise ValueError(f"bad pair {p!r}: must be a sorted pair of distinct agents")
+
+    def __hash__(self) -> int:  # the mappings are dicts: hash their sorted items instead
+        return hash((self.schema_version, self.benchmark, self.agents, self.n_samples,
+                     self.fitted_at, self.gamma, tuple(sorted(self.agent_stats.items())),
+                     tuple(sorted(self.pattern_stats.items())),
+                     tuple(sorted(self.pair_stats.items()))))
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def alpha(self, agent: str) -> float:
+        """alpha_i; 1/2 for an agent without calibration data."""
+        stats = self.agent_stats.get(agent)
+        return stats.alpha if stats is not None else LAPLACE_PRIOR
+
+    def pattern_reliability(self, pattern: Sequence[str]) -> float:
+        """R_pi; 1/2 for a pattern never seen in calibration. ``pattern`` may be unsorted."""
+        stats = self.pattern_stats.get(tuple(sorted(pattern)))
+        return stats.reliability if stats is not None else LAPLACE_PRIOR
+
+    def kappa(self, i: str, j: str) -> float:
+        """kappa_ij (symmetric); 1/2 for a pair never both wrong in calibration."""
+        if i == j:
+            raise ValueError(f"kappa needs two distinct agents, got {i!r} twice")
+        stats = self.pair_stats.get(_pair(i, j))
+        return stats.kappa if stats is not None else LAPLACE_PRIOR
+
+    def delta(self, agent: str, gamma: float | None = None) -> float:
+        """delta_i = 1 - gamma * max_{j != i} kappa_ij over this calibration's agents.
+
+        ``gamma`` defaults to the one stored at fit time; 1.0 when there is no other agent.
+        """
+        g = self.gamma if gamma is None else float(gamma)
+        if not (0.0 <= g <= 1.0):
+            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+        others = [j for j in self.agents if j != agent]
+        if not others:
+            return 1.0
+        return 1.0 - g * max(self.kappa(agent, j) for j in others)
+
+    # -- serialisation ---------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; derived values are included for readers and ignored on load."""
+        agents = {
+            a: {"n_valid": s.n_valid, "n_correct": s.n_correct, "alpha": s.alpha,
+                "delta": self.delta(a)}
+            for a, s in ((a, self.agent_stats.get(a, AgentStats())) for a in self.agents)
+        }
+        patterns = {
+            _SEP.join(p): {"n": s.n, "n_correct": s.n_correct, "R": s.reliability}
+            for p, s in self.pattern_stats.items()
+        }
+        pairs = {
+            _SEP.join(p): {"n_both_wrong": s.n_both_wrong, "n_same_wrong": s.n_same_wrong,
+                           "kappa": s.kappa}
+            for p, s in self.pair_stats.items()
+        }
+        return {
+            "schema_version": self.schema_version,
+            "benchmark": self.benchmark,
+            "agents": list(self.agents),
+            "n_samples": self.n_samples,
+            "fitted_at": self.fitted_at,
+            "gamma": self.gamma,
+            "agent_stats": agents,
+            "patterns": patterns,
+            "pairs": pairs,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, source: str = "<dict>") -> Calibration:
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise CalibrationMismatchError(
+                f"calibration {source} has schema_version {version!r}; this df_ray reads "
+                f"version {SCHEMA_VERSION}. Refit it (see calibration/README.md).")
+        try:
+            agents = tuple(d["agents"])
+            return cls(
+                schema_version=SCHEMA_VERSION,
+                benchmark=str(d["benchmark"]),
+                agents=agents,
+                n_samples=int(d["n_samples"]),
+                fitted_at=str(d["fitted_at"]),
+                gamma=float(d["gamma"]),
+                agent_stats={
+                    a: AgentStats(int(s["n_valid"]), int(s["n_correct"]))
+                    for a, s in d.get("agent_stats", {}).items()
+                },
+                pattern_stats={
+                    tuple(k.split(_SEP)): PatternStats(int(s["n"]), int(s["n_correct"]))
+                    for k, s in d.get("patterns", {}).items()
+                },
+                pair_stats={
+                    tuple(k.split(_SEP)): PairStats(int(s["n_both_wrong"]),
+                                                    int(s["n_same_wrong"]))
+                    for k, s in d.get("pairs", {}).items()
+                },
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"calibration {source} is malformed: {exc}") from exc
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+    def save(self, path: str | Path) -> Path:
+        """Write the calibration as sorted, indented JSON; creates parent directories."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_json(), encoding="utf-8")
+        return path
+
+    def matches(self, *, agents: Sequence[str] | None = None,
+                benchmark: str | None = None) -> bool:
+        """Whether this calibration belongs to a run with these agents (as a set) and benchmark."""
+        if agents is not None and set(agents) != set(self.agents):
+            return False
+        return benchmark is None or benchmark == self.benchmark
+
+
+# -- fitting -------------------------------------------------------------------------------
+
+
+def fit_calibration(
+    records: Iterable[CalibrationRecord],
+    *,
+    agents: Sequence[str],
+    benchmark: str,
+    gamma: float = 0.5,
+    fitted_at: str | None = None,
+) -> Calibration:
+    """Count alpha, R_pi and kappa over held-out records (see the module docstring).
+
+    Raises ValueError for an observation from an agent outside ``agents`` or a record with
+    neither ``gold`` nor ``correct``.
+    """
+    agents = tuple(agents)
+    _check_agent_ids(agents)
+    known = set(agents)
+    a_valid = dict.fromkeys(agents, 0)
+    a_correct = dict.fromkeys(agents, 0)
+    p_n: dict[tuple[str, ...], int] = {}
+    p_correct: dict[tuple[str, ...], int] = {}
+    pairs = [_pair(i, j) for k, i in enumerate(agents) for j in agents[k + 1:]]
+    both_wrong = dict.fromkeys(pairs, 0)
+    same_wrong = dict.fromkeys(pairs, 0)
+
+    n_samples = 0
+    for rec in records:
+        n_samples += 1
+        if rec.gold is None and rec.correct is None:
+            raise ValueError(f"calibration record {rec.sample_id!r} has neither gold nor correct")
+        for obs in rec.observations:
+            if obs.agent not in known:
+                raise ValueError(f"calibration record {rec.sample_id!r} has an observation from "
+                                 f"{obs.agent!r}, not one of the agents {list(agents)}")
+        groups = cluster_observations(rec.observations)
+        answer_of: dict[str, str] = {}
+        for answer, members in groups.items():
+            right = rec.is_correct(answer)
+            pattern = tuple(sorted(o.agent for o in members))
+            p_n[pattern] = p_n.get(pattern, 0) + 1
+            p_correct[pattern] = p_correct.get(pattern, 0) + int(right)
+            for o in members:
+                answer_of[o.agent] = answer
+                a_valid[o.agent] += 1
+                a_correct[o.agent] += int(right)
+        for i, j in pairs:
+            zi, zj = answer_of.get(i), answer_of.get(j)
+            if zi is None or zj is None or rec.is_correct(zi) or rec.is_correct(zj):
+                continue
+            both_wrong[(i, j)] += 1
+            same_wrong[(i, j)] += int(zi == zj)
+
+    return Calibration(
+        benchmark=benchmark,
+        agents=agents,
+        n_samples=n_samples,
+        fitted_at=fitted_at or datetime.now(UTC).isoformat(timespec="seconds"),
+        gamma=float(gamma),
+        agent_stats={a: AgentStats(a_valid[a], a_correct[a]) for a in agents},
+        pattern_stats={p: PatternStats(p_n[p], p_correct[p]) for p in sorted(p_n)},
+        pair_stats={p: PairStats(both_wrong[p], same_wrong[p]) for p in pairs},
+    )
+
+
+# -- files ---------------------------------------------------------------------------------
+
+
+def calibration_filename(benchmark: str, agents: Sequence[str]) -> str:
+    """``<benchmark>-<8 hex of sha256 over the sorted agent ids>.json``; order-insensitive."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", benchmark).strip("_") or "benchmark"
+    digest = hashlib.sha256("\n".join(sorted(agents)).encode("utf-8")).hexdigest()[:8]
+    return f"{slug}-{digest}.json"
+
+
+def load_calibration(
+    path: str | Path,
+    *,
+    agents: Sequence[str] | None = None,
+    benchmark: str | None = None,
+) -> Calibration:
+    """Read a calibration file, refusing one that does not belong to this run.
+
+    Agent lists are compared as sets (every statistic is keyed by agent id). Raises
+    :class:`CalibrationMismatchError` for other agents, another benchmark or an unknown
+    schema_version; ValueError for a file that is not a calibration.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"calibration file {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"calibration file {path} does not hold a JSON object")
+    cal = Calibration.from_dict(data, source=str(path))
+    if agents is not None and set(agents) != set(cal.agents):
+        raise CalibrationMismatchError(
+            f"calibration file {path} was fitted for agents {list(cal.agents)}, but this run "
+            f"uses agents {list(agents)}. Refit the calibration for these agents, or pass the "
+            f"calibration file fitted for them.")
+    if benchmark is not None and benchmark != cal.benchmark:
+        raise CalibrationMismatchError(
+            f"calibration file {path} was fitted on benchmark {cal.benchmark!r}, but this run "
+            f"evaluates {benchmark!r}. Refit the calibration on {benchmark!r}, or pass the "
+            f"calibration file fitted on it.")
+    return cal
+
+
+def find_calibration(directory: str | Path, benchmark: str,
+                     agents: Sequence[str]) -> Path | None:
+    """The calibration file in ``directory`` fitted for this benchmark and agent set, or None.
+
+    Files are matched by content, not by name: the canonical name
+    (:func:`calibration_filename`) is tried first, then the others newest ``fitted_at`` first
+    (ties by file name). Unreadable or foreign JSON files are skipped.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    canonical = directory / calibration_filename(benchmark, agents)
+    candidates: list[tuple[int, str, str, Path]] = []
+    for path in directory.glob("*.json"):
+        try:
+            cal = load_calibration(path)
+        except (OSError, ValueError):
+            continue
+        if cal.matches(agents=agents, benchmark=benchmark):
+            first = 0 if path.name == canonical.name else 1
+            # newest first: invert the ISO timestamp's ordering via a negated sort later
+            candidates.append((first, cal.fitted_at, path.name, path))
+    if not candidates:
+        return None
+    candidates.sort(key=lambda c: c[2])              # ties: file name ascending
+    candidates.sort(key=lambda c: c[1], reverse=True)  # newest fitted_at first
+    candidates.sort(key=lambda c: c[0])              # canonical name first
+    return candidates[0][3]
