@@ -1,0 +1,108 @@
+"""The `df-ray` command line."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from df_ray.config import ConfigError, SweepConfig, _set_dotted, load_config
+
+
+def demo_config_path() -> Path:
+    return Path(str(resources.files("df_ray") / "configs" / "demo.yaml"))
+
+
+def _parse_value(v: str):
+    return yaml.safe_load(v)
+
+
+def load_with_overrides(path: str | None, overrides: list[str], limit: int | None) -> SweepConfig:
+    sweep = load_config(path or demo_config_path())
+    if not overrides and limit is None:
+        return sweep
+    base = dict(sweep.base)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set guardrail.tau_p=0.8")
+        k, v = item.split("=", 1)
+        _set_dotted(base, k.strip(), _parse_value(v))
+    if limit is not None:
+        base["limit"] = limit
+    sweep = SweepConfig.model_validate({**sweep.model_dump(), "base": base})
+    sweep.expand()
+    return sweep
+
+
+def format_results(results) -> str:
+    cols = ["configuration", "method", "n", "accuracy", "tokens/sample", "calls/sample",
+            "fresh calls", "trusted", "overrides", "wall s"]
+    rows = []
+    for r in results:
+        m = r.metrics
+        acc = m.get("accuracy", float("nan"))
+        se = m.get("accuracy_se", float("nan"))
+        rows.append([
+            r.config.name + (" (skipped: done)" if r.skipped else ""), r.config.method,
+            f"{int(m.get('n_samples', 0))}",
+            f"{100 * acc:.1f} ± {100 * se:.1f}" if not math.isnan(acc) else "-",
+            f"{m.get('tokens_per_sample', 0):.0f}", f"{m.get('llm_calls_per_sample', 0):.2f}",
+            f"{m.get('fresh_calls', 0):.0f}", f"{100 * m.get('trusted_rate', 0):.0f}%",
+            f"{100 * m.get('override_rate', 0):.0f}%", f"{m.get('wall_time_s', 0):.1f}",
+        ])
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True))  # noqa: E731
+    return "\n".join([line(cols), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from df_ray.pipeline.runner import run_sweep
+
+    sweep = load_with_overrides(args.config, args.set or [], args.limit)
+    results = run_sweep(sweep, address=args.address)
+    print(format_results(results))
+    first = sweep.expand()[0]
+    print(f"\nlogged to MLflow: {first.tracking.uri} (experiment {first.tracking.experiment!r}); "
+          f"per-sample results under {first.results_dir}/")
+    if first.tracking.uri.startswith("sqlite:"):
+        print(f"browse: mlflow ui --backend-store-uri {first.tracking.uri}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    sweep = load_with_overrides(args.config, args.set or [], None)
+    configs = sweep.expand()
+    print(f"{args.config or demo_config_path()}: valid, {len(configs)} configuration(s)")
+    for c in configs:
+        print(f"  {c.name}: {c.method} on {c.benchmark} ({c.fingerprint()})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="df-ray", description="DarkForest on Ray")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run a configuration or sweep (default: the embedded demo)")
+    r.add_argument("--config", help="YAML run or sweep config (default: the embedded demo)")
+    r.add_argument("--limit", type=int, help="override the sample limit")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config field, e.g. --set guardrail.tau_p=0.8")
+    r.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or local Ray)")
+    r.set_defaults(fn=cmd_run)
+    v = sub.add_parser("validate", help="validate a config without starting anything")
+    v.add_argument("--config")
+    v.add_argument("--set", action="append", metavar="KEY=VALUE")
+    v.set_defaults(fn=cmd_validate)
+    args = p.parse_args(argv)
+    try:
+        return args.fn(args)
+    except ConfigError as e:
+        print(f"df-ray: configuration error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

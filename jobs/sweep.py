@@ -1,0 +1,47 @@
+"""Run a sweep (or a single configuration) as one Ray job.
+
+On a cluster:
+    ray job submit --working-dir . --runtime-env cluster/runtime_env.yaml -- \
+        python jobs/sweep.py --config jobs/configs/table1_math.yaml
+Locally the same command without `ray job submit --` starts an embedded Ray.
+Engines are started once for the whole sweep and shared by all its configurations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the working dir, under Ray
+
+from df_ray.cli import format_results, load_with_overrides  # noqa: E402
+from df_ray.config import ConfigError  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=True)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--limit", type=int)
+    p.add_argument("--summary-json", help="also write the per-configuration metrics here")
+    args = p.parse_args(argv)
+    try:
+        sweep = load_with_overrides(args.config, args.set, args.limit)
+    except ConfigError as e:
+        print(f"configuration error: {e}", file=sys.stderr)
+        return 2
+    from df_ray.pipeline.runner import run_sweep
+
+    results = run_sweep(sweep)
+    print(format_results(results))
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(
+            [{"name": r.config.name, "run_id": r.run_id, "metrics": r.metrics} for r in results],
+            indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

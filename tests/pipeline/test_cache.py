@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import multiprocessing as mp
+
+from df_ray.engines.base import ChatRequest, Completion, Message, SamplingParams
+from df_ray.pipeline.cache import GenerationCache
+
+
+def req(i: int, seed: int = 0, model: str = "m") -> ChatRequest:
+    return ChatRequest(model=model, messages=(Message("user", f"question {i}"),),
+                       sampling=SamplingParams(temperature=0.5), seed=seed)
+
+
+def test_key_covers_model_messages_sampling_seed():
+    base = req(1)
+    assert base.key() == req(1).key()
+    assert base.key() != req(2).key()
+    assert base.key() != req(1, seed=1).key()
+    assert base.key() != req(1, model="other").key()
+    other_sampling = ChatRequest(model="m", messages=base.messages,
+                                 sampling=SamplingParams(temperature=0.6), seed=0)
+    assert base.key() != other_sampling.key()
+    assert ChatRequest.from_dict(base.to_dict()) == base
+
+
+def test_put_get_persist_and_errors_not_cached(tmp_path):
+    c = GenerationCache(str(tmp_path))
+    wrote = c.put_many([(req(1), Completion("one", 3, 1)),
+                        (req(2), Completion("", 0, 0, error="context_length_exceeded"))])
+    assert wrote == 1
+    again = GenerationCache(str(tmp_path))
+    assert again.get(req(1).key()) == Completion("one", 3, 1)
+    assert again.get(req(2).key()) is None
+    assert len(again) == 1
+
+
+def test_refresh_sees_other_writers_and_skips_corrupt_parts(tmp_path):
+    a, b = GenerationCache(str(tmp_path)), GenerationCache(str(tmp_path))
+    b.put_many([(req(5), Completion("five", 1, 1))])
+    (tmp_path / "part-0-corrupt.parquet").write_bytes(b"not parquet")
+    assert a.get(req(5).key()) is None
+    a.refresh()
+    assert a.get(req(5).key()).text == "five"
+
+
+def _writer(root: str, start: int) -> None:
+    c = GenerationCache(root)
+    for j in range(10):
+        c.put_many([(req(start + j * 100 + k), Completion(f"t{start + j * 100 + k}", 1, 1))
+                    for k in range(5)])
+
+
+def test_concurrent_writers_never_corrupt(tmp_path):
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), s * 1000)) for s in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    c = GenerationCache(str(tmp_path))
+    assert len(c) == 4 * 10 * 5
+    for s in range(4):
+        for j in range(10):
+            for k in range(5):
+                i = s * 1000 + j * 100 + k
+                assert c.get(req(i).key()).text == f"t{i}"
+    assert not list(tmp_path.glob(".tmp-*"))
+    kept = c.compact()
+    assert kept == 200
+    assert len(list(tmp_path.glob("part-*.parquet"))) == 1
+    assert len(GenerationCache(str(tmp_path))) == 200

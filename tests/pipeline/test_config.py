@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import pytest
+
+from df_ray.cli import demo_config_path, load_with_overrides
+from df_ray.config import ConfigError, load_config
+
+
+def write(tmp_path, text: str):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+BASE = """
+benchmark: gpqa
+backbones:
+  b1: {kind: scripted, model: m1}
+agents:
+  - {id: a1, backbone: b1}
+  - {id: a2, backbone: b1, seed: 2}
+coordinator: {id: c, backbone: b1}
+"""
+
+
+def test_demo_config_is_valid():
+    sweep = load_config(demo_config_path())
+    (cfg,) = sweep.expand()
+    assert cfg.benchmark == "humaneval" and len(cfg.agents) == 3
+    kinds = {s.kind for s in cfg.backbones.values()}
+    assert kinds == {"embedded"}
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ("benchmark: mathh", "benchmark"),
+    ("disclosure: secret", "disclosure"),
+    ("guardrail: {tau_p: 1.5}", "guardrail.tau_p"),
+    ("method: vote", "method"),
+    ("agents: [{id: a1, backbone: nope}]", "'nope' is not defined"),
+    ("agents: [{id: a1, backbone: b1}, {id: a1, backbone: b1}]", "unique"),
+    ("colour: blue", "colour"),
+])
+def test_bad_fields_are_named(tmp_path, bad, needle):
+    key = bad.split(":")[0]
+    text = "\n".join(line for line in BASE.strip().splitlines()
+                     if not line.startswith(key) and not (key == "agents" and line.startswith("  -")))
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text + "\n" + bad + "\n"))
+    assert needle in str(e.value)
+    assert "c.yaml" in str(e.value)
+
+
+def test_engine_spec_errors_are_named(tmp_path):
+    text = BASE.replace("b1: {kind: scripted, model: m1}", "b1: {kind: openai, model: m1}")
+    with pytest.raises(ConfigError, match="base_url"):
+        load_config(write(tmp_path, text))
+
+
+def test_sweep_expands_runs_and_grid(tmp_path):
+    text = "name: s\nbase:\n" + "\n".join("  " + line for line in BASE.strip().splitlines())
+    text += "\nruns:\n  - {name: strict}\n  - {name: permissive, disclosure: permissive}\n"
+    text += "grid:\n  guardrail.tau_p: [0.5, 0.66, 0.8]\n"
+    configs = load_config(write(tmp_path, text)).expand()
+    assert len(configs) == 6
+    assert {c.guardrail.tau_p for c in configs} == {0.5, 0.66, 0.8}
+    assert len({c.fingerprint() for c in configs}) == 6
+    assert sum(c.disclosure == "permissive" for c in configs) == 3
+
+
+def test_overrides_from_the_command_line(tmp_path):
+    p = write(tmp_path, BASE)
+    sweep = load_with_overrides(str(p), ["guardrail.tau_p=0.8", "lazy_coordinator=true"], 7)
+    (cfg,) = sweep.expand()
+    assert cfg.guardrail.tau_p == 0.8 and cfg.lazy_coordinator and cfg.limit == 7
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        load_with_overrides(str(p), ["oops"], None)
