@@ -1,0 +1,43 @@
+"""The six benchmarks behind one protocol (see ``df_ray.tasks.base.Task``).
+
+``get_task(name, **options) -> Task`` builds a benchmark by name; ``TASKS`` lists the names.
+Modules are imported lazily so that importing the registry stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split, Task
+
+TASKS: tuple[str, ...] = ("math", "humaneval", "mmlu_pro", "gpqa", "finqa", "legalbench")
+
+_CLASSES = {
+    "math": ("df_ray.tasks.math", "MathTask"),
+    "humaneval": ("df_ray.tasks.humaneval", "HumanEvalTask"),
+    "mmlu_pro": ("df_ray.tasks.mmlu_pro", "MMLUProTask"),
+    "gpqa": ("df_ray.tasks.gpqa", "GPQATask"),
+    "finqa": ("df_ray.tasks.finqa", "FinQATask"),
+    "legalbench": ("df_ray.tasks.legalbench", "LegalBenchTask"),
+}
+
+
+class UnknownTaskError(KeyError):
+    """No benchmark of that name; the message lists the valid names."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+def get_task(name: str, **options: Any) -> Task:
+    """The benchmark ``name`` (one of ``TASKS``); ``options`` go to its constructor."""
+    key = name.strip().lower().replace("-", "_") if isinstance(name, str) else name
+    if key not in _CLASSES:
+        raise UnknownTaskError(f"unknown task {name!r}; valid names: {', '.join(TASKS)}")
+    module, cls = _CLASSES[key]
+    return getattr(importlib.import_module(module), cls)(**options)
+
+
+__all__ = ["TASKS", "DataSchemaError", "Grade", "Sample", "Split", "Task", "UnknownTaskError",
+           "get_task"]

@@ -1,0 +1,323 @@
+"""Shared plumbing for the benchmark loaders: reading rows, schema checks, deterministic
+ordering and stratified splits, and the Hugging Face hub access point.
+
+Everything here is deterministic across processes and machines: orderings come from
+SHA-256 of (seed, id), never from Python's salted ``hash()``.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from df_ray.tasks.base import DataSchemaError, Sample
+
+CONFIDENCE_LINE = "Confidence: <a number from 0 to 1: how likely your final answer is correct>"
+
+_MISSING = object()
+
+
+# ----------------------------------------------------------------------------- hashing
+
+
+def stable_hash(*parts: object) -> str:
+    """Hex SHA-256 of the parts joined by a separator (stable across processes)."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(str(p).encode("utf-8"))
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+def stable_int(*parts: object) -> int:
+    return int(stable_hash(*parts)[:16], 16)
+
+
+def text_id(prefix: str, text: str) -> str:
+    """A content-derived id: ``prefix/<16 hex>`` of the whitespace-normalised text."""
+    return f"{prefix}/{stable_hash(normalize_ws(text))[:16]}"
+
+
+def normalize_ws(text: str) -> str:
+    return re.sub(r"\s+", " ", str(text)).strip()
+
+
+def seeded_order(items: Sequence[Any], key: Callable[[Any], str], seed: int,
+                 salt: str = "") -> list[Any]:
+    """Items sorted by sha256(salt, seed, key(item)): a deterministic shuffle."""
+    return sorted(items, key=lambda it: (stable_hash(salt, seed, key(it)), key(it)))
+
+
+def allocate(total: int, capacities: dict[str, int]) -> dict[str, int]:
+    """Spread ``total`` as evenly as possible over strata, never above a stratum's capacity
+    (water filling; leftovers go to strata in sorted name order)."""
+    alloc = {k: 0 for k in capacities}
+    remaining = min(total, sum(capacities.values()))
+    open_ = sorted(k for k, c in capacities.items() if c > 0)
+    while remaining > 0 and open_:
+        share = max(1, remaining // len(open_))
+        for k in list(open_):
+            if remaining == 0:
+                break
+            take = min(share, capacities[k] - alloc[k], remaining)
+            alloc[k] += take
+            remaining -= take
+            if alloc[k] >= capacities[k]:
+                open_.remove(k)
+    return alloc
+
+
+def stratified_split(samples: Sequence[Sample], stratum: Callable[[Sample], str], seed: int,
+                     *, n_test: int | None = None, per_stratum_test: int | None = None,
+                     n_calibration: int, salt: str = "") -> tuple[list[Sample], list[Sample]]:
+    """Disjoint (test, calibration) stratified over ``stratum``.
+
+    Each stratum is shuffled deterministically (sha256 of seed and id); test takes the first
+    rows of each stratum (``per_stratum_test`` each, or ``n_test`` spread evenly), calibration
+    the next ones (``n_calibration`` spread evenly over what is left). Each returned list is
+    ordered by stratum name, then by the seeded order inside the stratum, interleaved
+    round-robin so that a ``limit`` prefix stays stratified.
+    """
+    by: dict[str, list[Sample]] = {}
+    for s in samples:
+        by.setdefault(stratum(s), []).append(s)
+    shuffled = {k: seeded_order(v, lambda s: s.id, seed, salt) for k, v in by.items()}
+    if per_stratum_test is not None:
+        test_alloc = {k: min(per_stratum_test, len(v)) for k, v in shuffled.items()}
+    else:
+        test_alloc = allocate(n_test if n_test is not None else 0,
+                              {k: len(v) for k, v in shuffled.items()})
+    rest_caps = {k: len(v) - test_alloc[k] for k, v in shuffled.items()}
+    cal_alloc = allocate(n_calibration, rest_caps)
+    test = {k: v[: test_alloc[k]] for k, v in shuffled.items()}
+    cal = {k: v[test_alloc[k]: test_alloc[k] + cal_alloc[k]] for k, v in shuffled.items()}
+    return round_robin(test), round_robin(cal)
+
+
+def round_robin(groups: dict[str, list[Sample]]) -> list[Sample]:
+    out: list[Sample] = []
+    keys = sorted(groups)
+    i = 0
+    while True:
+        added = False
+        for k in keys:
+            if i < len(groups[k]):
+                out.append(groups[k][i])
+                added = True
+        if not added:
+            return out
+        i += 1
+
+
+def apply_limit(samples: list[Sample], limit: int | None) -> list[Sample]:
+    if limit is None:
+        return samples
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    return samples[:limit]
+
+
+def dedupe_ids(samples: Iterable[Sample]) -> list[Sample]:
+    """Keep the first sample of each id (identical content gives identical ids)."""
+    seen: set[str] = set()
+    out = []
+    for s in samples:
+        if s.id not in seen:
+            seen.add(s.id)
+            out.append(s)
+    return out
+
+
+def uniquify_ids(samples: Iterable[Sample]) -> list[Sample]:
+    """For content-hash ids: keep repeated rows, the n-th repeat of an id gets ``#n``."""
+    seen: dict[str, int] = {}
+    out = []
+    for s in samples:
+        n = seen.get(s.id, 0) + 1
+        seen[s.id] = n
+        out.append(s if n == 1 else Sample(id=f"{s.id}#{n}", task=s.task, question=s.question,
+                                           gold=s.gold, meta=s.meta))
+    return out
+
+
+def base_id(sample_id: str) -> str:
+    return sample_id.split("#", 1)[0]
+
+
+# ----------------------------------------------------------------------------- schema
+
+
+def field(row: Any, name: str, types: type | tuple[type, ...], *, file: str, index: int,
+          default: Any = _MISSING) -> Any:
+    """``row[name]`` checked against ``types``; DataSchemaError naming file, row and field."""
+    if not isinstance(row, dict):
+        raise DataSchemaError(
+            f"{file}: row {index}: expected an object with field {name!r}, got "
+            f"{type(row).__name__}")
+    if name not in row or row[name] is None:
+        if default is not _MISSING:
+            return default
+        raise DataSchemaError(f"{file}: row {index}: missing field {name!r}")
+    value = row[name]
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise DataSchemaError(
+            f"{file}: row {index}: field {name!r} has type bool, expected "
+            f"{_type_names(types)}")
+    if not isinstance(value, types):
+        raise DataSchemaError(
+            f"{file}: row {index}: field {name!r} has type {type(value).__name__}, expected "
+            f"{_type_names(types)}")
+    return value
+
+
+def str_list(row: dict, name: str, *, file: str, index: int) -> list[str]:
+    value = field(row, name, (list, tuple), file=file, index=index)
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    for j, v in enumerate(value):
+        if not isinstance(v, str):
+            raise DataSchemaError(
+                f"{file}: row {index}: field {name!r}[{j}] has type {type(v).__name__}, "
+                "expected str")
+    return list(value)
+
+
+def _type_names(types: type | tuple[type, ...]) -> str:
+    ts = types if isinstance(types, tuple) else (types,)
+    return " or ".join(t.__name__ for t in ts)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+class HubUnavailable(RuntimeError):
+    """The Hugging Face hub cannot be used (offline mode or no network)."""
+
+
+def hub_offline() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in {"1", "true", "yes", "on"}
+               for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def load_hub_dataset(path: str, name: str | None = None, *, split: str,
+                     revision: str | None = None, token: str | None = None) -> Any:
+    """``datasets.load_dataset`` for a hub repository (one place, so tests can stub it).
+
+    Raises HubUnavailable in offline mode instead of letting ``datasets`` try the network.
+    """
+    if hub_offline():
+        raise HubUnavailable(
+            f"Hugging Face hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE); cannot load "
+            f"{path}{'/' + name if name else ''}; pass source=<local file or folder>")
+    import datasets
+
+    kwargs: dict[str, Any] = {"split": split}
+    if revision:
+        kwargs["revision"] = revision
+    if token:
+        kwargs["token"] = token
+    return datasets.load_dataset(path, name, **kwargs)
+
+
+def dataset_rows(ds: Any) -> list[dict]:
+    """Rows of a ``datasets.Dataset`` (or any iterable of mappings) as plain dicts."""
+    if hasattr(ds, "to_list"):
+        return list(ds.to_list())
+    return [dict(r) for r in ds]
+
+
+def read_rows(path: str | os.PathLike[str]) -> list[dict]:
+    """Rows of a local data file.
+
+    ``.json`` (a list of objects, or JSON lines), ``.jsonl`` (optionally ``.gz``), ``.csv``
+    (all values strings) and ``.parquet`` (read through ``datasets.load_dataset("parquet")``,
+    the same code path the hub parquet conversions take).
+    """
+    p = Path(path)
+    name = p.name.lower()
+    if not p.is_file():
+        raise FileNotFoundError(f"data file not found: {p}")
+    if name.endswith(".parquet"):
+        return _read_parquet(p)
+    if name.endswith(".csv"):
+        with p.open(newline="", encoding="utf-8") as f:
+            return [dict(r) for r in csv.DictReader(f)]
+    opener = gzip.open if name.endswith(".gz") else open
+    with opener(p, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+        text = f.read()
+    stripped = text.lstrip()
+    if name.endswith((".json", ".json.gz")) and stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataSchemaError(f"{p}: not valid JSON: {e}") from e
+        if not isinstance(data, list):
+            raise DataSchemaError(f"{p}: expected a JSON list of rows")
+        return data
+    if name.endswith((".json", ".json.gz")) and stripped.startswith("{") and "\n" not in \
+            stripped.strip():
+        data = json.loads(text)
+        return [data]
+    rows = []
+    for i, line in enumerate(text.splitlines()):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise DataSchemaError(f"{p}: line {i + 1}: not valid JSON: {e}") from e
+    return rows
+
+
+def _read_parquet(p: Path) -> list[dict]:
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover - datasets is part of the system extra
+        import pyarrow.parquet as pq
+
+        return pq.read_table(p).to_pylist()
+    ds = datasets.load_dataset("parquet", data_files=str(p), split="train")
+    return dataset_rows(ds)
+
+
+DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz", ".parquet", ".csv")
+
+
+def data_files(folder: Path) -> list[Path]:
+    """Data files in a folder (recursively), sorted by path."""
+    return sorted(p for p in folder.rglob("*") if p.is_file()
+                  and p.name.lower().endswith(DATA_SUFFIXES))
+
+
+def find_file(folder: Path, patterns: Sequence[str]) -> Path | None:
+    """First data file in ``folder`` whose lower-cased name matches one of the regexes
+    (patterns tried in order)."""
+    files = data_files(folder)
+    for pat in patterns:
+        for f in files:
+            if re.search(pat, f.name.lower()):
+                return f
+    return None
+
+
+def is_local(source: str | None) -> bool:
+    return source is not None and Path(source).exists()
+
+
+def check_source(source: str | None, hub_names: Sequence[str] = ("hf", "hub")) -> None:
+    if source is None or source in hub_names:
+        return
+    if not Path(source).exists():
+        raise FileNotFoundError(f"source {source!r} is neither an existing file or folder "
+                                f"nor one of {sorted(hub_names)}")
+
+
+def letters(n: int) -> str:
+    return "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:n]

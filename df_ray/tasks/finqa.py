@@ -1,0 +1,201 @@
+"""FinQA (text-only): numerical reasoning over a financial report, answered as a program.
+
+Data: the original FinQA JSON files from the FinQA GitHub repository
+(https://github.com/czyssrs/FinQA), e.g.
+https://raw.githubusercontent.com/czyssrs/FinQA/main/dataset/test.json (1,147 rows) and
+https://raw.githubusercontent.com/czyssrs/FinQA/main/dataset/dev.json (883 rows)
+(``train.json`` likewise). Each file is a JSON list of ``{id, pre_text: [str], post_text:
+[str], table: [[str]], qa: {question, program, exe_ans}}``. There is no maintained hub copy
+in this schema, so ``source=`` is required: a folder holding ``test.json`` and ``dev.json``,
+or a single file (used for whichever split is requested).
+
+Splits: ``test`` = 300 rows of test.json, ``calibration`` = 100 rows of dev.json, each the
+first rows in sha256(seed, id) order (disjoint by construction; ids present in both files
+are dropped from calibration).
+
+Prompt: the pre-text, the table rendered as a pipe table, the post-text and the question;
+the answer is a program in FinQA's DSL (explained briefly with an example in the prompt).
+
+Grading (``df_ray.core.parsing.finqa``): execution accuracy: the program executes on the
+table and its value, rounded to 5 decimals (yes/no compared as such), equals ``exe_ans``;
+a bare number is also accepted for execution accuracy. Program accuracy: the program is
+equivalent to the gold program (``programs_equivalent``). ``Grade.correct`` is execution
+accuracy; ``scores`` has ``exec_acc`` and ``prog_acc``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from df_ray.core.types import Observation, ParseSpec
+from df_ray.tasks import _common as C
+from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+
+DSL_HELP = """\
+Write the answer as a program in this language: a comma-separated list of steps
+`op(arg1, arg2)`. Operations: add, subtract, multiply, divide, exp, greater (numbers, yes/no
+answer), and table_sum, table_average, table_max, table_min (argument: a table row name,
+then `none`). Arguments are numbers (write 5.3 rather than $5.3 or 5.3%), constants such as
+const_100 or const_1000, or #k, the result of step k (counting from 0).
+Example: "what is the percentage change in revenue from 2008 (5735) to 2009 (5829)?"
+Program: subtract(5829, 5735), divide(#0, 5735)"""
+
+
+def render_table(table: list[list[str]]) -> str:
+    """A pipe table; the first row is the header."""
+    if not table:
+        return "(no table)"
+    width = max(len(r) for r in table)
+    rows = [[str(c).strip().replace("|", "/") for c in r] + [""] * (width - len(r))
+            for r in table]
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * width]
+    lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+    return "\n".join(lines)
+
+
+def _text(lines: list[str]) -> str:
+    return "\n".join(s.strip() for s in lines if s.strip() and s.strip() != ".")
+
+
+def _rows_to_samples(rows: list[dict], file: str) -> list[Sample]:
+    out = []
+    for i, row in enumerate(rows):
+        rid = C.field(row, "id", str, file=file, index=i)
+        pre = C.str_list(row, "pre_text", file=file, index=i)
+        post = C.str_list(row, "post_text", file=file, index=i)
+        table = C.field(row, "table", list, file=file, index=i)
+        for j, r in enumerate(table):
+            if not isinstance(r, list) or not all(isinstance(c, str) for c in r):
+                raise DataSchemaError(f"{file}: row {i}: field 'table'[{j}] must be a list "
+                                      "of strings")
+        qa = C.field(row, "qa", dict, file=file, index=i)
+        question = C.field(qa, "question", str, file=file, index=i)
+        program = C.field(qa, "program", str, file=file, index=i)
+        exe_ans = C.field(qa, "exe_ans", (int, float, str), file=file, index=i)
+        text = (f"{_text(pre)}\n\nTable:\n{render_table(table)}\n\n{_text(post)}\n\n"
+                f"Question: {question}")
+        out.append(Sample(id=f"finqa/{rid}", task="finqa", question=text,
+                          gold=str(exe_ans),
+                          meta={"program": program, "exe_ans": exe_ans, "table": table,
+                                "question_only": question}))
+    return C.dedupe_ids(out)
+
+
+class FinQATask:
+    name = "finqa"
+    kind = "finqa"
+
+    def __init__(self, *, test_size: int = 300, calibration_size: int = 100):
+        self.test_size = test_size
+        self.calibration_size = calibration_size
+
+    def _file(self, source: str | None, split: Split) -> Path:
+        if source is None or not Path(source).exists():
+            raise FileNotFoundError(
+                "FinQA needs source=<folder with test.json and dev.json, or a file> "
+                "(download from https://github.com/czyssrs/FinQA/tree/main/dataset)"
+                + (f"; {source!r} does not exist" if source else ""))
+        p = Path(source)
+        if p.is_file():
+            return p
+        want = "test" if split == "test" else "dev"
+        f = C.find_file(p, [rf"^{want}\.json$", rf"{want}"])
+        if f is None:
+            raise FileNotFoundError(f"no {want}.json under {p}")
+        return f
+
+    def _rows(self, source: str | None, split: Split) -> list[Sample]:
+        f = self._file(source, split)
+        return _rows_to_samples(C.read_rows(f), str(f))
+
+    def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
+             seed: int = 0) -> list[Sample]:
+        if split == "test":
+            rows = C.seeded_order(self._rows(source, "test"), lambda s: s.id, seed, "finqa")
+            return C.apply_limit(rows[: self.test_size], limit)
+        if split != "calibration":
+            raise ValueError(f"unknown split {split!r}")
+        pool = self._rows(source, "calibration")
+        if source is not None and Path(source).is_dir():
+            test_ids = {s.id for s in self.load("test", source=source, seed=seed)}
+            pool = [s for s in pool if s.id not in test_ids]
+        rows = C.seeded_order(pool, lambda s: s.id, seed, "finqa-cal")
+        return C.apply_limit(rows[: self.calibration_size], limit)
+
+    def parse_spec(self, sample: Sample) -> ParseSpec:
+        table = tuple(tuple(str(c) for c in r) for r in sample.meta["table"])
+        return ParseSpec(kind="finqa", table=table)
+
+    def answer_instructions(self) -> str:
+        return ("End with the line 'Answer: <program>' where <program> is the calculation in "
+                "the program language (e.g. 'Answer: subtract(5829, 5735), divide(#0, 5735)'), "
+                "then a final line 'Confidence: <0 to 1>'.")
+
+    def agent_prompt(self, sample: Sample) -> str:
+        return ("Read the following excerpt of a financial report and answer the question.\n\n"
+                f"{sample.question}\n\n{DSL_HELP}\n\n"
+                "Reason step by step. Then give your final answer on a line of the form "
+                "'Answer: <program>'.\n"
+                f"End with a final line '{C.CONFIDENCE_LINE}'.")
+
+    def gold_key(self, sample: Sample) -> str | None:
+        from df_ray.core.parsing.finqa import program_key
+
+        return program_key(sample.meta["exe_ans"])
+
+    def grade(self, sample: Sample, answer: Observation | None) -> Grade:
+        zero = {"exec_acc": 0.0, "prog_acc": 0.0}
+        if answer is None or not answer.valid:
+            return Grade(False, zero, "no valid answer")
+        from df_ray.core.parsing.finqa import (
+            ProgramError,
+            execute_program,
+            program_key,
+            programs_equivalent,
+        )
+
+        text = answer.extracted if answer.extracted is not None else answer.answer
+        text = (text or "").strip()
+        gold = self.gold_key(sample)
+        table = [list(r) for r in sample.meta["table"]]
+        detail = ""
+        pred_key: str | None = None
+        try:
+            pred_key = program_key(execute_program(text, table))
+        except ProgramError as e:
+            num = bare_number(text)
+            if num is not None:
+                pred_key = program_key(num)
+            else:
+                detail = f"program error: {e}"
+        except Exception as e:  # a malformed answer must not crash the grader
+            detail = f"program error: {e!r}"
+        exec_ok = pred_key is not None and pred_key == gold
+        if not exec_ok and pred_key is None and answer.answer is not None:
+            exec_ok = answer.answer == gold
+        try:
+            prog_ok = bool(programs_equivalent(text, sample.meta["program"]))
+        except Exception:
+            prog_ok = False
+        if not detail and not exec_ok:
+            detail = f"{pred_key} != {gold}"
+        return Grade(exec_ok, {"exec_acc": float(exec_ok), "prog_acc": float(prog_ok)},
+                     detail)
+
+
+_NUM = re.compile(r"^[-+]?\$?\s*[-+]?(\d{1,3}(,\d{3})+|\d+)?(\.\d+)?\s*%?$")
+
+
+def bare_number(text: str) -> float | None:
+    """A plain numeric answer ('12.5', '-3', '1,234', '$5', '12%' -> 0.12), else None."""
+    s = text.strip().rstrip(".")
+    if not s or not _NUM.match(s) or not re.search(r"\d", s):
+        return None
+    pct = s.endswith("%")
+    s = s.replace("$", "").replace(",", "").replace("%", "").replace(" ", "")
+    try:
+        v = float(s)
+    except ValueError:
+        return None
+    return v / 100.0 if pct else v

@@ -1,0 +1,150 @@
+"""GPQA diamond: 4-option graduate-level science questions, accuracy on the letter.
+
+Data: ``Idavidrein/gpqa`` (gated: accept the terms on https://huggingface.co/datasets/Idavidrein/gpqa
+and export ``HF_TOKEN``), configs ``gpqa_diamond`` (198 rows, the test split) and
+``gpqa_main`` (448 rows; those not in diamond form the calibration pool), split ``train``.
+Fields used: ``Question``, ``Correct Answer``, ``Incorrect Answer 1..3``, ``Record ID``
+(optional ``Subdomain``, ``High-level domain``). ``source=`` may instead name a local file
+(the data set's CSV, JSON or parquet) or a folder holding ``gpqa_diamond.*`` and
+``gpqa_main.*``; for the calibration split a single local file is the main pool, and
+diamond rows are removed from it using ``test_source`` (constructor) or, failing that, the
+hub.
+
+Options: the correct and the three incorrect answers are shuffled per question with a
+``random.Random`` seeded by sha256(global seed, Record ID): deterministic across processes
+and machines, different between questions. ``gold`` is the letter of the correct answer.
+
+Splits: test = all diamond rows in data-set order; calibration = main rows not in
+diamond (by Record ID and by question text), ordered by sha256(seed, id), the first
+``calibration_size`` (100).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+from df_ray.core.types import Observation, ParseSpec
+from df_ray.tasks import _common as C
+from df_ray.tasks.base import Grade, Sample, Split
+from df_ray.tasks.mmlu_pro import grade_letter, render_options
+
+HUB = "Idavidrein/gpqa"
+HUB_PAGE = "https://huggingface.co/datasets/Idavidrein/gpqa"
+FIELDS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2",
+          "Incorrect Answer 3", "Record ID")
+
+
+class GatedDatasetError(RuntimeError):
+    """A gated hub data set was requested without credentials."""
+
+
+def hf_token() -> str | None:
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        v = os.environ.get(var, "").strip()
+        if v:
+            return v
+    return None
+
+
+def shuffle_options(correct: str, incorrect: list[str], record_id: str,
+                    seed: int) -> tuple[list[str], str]:
+    """(options in shuffled order, letter of the correct one): deterministic per question."""
+    rng = random.Random(C.stable_int("gpqa-options", seed, record_id))
+    options = [correct, *incorrect]
+    order = list(range(len(options)))
+    rng.shuffle(order)
+    shuffled = [options[i] for i in order]
+    return shuffled, C.letters(len(options))[order.index(0)]
+
+
+def _rows_to_samples(rows: list[dict], file: str, seed: int) -> list[Sample]:
+    out = []
+    for i, row in enumerate(rows):
+        v = {k: C.field(row, k, str, file=file, index=i) for k in FIELDS}
+        question = v["Question"].strip()
+        incorrect = [v[f"Incorrect Answer {j}"].strip() for j in (1, 2, 3)]
+        options, gold = shuffle_options(v["Correct Answer"].strip(), incorrect,
+                                        v["Record ID"], seed)
+        meta = {"n_options": 4, "record_id": v["Record ID"], "options": options,
+                "question_key": C.stable_hash(C.normalize_ws(question))[:16]}
+        for k in ("Subdomain", "High-level domain"):
+            if isinstance(row.get(k), str):
+                meta[k.lower().replace(" ", "_").replace("-", "_")] = row[k]
+        out.append(Sample(id=f"gpqa/{v['Record ID']}", task="gpqa",
+                          question=f"{question}\n\nOptions:\n{render_options(options)}",
+                          gold=gold, meta=meta))
+    return C.dedupe_ids(out)
+
+
+class GPQATask:
+    name = "gpqa"
+    kind = "choice"
+
+    def __init__(self, *, calibration_size: int = 100, test_source: str | None = None):
+        self.calibration_size = calibration_size
+        self.test_source = test_source
+
+    def _hub(self, config: str, seed: int) -> list[Sample]:
+        token = hf_token()
+        if token is None:
+            raise GatedDatasetError(
+                f"GPQA is a gated data set: accept its terms on {HUB_PAGE} with your Hugging "
+                "Face account, then export HF_TOKEN=<a read token> (or pass "
+                "source=<local gpqa_diamond.csv / folder>).")
+        ds = C.load_hub_dataset(HUB, config, split="train", token=token)
+        return _rows_to_samples(C.dataset_rows(ds), f"{HUB}/{config}:train", seed)
+
+    def _local(self, source: str, config: str, seed: int) -> list[Sample]:
+        p = Path(source)
+        if p.is_dir():
+            f = C.find_file(p, [rf"{config}\b", config])
+            if f is None:
+                raise FileNotFoundError(f"no {config}.* file under {p}")
+            p = f
+        return _rows_to_samples(C.read_rows(p), str(p), seed)
+
+    def _split(self, config: str, source: str | None, seed: int) -> list[Sample]:
+        C.check_source(source)
+        if C.is_local(source):
+            return self._local(source, config, seed)  # type: ignore[arg-type]
+        return self._hub(config, seed)
+
+    def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
+             seed: int = 0) -> list[Sample]:
+        if split == "test":
+            return C.apply_limit(self._split("gpqa_diamond", source, seed), limit)
+        if split != "calibration":
+            raise ValueError(f"unknown split {split!r}")
+        pool = self._split("gpqa_main", source, seed)
+        if source is not None and Path(source).is_dir():
+            test_src: str | None = source
+        else:
+            test_src = self.test_source
+        test = self._split("gpqa_diamond", test_src, seed)
+        ids = {s.id for s in test}
+        keys = {s.meta["question_key"] for s in test}
+        pool = [s for s in pool if s.id not in ids and s.meta["question_key"] not in keys]
+        chosen = C.seeded_order(pool, lambda s: s.id, seed, "gpqa-cal")[: self.calibration_size]
+        return C.apply_limit(chosen, limit)
+
+    def parse_spec(self, sample: Sample) -> ParseSpec:
+        return ParseSpec(kind="choice", n_options=4)
+
+    def answer_instructions(self) -> str:
+        return ("End with the line 'Answer: X' where X is A, B, C or D, then a final line "
+                "'Confidence: <0 to 1>'.")
+
+    def agent_prompt(self, sample: Sample) -> str:
+        return ("Answer the following multiple-choice science question.\n\n"
+                f"{sample.question}\n\n"
+                "Reason step by step. Then give your final answer on a line of the form "
+                "'Answer: X' where X is one of A, B, C, D.\n"
+                f"End with a final line '{C.CONFIDENCE_LINE}'.")
+
+    def gold_key(self, sample: Sample) -> str | None:
+        return sample.gold
+
+    def grade(self, sample: Sample, answer: Observation | None) -> Grade:
+        return grade_letter(sample, answer)

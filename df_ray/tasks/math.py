@@ -1,0 +1,203 @@
+"""MATH (competition mathematics), graded by answer equivalence through math-verify.
+
+Splits:
+
+- ``test``: MATH-500 (``HuggingFaceH4/MATH-500``, split ``test``, 500 problems), in data-set
+  order.
+- ``calibration``: problems of the full MATH test set (``EleutherAI/hendrycks_math``, all
+  seven subject configs, split ``test``) that are *not* in MATH-500, deterministically
+  shuffled with the seed; the first ``calibration_size`` (default 150).
+
+``source=`` accepts, instead of the hub, a local file or folder with rows in any of these
+schemas: GoA's aligned files (a JSON list of ``{question, gold_answer}``, e.g.
+``MATH_test.json``), MATH-500's (``problem``, ``answer``, optional ``unique_id``,
+``subject``, ``level``) or hendrycks_math's (``problem``, ``solution``: the answer is the
+last ``\\boxed{}`` of the solution). For the calibration split a local source is the
+candidate pool; problems in the test set are removed from it, the test set being taken
+from ``test_source`` (constructor; default: the hub's MATH-500) so that calibration never
+overlaps test.
+
+Sample ids are content hashes of the problem text (``math/<16 hex>``), so the same problem
+has the same id whichever source it came from.
+
+Grading: ``math_verify.verify(parse(gold), parse(answer))``. math-verify implements its
+timeouts with ``signal.alarm``, which only works on the main thread; off the main thread we
+call it with ``parsing_timeout=None`` / ``timeout_seconds=None`` and bound the input size
+instead (answers longer than ``MAX_ANSWER_CHARS`` are wrong).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from df_ray.core.types import Observation, ParseSpec
+from df_ray.tasks import _common as C
+from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+
+MATH500 = "HuggingFaceH4/MATH-500"
+HENDRYCKS = "EleutherAI/hendrycks_math"
+HENDRYCKS_CONFIGS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra",
+                     "number_theory", "prealgebra", "precalculus")
+MAX_ANSWER_CHARS = 2000
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces."""
+    idx = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if idx < 0:
+        return None
+    i = text.find("{", idx)
+    if i < 0:
+        # "\boxed 5" form
+        rest = text[idx:].split(None, 1)
+        return rest[1].split("$")[0].strip() if len(rest) > 1 else None
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1:j]
+    return None
+
+
+def _rows_to_samples(rows: list[dict], file: str) -> list[Sample]:
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise DataSchemaError(f"{file}: row {i}: expected an object, got "
+                                  f"{type(row).__name__}")
+        meta: dict[str, Any] = {}
+        if "question" in row or "gold_answer" in row:  # GoA schema
+            problem = C.field(row, "question", str, file=file, index=i)
+            gold = C.field(row, "gold_answer", (str, int, float), file=file, index=i)
+        elif "answer" in row:  # MATH-500 schema
+            problem = C.field(row, "problem", str, file=file, index=i)
+            gold = C.field(row, "answer", (str, int, float), file=file, index=i)
+            for k in ("unique_id", "subject", "level"):
+                if row.get(k) is not None:
+                    meta[k] = row[k]
+        else:  # hendrycks_math schema
+            problem = C.field(row, "problem", str, file=file, index=i)
+            solution = C.field(row, "solution", str, file=file, index=i)
+            boxed = last_boxed(solution)
+            if boxed is None:
+                raise DataSchemaError(f"{file}: row {i}: field 'solution' has no \\boxed answer")
+            gold = boxed
+            for k in ("type", "level"):
+                if row.get(k) is not None:
+                    meta["subject" if k == "type" else k] = row[k]
+        out.append(Sample(id=C.text_id("math", problem), task="math", question=problem,
+                          gold=str(gold), meta=meta))
+    return C.dedupe_ids(out)
+
+
+def _load_local(source: str) -> list[Sample]:
+    p = Path(source)
+    files = [p] if p.is_file() else C.data_files(p)
+    if not files:
+        raise FileNotFoundError(f"no data files under {p}")
+    samples: list[Sample] = []
+    for f in files:
+        samples.extend(_rows_to_samples(C.read_rows(f), str(f)))
+    return C.dedupe_ids(samples)
+
+
+class MathTask:
+    name = "math"
+    kind = "math"
+
+    def __init__(self, *, calibration_size: int = 150, test_source: str | None = None):
+        self.calibration_size = calibration_size
+        self.test_source = test_source
+
+    # ------------------------------------------------------------------ loading
+    def _test(self, source: str | None) -> list[Sample]:
+        C.check_source(source)
+        if C.is_local(source):
+            return _load_local(source)  # type: ignore[arg-type]
+        ds = C.load_hub_dataset(MATH500, split="test")
+        return _rows_to_samples(C.dataset_rows(ds), f"{MATH500}:test")
+
+    def _pool(self, source: str | None) -> list[Sample]:
+        C.check_source(source)
+        if C.is_local(source):
+            return _load_local(source)  # type: ignore[arg-type]
+        pool: list[Sample] = []
+        for cfg in HENDRYCKS_CONFIGS:
+            ds = C.load_hub_dataset(HENDRYCKS, cfg, split="test")
+            pool.extend(_rows_to_samples(C.dataset_rows(ds), f"{HENDRYCKS}/{cfg}:test"))
+        return C.dedupe_ids(pool)
+
+    def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
+             seed: int = 0) -> list[Sample]:
+        if split == "test":
+            return C.apply_limit(self._test(source), limit)
+        if split != "calibration":
+            raise ValueError(f"unknown split {split!r}")
+        test_ids = {s.id for s in self._test(self.test_source)}
+        pool = [s for s in self._pool(source) if s.id not in test_ids]
+        chosen = C.seeded_order(pool, lambda s: s.id, seed, "math-cal")[: self.calibration_size]
+        return C.apply_limit(chosen, limit)
+
+    # ------------------------------------------------------------------ prompting
+    def parse_spec(self, sample: Sample) -> ParseSpec:
+        return ParseSpec(kind="math")
+
+    def answer_instructions(self) -> str:
+        return ("Put your final answer in \\boxed{} (only the final answer, simplified, in "
+                "LaTeX), then end with a line 'Confidence: <0 to 1>'.")
+
+    def agent_prompt(self, sample: Sample) -> str:
+        return (f"Solve the following math problem.\n\n{sample.question}\n\n"
+                "Reason step by step. Then give your final answer as \\boxed{<answer>}.\n"
+                f"End with a final line '{C.CONFIDENCE_LINE}'.")
+
+    def gold_key(self, sample: Sample) -> str | None:
+        try:
+            from df_ray.core.parsing import canonicalize
+        except ImportError:  # parsing not available yet
+            return C.normalize_ws(sample.gold)
+        return canonicalize(sample.gold, self.parse_spec(sample))
+
+    # ------------------------------------------------------------------ grading
+    def grade(self, sample: Sample, answer: Observation | None) -> Grade:
+        if answer is None or not answer.valid:
+            return Grade(False, {"em": 0.0}, "no valid answer")
+        pred = answer.extracted if answer.extracted is not None else answer.answer
+        if pred is None or not str(pred).strip():
+            return Grade(False, {"em": 0.0}, "empty answer")
+        ok = math_equal(sample.gold, str(pred))
+        if not ok and answer.answer is not None and answer.answer == self.gold_key(sample):
+            ok = True
+        return Grade(ok, {"em": float(ok)}, "" if ok else f"{pred!s:.200} != {sample.gold}")
+
+
+def _wrap(expr: str) -> str:
+    s = expr.strip()
+    if "\\boxed" in s or s.startswith("$"):
+        return s
+    return f"\\boxed{{{s}}}"
+
+
+def math_equal(gold: str, pred: str) -> bool:
+    """Whether ``pred`` equals ``gold`` as math-verify sees it (safe on any thread)."""
+    if len(pred) > MAX_ANSWER_CHARS:
+        return False
+    if C.normalize_ws(gold) == C.normalize_ws(pred):
+        return True
+    from math_verify import parse, verify
+
+    main = threading.current_thread() is threading.main_thread()
+    t = 5 if main else None
+    try:
+        g = parse(_wrap(gold), parsing_timeout=t)  # type: ignore[arg-type]
+        p = parse(_wrap(pred), parsing_timeout=t)  # type: ignore[arg-type]
+        if not g or not p:
+            return False
+        return bool(verify(g, p, timeout_seconds=t))
+    except Exception:
+        return False

@@ -1,0 +1,151 @@
+"""MMLU-Pro: multiple choice with up to 10 options (A-J), accuracy on the letter.
+
+Data: ``TIGER-Lab/MMLU-Pro`` split ``test`` (12,032 rows: ``question_id``, ``question``,
+``options`` (list of up to 10 strings), ``answer`` (letter), ``answer_index``,
+``category``, ...). ``source=`` may instead name a local file/folder in that schema or in
+GoA's sampled schema (``question`` with the options inlined as ``(A) ... (J)``,
+``gold_answer`` letter, optional ``category``; e.g. ``MMLU_Pro_sampled_test.json``).
+
+Split (seeded, stratified by category, disjoint by construction): each category's rows are
+shuffled by sha256(seed, id); ``test`` takes the first ``per_category_test`` (150; 14
+categories -> 2,100 rows), ``calibration`` the next ones, ``calibration_size`` (150)
+spread evenly over the categories. GoA's sampled file already holds exactly 150 rows per
+category, so it yields the same 2,100 test rows and an empty calibration split.
+
+Ids: ``mmlu_pro/<question_id>``, or a content hash when the source has no id (GoA).
+``ParseSpec.n_options`` is the row's actual option count (some rows have fewer than 10).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from df_ray.core.types import Observation, ParseSpec
+from df_ray.tasks import _common as C
+from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+
+HUB = "TIGER-Lab/MMLU-Pro"
+_INLINE = re.compile(r"\(([A-Z])\)\s")
+
+
+def render_options(options: list[str]) -> str:
+    return "\n".join(f"({letter}) {opt}" for letter, opt in zip(C.letters(len(options)),
+                                                               options, strict=False))
+
+
+def count_inline_options(question: str) -> int:
+    """Number of consecutive ``(A) (B) ...`` markers inlined in a GoA question."""
+    found = set(_INLINE.findall(question + " "))
+    n = 0
+    for letter in C.letters(26):
+        if letter not in found:
+            break
+        n += 1
+    return n
+
+
+def _rows_to_samples(rows: list[dict], file: str) -> list[Sample]:
+    out = []
+    for i, row in enumerate(rows):
+        if isinstance(row, dict) and "gold_answer" in row:  # GoA sampled schema
+            q = C.field(row, "question", str, file=file, index=i)
+            gold = C.field(row, "gold_answer", str, file=file, index=i).strip().upper()
+            cat = C.field(row, "category", str, file=file, index=i, default="all")
+            n = count_inline_options(q) or 10
+            sid = C.text_id("mmlu_pro", q)
+            question = q
+        else:
+            qid = C.field(row, "question_id", (int, str), file=file, index=i)
+            q = C.field(row, "question", str, file=file, index=i)
+            options = C.str_list(row, "options", file=file, index=i)
+            gold = C.field(row, "answer", str, file=file, index=i).strip().upper()
+            cat = C.field(row, "category", str, file=file, index=i, default="all")
+            n = len(options)
+            sid = f"mmlu_pro/{qid}"
+            question = f"{q}\n\nOptions:\n{render_options(options)}"
+        if not n or gold not in C.letters(n):
+            raise DataSchemaError(f"{file}: row {i}: field 'answer' {gold!r} is not one of "
+                                  f"the {n} option letters")
+        out.append(Sample(id=sid, task="mmlu_pro", question=question, gold=gold,
+                          meta={"category": cat, "n_options": n}))
+    # native ids: a repeated id is the same row; content ids: repeated rows are kept
+    return C.uniquify_ids(C.dedupe_ids([s for s in out if "/" in s.id and
+                                        not _is_hash_id(s.id)]) +
+                          [s for s in out if _is_hash_id(s.id)])
+
+
+def _is_hash_id(sid: str) -> bool:
+    return bool(re.fullmatch(r"mmlu_pro/[0-9a-f]{16}", sid))
+
+
+class MMLUProTask:
+    name = "mmlu_pro"
+    kind = "choice"
+
+    def __init__(self, *, per_category_test: int = 150, calibration_size: int = 150):
+        self.per_category_test = per_category_test
+        self.calibration_size = calibration_size
+
+    def _all(self, source: str | None) -> list[Sample]:
+        C.check_source(source)
+        if C.is_local(source):
+            p = Path(source)  # type: ignore[arg-type]
+            files = [p] if p.is_file() else C.data_files(p)
+            out: list[Sample] = []
+            for f in files:
+                out.extend(_rows_to_samples(C.read_rows(f), str(f)))
+            return out
+        ds = C.load_hub_dataset(HUB, split="test")
+        return _rows_to_samples(C.dataset_rows(ds), f"{HUB}:test")
+
+    def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
+             seed: int = 0) -> list[Sample]:
+        if split not in ("test", "calibration"):
+            raise ValueError(f"unknown split {split!r}")
+        test, cal = C.stratified_split(self._all(source), lambda s: s.meta["category"], seed,
+                                       per_stratum_test=self.per_category_test,
+                                       n_calibration=self.calibration_size, salt="mmlu_pro")
+        return C.apply_limit(test if split == "test" else cal, limit)
+
+    def parse_spec(self, sample: Sample) -> ParseSpec:
+        return ParseSpec(kind="choice", n_options=int(sample.meta.get("n_options", 10)))
+
+    def answer_instructions(self) -> str:
+        return ("End with the line 'Answer: X' where X is the letter of the correct option, "
+                "then a final line 'Confidence: <0 to 1>'.")
+
+    def agent_prompt(self, sample: Sample) -> str:
+        n = int(sample.meta.get("n_options", 10))
+        letters = C.letters(n)
+        return ("Answer the following multiple-choice question.\n\n"
+                f"{sample.question}\n\n"
+                "Reason step by step. Then give your final answer on a line of the form "
+                f"'Answer: X' where X is one of {', '.join(letters)}.\n"
+                f"End with a final line '{C.CONFIDENCE_LINE}'.")
+
+    def gold_key(self, sample: Sample) -> str | None:
+        return sample.gold
+
+    def grade(self, sample: Sample, answer: Observation | None) -> Grade:
+        return grade_letter(sample, answer)
+
+
+def normalize_letter(value: str | None, n_options: int) -> str | None:
+    if value is None:
+        return None
+    s = value.strip().strip("()[]. :").upper()
+    if len(s) == 1 and s in C.letters(n_options):
+        return s
+    return None
+
+
+def grade_letter(sample: Sample, answer: Observation | None) -> Grade:
+    if answer is None or not answer.valid:
+        return Grade(False, {"acc": 0.0}, "no valid answer")
+    n = int(sample.meta.get("n_options", 26))
+    pred = normalize_letter(answer.answer, n)
+    if pred is None and answer.extracted is not None:
+        pred = normalize_letter(answer.extracted, n)
+    ok = pred is not None and pred == sample.gold
+    return Grade(ok, {"acc": float(ok)}, "" if ok else f"{pred} != {sample.gold}")
