@@ -12,6 +12,15 @@ from df_ray.methods.base import Call, CallRecord, Method, MethodContext, Outcome
 # name -> "module:Class"; modules are imported on demand.
 REGISTRY: dict[str, str] = {
     "darkforest": "df_ray.methods.darkforest:DarkForest",
+    "single": "df_ray.methods.single:SingleAgent",
+    "self_consistency": "df_ray.methods.self_consistency:SelfConsistency",
+    "weighted_vote": "df_ray.methods.weighted_vote:WeightedVote",
+    "debate": "df_ray.methods.debate:Debate",
+    "reconcile": "df_ray.methods.reconcile:ReConcile",
+    "moa": "df_ray.methods.moa:MixtureOfAgents",
+    "goa_mean": "df_ray.methods.goa:GoAMean",
+    "goa_max": "df_ray.methods.goa:GoAMax",
+    "self_refine": "df_ray.methods.self_refine:SelfRefine",
 }
 
 

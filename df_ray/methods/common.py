@@ -1,0 +1,165 @@
+"""Glue the baselines share: the independent first round, parsing records, voting, settings.
+
+Roles. A call's ``role`` says what it is in its protocol. ``"agent"`` is reserved for an
+agent's independent first answer (the task's plain ``agent_prompt`` under slot
+``"independent"``: one cache entry shared with DarkForest and every other method), so the
+pipeline's ``agent_tokens`` are the same generations for every method and everything a method
+adds on top lands in ``other_tokens`` (or ``coordinator_tokens`` for DarkForest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from df_ray.core import majority_vote, parse, weighted_vote
+from df_ray.core.types import Observation
+from df_ray.methods.base import AgentView, Call, CallRecord, MethodContext, SampleState
+
+INDEPENDENT_SLOT = "independent"
+AGENT_ROLE = "agent"
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+def positive_int(method: str, name: str, value: Any, *, minimum: int = 1) -> int:
+    """A method_args integer >= ``minimum`` (bools and floats with a fraction are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise ValueError(f"method {method!r}: method_args {name} must be an integer >= "
+                         f"{minimum}, got {value!r}")
+    if int(value) < minimum:
+        raise ValueError(f"method {method!r}: method_args {name} must be >= {minimum}, "
+                         f"got {value!r}")
+    return int(value)
+
+
+def optional_agent_id(method: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"method {method!r}: method_args agent must be an agent id, "
+                         f"got {value!r}")
+    return value
+
+
+def pick_agent(ctx: MethodContext, agent_id: str | None, method: str) -> AgentView:
+    """The agent named by ``agent_id`` (an agent or the coordinator), else the first agent."""
+    if agent_id is None:
+        return ctx.agents[0]
+    try:
+        return ctx.agent(agent_id)
+    except KeyError:
+        known = [a.id for a in ctx.agents] + ([ctx.coordinator.id] if ctx.coordinator else [])
+        raise ValueError(f"method {method!r}: method_args agent {agent_id!r} is not one of the "
+                         f"run's agents {known}") from None
+
+
+def lead_agent(ctx: MethodContext) -> AgentView:
+    """Who aggregates or selects for the agents: the coordinator if any, else the first agent."""
+    return ctx.coordinator if ctx.coordinator is not None else ctx.agents[0]
+
+
+def agent_order(ctx: MethodContext) -> list[str]:
+    """Agent ids in config order (the tie-break order of every vote)."""
+    ids = [a.id for a in ctx.agents]
+    if ctx.coordinator is not None and ctx.coordinator.id not in ids:
+        ids.append(ctx.coordinator.id)
+    return ids
+
+
+# ----------------------------------------------------------------------------- calls
+
+
+def independent_call(ctx: MethodContext, agent: AgentView, state: SampleState) -> Call:
+    """An agent's independent answer: the task's prompt alone, slot ``"independent"``."""
+    sample = state.sample
+    return Call(AGENT_ROLE, agent.id, ctx.request(agent, ctx.task.agent_prompt(sample),
+                                                  sample=sample, slot=INDEPENDENT_SLOT))
+
+
+def independent_calls(ctx: MethodContext, agents: Sequence[AgentView],
+                      state: SampleState) -> list[Call]:
+    return [independent_call(ctx, a, state) for a in agents]
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def parse_record(rec: CallRecord, ctx: MethodContext, state: SampleState) -> Observation:
+    """A finished call as an observation (a failed call is invalid)."""
+    if rec.error:
+        return Observation.invalid(rec.agent, raw="")
+    return parse(rec.text, ctx.task.parse_spec(state.sample), agent=rec.agent)
+
+
+def records_by_agent(state: SampleState, *, round: int, role: str | None = None
+                     ) -> dict[str, CallRecord]:
+    """The calls of a round keyed by agent (one call per agent per round; the last one wins)."""
+    return {r.agent: r for r in state.records(round=round, role=role)}
+
+
+def observations(state: SampleState, ctx: MethodContext, *, round: int | None = None,
+                 role: str | None = None) -> list[Observation]:
+    return [parse_record(r, ctx, state) for r in state.records(round=round, role=role)]
+
+
+def independent_observations(state: SampleState, ctx: MethodContext) -> list[Observation]:
+    """The independent first answers (what candidate reachability is measured on): the calls
+    with role ``"agent"``, whatever round they ran in."""
+    return observations(state, ctx, role=AGENT_ROLE)
+
+
+def last_round(state: SampleState, role: str | None = None) -> int | None:
+    rounds = [r.round for r in state.calls if role is None or r.role == role]
+    return max(rounds) if rounds else None
+
+
+# ----------------------------------------------------------------------------- votes
+
+
+def representative(obs: Sequence[Observation], answer: str | None) -> Observation | None:
+    """The observation graded for a voted answer: among the valid observations with that
+    answer, the best parsed (highest quality, then confidence, then earliest)."""
+    if answer is None:
+        return None
+    members = [(i, o) for i, o in enumerate(obs) if o.valid and o.answer == answer]
+    if not members:
+        return None
+    return max(members, key=lambda io: (io[1].quality, io[1].confidence, -io[0]))[1]
+
+
+def vote_counts(obs: Sequence[Observation]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for o in obs:
+        if o.valid and o.answer is not None:
+            counts[o.answer] = counts.get(o.answer, 0) + 1
+    return counts
+
+
+def majority(obs: Sequence[Observation], ctx: MethodContext) -> Observation | None:
+    """Plurality vote over valid answers (core ``majority_vote``: ties go to the larger
+    support, then the answer of the lowest-index agent in config order, then the smaller key)."""
+    return representative(obs, majority_vote(obs, agent_order=agent_order(ctx)))
+
+
+def weighted(obs: Sequence[Observation], weights: Mapping[str, float],
+             ctx: MethodContext) -> Observation | None:
+    """Weighted vote (core ``weighted_vote``: ties go to the larger total weight, then the
+    larger support, then the lowest agent index, then the smaller key)."""
+    return representative(obs, weighted_vote(obs, weights, agent_order=agent_order(ctx)))
+
+
+def single_final(rec: CallRecord | None, ctx: MethodContext,
+                 state: SampleState) -> Observation | None:
+    """A one-call final answer: the parsed call, or None when it gave no valid answer."""
+    if rec is None:
+        return None
+    o = parse_record(rec, ctx, state)
+    return o if o.valid else None
+
+
+def obs_summary(obs: Sequence[Observation]) -> list[dict[str, Any]]:
+    """A compact, JSON-ready view of observations for ``Outcome.extra``."""
+    return [{"agent": o.agent, "answer": o.answer, "confidence": o.confidence,
+             "valid": o.valid} for o in obs]

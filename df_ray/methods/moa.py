@@ -1,0 +1,81 @@
+"""Mixture-of-Agents (Wang et al., 2024, "Mixture-of-Agents Enhances Large Language Model
+Capabilities").
+
+Layer 1: the n agents propose independently (task prompt, slot ``"independent"``: the
+DarkForest generations). Layers 2..L-1: the n agents propose again, each reading every
+response of the previous layer through the MoA Aggregate-and-Synthesize prompt (slot
+``"moa-l<l>"``). Layer L: one aggregator reads every response of layer L-1 through the same
+prompt and writes the final answer (slot ``"moa-aggregator"``). The aggregator is the run's
+coordinator agent if it has one, else the first agent. Failed responses are left out of the
+references.
+
+The final answer is the aggregator's, parsed with the task's parser (none valid: no answer).
+
+method_args:
+    layers: L >= 2, counting the aggregator layer (default 2: n proposers + 1 aggregator).
+
+Calls per sample: n x (L - 1) + 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from df_ray.methods.base import Call, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.common import (
+    independent_calls,
+    independent_observations,
+    lead_agent,
+    positive_int,
+    records_by_agent,
+    single_final,
+)
+from df_ray.methods.prompts import moa_prompt
+
+PROPOSER_ROLE = "proposer"
+AGGREGATOR_ROLE = "aggregator"
+
+
+class MixtureOfAgents(Method):
+    name = "moa"
+
+    def __init__(self, **args: Any) -> None:
+        super().__init__(**args)
+        self.layers = positive_int(self.name, "layers", args.get("layers", 2), minimum=2)
+
+    @classmethod
+    def arg_names(cls) -> tuple[str, ...]:
+        return ("layers",)
+
+    @property
+    def rounds(self) -> int:
+        return self.layers
+
+    def _references(self, state: SampleState, ctx: MethodContext, round: int) -> list[str]:
+        recs = records_by_agent(state, round=round)
+        return [recs[a.id].text for a in ctx.agents
+                if a.id in recs and not recs[a.id].error and recs[a.id].text.strip()]
+
+    def plan(self, round: int, state: SampleState, ctx: MethodContext) -> list[Call]:
+        if round == 0:
+            return independent_calls(ctx, ctx.agents, state)
+        if round >= self.layers:
+            return []
+        sample = state.sample
+        user = moa_prompt(ctx.task.agent_prompt(sample), self._references(state, ctx, round - 1))
+        if round == self.layers - 1:
+            agg = lead_agent(ctx)
+            return [Call(AGGREGATOR_ROLE, agg.id,
+                         ctx.request(agg, user, sample=sample, slot="moa-aggregator"))]
+        return [Call(PROPOSER_ROLE, a.id,
+                     ctx.request(a, user, sample=sample, slot=f"moa-l{round + 1}"))
+                for a in ctx.agents]
+
+    def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:
+        agg = state.records(role=AGGREGATOR_ROLE)
+        final = single_final(agg[-1] if agg else None, ctx, state)
+        return Outcome(final=final, agent_observations=independent_observations(state, ctx),
+                       extra={"aggregator": agg[-1].agent if agg else None})
+
+    def max_calls_per_sample(self, ctx: MethodContext) -> int:
+        return len(ctx.agents) * (self.layers - 1) + 1

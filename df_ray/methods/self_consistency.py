@@ -1,0 +1,80 @@
+"""Self-Consistency (Wang et al., 2023): sample several reasoning paths, majority-vote the
+final answers.
+
+method_args:
+    samples: answers drawn per agent (default 3), each with its own seed.
+    agent: draw from this agent only (the paper's single-model form); default every agent.
+
+Sample 0 of an agent is its independent answer (task prompt, slot ``"independent"``: the
+DarkForest / Single cache entry); sample k > 0 uses slot ``"sc-<k>"``, so only the seed
+differs. The agents' sampling temperature must be above 0 for the samples to differ.
+Calls per sample: samples x (number of agents drawn from).
+
+The vote is a plurality over the canonical answer keys of every valid sample (invalid samples
+do not vote; no valid sample: no answer). Ties go to the larger support, then to the answer of
+the lowest-index agent in config order, then to the smaller key (core ``majority_vote``).
+``agent_observations`` are the sample-0 answers (one per agent, as for every method).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from df_ray.methods.base import Call, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.common import (
+    AGENT_ROLE,
+    INDEPENDENT_SLOT,
+    independent_observations,
+    majority,
+    observations,
+    optional_agent_id,
+    pick_agent,
+    positive_int,
+    vote_counts,
+)
+
+SAMPLE_ROLE = "sample"
+
+
+class SelfConsistency(Method):
+    name = "self_consistency"
+
+    def __init__(self, **args: Any) -> None:
+        super().__init__(**args)
+        self.samples = positive_int(self.name, "samples", args.get("samples", 3))
+        self.agent_id = optional_agent_id(self.name, args.get("agent"))
+
+    @classmethod
+    def arg_names(cls) -> tuple[str, ...]:
+        return ("samples", "agent")
+
+    @property
+    def rounds(self) -> int:
+        return 1
+
+    def _agents(self, ctx: MethodContext):
+        if self.agent_id is None:
+            return list(ctx.agents)
+        return [pick_agent(ctx, self.agent_id, self.name)]
+
+    def plan(self, round: int, state: SampleState, ctx: MethodContext) -> list[Call]:
+        if round != 0:
+            return []
+        sample = state.sample
+        prompt = ctx.task.agent_prompt(sample)
+        calls = []
+        for a in self._agents(ctx):
+            for k in range(self.samples):
+                slot = INDEPENDENT_SLOT if k == 0 else f"sc-{k}"
+                calls.append(Call(AGENT_ROLE if k == 0 else SAMPLE_ROLE, a.id,
+                                  ctx.request(a, prompt, sample=sample, slot=slot)))
+        return calls
+
+    def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:
+        obs = observations(state, ctx, round=0)
+        return Outcome(final=majority(obs, ctx),
+                       agent_observations=independent_observations(state, ctx),
+                       extra={"votes": vote_counts(obs), "n_samples": len(obs)})
+
+    def max_calls_per_sample(self, ctx: MethodContext) -> int:
+        return self.samples * len(self._agents(ctx))

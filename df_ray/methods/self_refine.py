@@ -1,0 +1,116 @@
+"""Self-Refine (Madaan et al., 2023, "Self-Refine: Iterative Refinement with Self-Feedback").
+
+One agent generates an answer (task prompt, slot ``"independent"``: the Single / DarkForest
+cache entry), then iterates: it critiques its latest answer (FEEDBACK, slot
+``"refine-fb<t>"``) and, unless the critique finds no error, rewrites the answer from the full
+history of attempts and critiques (REFINE, slot ``"refine-<t>"``), for t = 1..iterations.
+
+Stop rule (precise): the critique prompt asks for a last line ``Verdict: CORRECT`` or
+``Verdict: INCORRECT``. The sample stops after a critique whose *last* verdict line (a line
+that, after stripping spaces and markdown emphasis, starts with ``verdict:``, any case) says
+``CORRECT``; no refinement follows and the state is marked done. A critique without a verdict
+line, or with ``INCORRECT`` (or anything else), continues. After the last refinement there is
+no further critique.
+
+Final answer: the latest attempt that parses to a valid answer (a refinement that lost the
+answer format does not erase an earlier valid answer); none valid: no answer.
+
+method_args:
+    iterations: T, the most feedback+refine rounds (default 2).
+    agent: the agent that generates, critiques and refines (default the first agent).
+
+Calls per sample: at most 1 + 2T.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from df_ray.methods.base import Call, CallRecord, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.common import (
+    AGENT_ROLE,
+    independent_call,
+    independent_observations,
+    optional_agent_id,
+    parse_record,
+    pick_agent,
+    positive_int,
+)
+from df_ray.methods.prompts import self_refine_feedback_prompt, self_refine_refine_prompt
+
+FEEDBACK_ROLE = "feedback"
+REFINE_ROLE = "refine"
+
+_VERDICT_RE = re.compile(r"^[\s*_#>`-]*verdict[\s*_]*:[\s*_]*([a-z]+)", re.IGNORECASE)
+
+
+def feedback_says_correct(text: str) -> bool:
+    """True when the critique's last verdict line says CORRECT (see the module docstring)."""
+    verdict = None
+    for line in text.splitlines():
+        m = _VERDICT_RE.match(line)
+        if m:
+            verdict = m.group(1).upper()
+    return verdict == "CORRECT"
+
+
+class SelfRefine(Method):
+    name = "self_refine"
+
+    def __init__(self, **args: Any) -> None:
+        super().__init__(**args)
+        self.iterations = positive_int(self.name, "iterations", args.get("iterations", 2),
+                                       minimum=0)
+        self.agent_id = optional_agent_id(self.name, args.get("agent"))
+
+    @classmethod
+    def arg_names(cls) -> tuple[str, ...]:
+        return ("iterations", "agent")
+
+    @property
+    def rounds(self) -> int:
+        return 1 + 2 * self.iterations
+
+    @staticmethod
+    def _attempts(state: SampleState) -> list[CallRecord]:
+        return [r for r in state.calls if r.role in (AGENT_ROLE, REFINE_ROLE)]
+
+    def plan(self, round: int, state: SampleState, ctx: MethodContext) -> list[Call]:
+        agent = pick_agent(ctx, self.agent_id, self.name)
+        if round == 0:
+            return [independent_call(ctx, agent, state)]
+        if round >= self.rounds or state.done:
+            return []
+        sample = state.sample
+        attempts = self._attempts(state)
+        feedbacks = state.records(role=FEEDBACK_ROLE)
+        t = (round + 1) // 2
+        if round % 2 == 1:  # critique the latest attempt
+            latest = attempts[-1].text if attempts and not attempts[-1].error else ""
+            user = self_refine_feedback_prompt(sample.question, latest)
+            return [Call(FEEDBACK_ROLE, agent.id,
+                         ctx.request(agent, user, sample=sample, slot=f"refine-fb{t}"))]
+        last_fb = feedbacks[-1] if feedbacks else None
+        if last_fb is not None and not last_fb.error and feedback_says_correct(last_fb.text):
+            state.data["stopped_after_feedback"] = len(feedbacks)
+            state.done = True
+            return []
+        pairs = [(a.text if not a.error else "", f.text if not f.error else "")
+                 for a, f in zip(attempts, feedbacks, strict=False)]
+        user = self_refine_refine_prompt(sample.question, pairs, ctx.task.answer_instructions())
+        return [Call(REFINE_ROLE, agent.id,
+                     ctx.request(agent, user, sample=sample, slot=f"refine-{t}"))]
+
+    def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:
+        attempts = [parse_record(r, ctx, state) for r in self._attempts(state)]
+        valid = [o for o in attempts if o.valid]
+        return Outcome(final=valid[-1] if valid else None,
+                       agent_observations=independent_observations(state, ctx),
+                       extra={"attempts": len(attempts),
+                              "feedbacks": len(state.records(role=FEEDBACK_ROLE)),
+                              "stopped_early": "stopped_after_feedback" in state.data,
+                              "attempt_answers": [o.answer for o in attempts]})
+
+    def max_calls_per_sample(self, ctx: MethodContext) -> int:
+        return 1 + 2 * self.iterations

@@ -1,0 +1,75 @@
+"""Weighted Vote: the voting ablation of DarkForest (Table 6: majority, weighted, full).
+
+Every agent answers independently (n calls, the DarkForest independent generations, slot
+``"independent"``); the answer with the largest total agent reliability wins:
+
+    s(z) = sum_{i in S_z} alpha_i
+
+with alpha_i = (n_correct_i + 1) / (n_valid_i + 2) from the run's frozen calibration (1/2 for
+every agent without one, which makes it a plain majority vote). Unlike DarkForest there is no
+support-pattern reliability R_pi, no independence discount delta, no confidence or parse-quality
+factor and no coordinator.
+
+method_args:
+    majority: True for the unweighted plurality vote (the "majority" row of the ablation).
+
+Ties go to the larger total weight, then the larger support, then the answer of the
+lowest-index agent in config order, then the smaller key (core ``weighted_vote``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from df_ray.core.belief import LAPLACE_PRIOR
+from df_ray.methods.base import Call, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.common import (
+    independent_calls,
+    independent_observations,
+    majority,
+    vote_counts,
+    weighted,
+)
+
+
+class WeightedVote(Method):
+    name = "weighted_vote"
+
+    def __init__(self, **args: Any) -> None:
+        super().__init__(**args)
+        m = args.get("majority", False)
+        if not isinstance(m, bool):
+            raise ValueError(f"method {self.name!r}: method_args majority must be true or "
+                             f"false, got {m!r}")
+        self.majority = m
+
+    @classmethod
+    def arg_names(cls) -> tuple[str, ...]:
+        return ("majority",)
+
+    @property
+    def rounds(self) -> int:
+        return 1
+
+    def plan(self, round: int, state: SampleState, ctx: MethodContext) -> list[Call]:
+        return independent_calls(ctx, ctx.agents, state) if round == 0 else []
+
+    @staticmethod
+    def weights(ctx: MethodContext) -> dict[str, float]:
+        cal = ctx.calibration
+        return {a.id: (float(cal.alpha(a.id)) if cal is not None else LAPLACE_PRIOR)
+                for a in ctx.agents}
+
+    def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:
+        obs = independent_observations(state, ctx)
+        if self.majority:
+            final, weights = majority(obs, ctx), None
+        else:
+            weights = self.weights(ctx)
+            final = weighted(obs, weights, ctx)
+        return Outcome(final=final, agent_observations=obs,
+                       extra={"votes": vote_counts(obs), "weights": weights,
+                              "voting": "majority" if self.majority else "alpha"})
+
+    def max_calls_per_sample(self, ctx: MethodContext) -> int:
+        return len(ctx.agents)
