@@ -67,8 +67,8 @@ def reconcile_prompt(question: str, groups: Sequence[tuple[str, Sequence[tuple[s
     n = sum(len(members) for _, members in groups)
     blocks = []
     for answer, members in groups:
-        who = "agent" if len(members) == 1 else "agents"
-        lines = [f"{len(members)} of the {n} agents ({who}) think the answer is {answer}."]
+        verb = "thinks" if len(members) == 1 else "think"
+        lines = [f"{len(members)} of the {n} agents {verb} the answer is {answer}."]
         for k, (explanation, conf) in enumerate(members, 1):
             lines.append(f"Explanation {k} (confidence {conf:.2f}):\n{response_text(explanation)}")
         blocks.append("\n\n".join(lines))
