@@ -186,6 +186,8 @@ class Runner:
                  f"fitting one on {len(samples)} held-out samples")
         records = []
         for row in self._stream(cfg, samples, None, agents_only=True):
+            if len(records) % max(1, len(samples) // 10) == 0:
+                self.say(f"calibration: {len(records)}/{len(samples)} samples")
             detail = json.loads(row["detail"])
             obs = tuple(Observation(**{k: o[k] for k in ("agent", "answer", "confidence", "valid",
                                                          "quality", "raw")})
@@ -227,12 +229,11 @@ class Runner:
         common = {"config": cfg.model_dump_json(),
                   "calibration": calibration.to_dict() if calibration else None,
                   "handles": pool.handles, "agents_only": agents_only}
+        stage = {"batch_size": cfg.batch_size, "num_cpus": 0.25, "batch_format": "numpy",
+                 "compute": ray.data.ActorPoolStrategy(size=cfg.concurrency)}
         for r in range(rounds):
-            ds = ds.map_batches(RoundStage, fn_constructor_kwargs={"round": r, **common},
-                                batch_size=cfg.batch_size, concurrency=cfg.concurrency,
-                                num_cpus=0.25, batch_format="numpy")
-        ds = ds.map_batches(GradeStage, fn_constructor_kwargs=common, batch_size=cfg.batch_size,
-                            concurrency=cfg.concurrency, num_cpus=0.25, batch_format="numpy")
+            ds = ds.map_batches(RoundStage, fn_constructor_kwargs={"round": r, **common}, **stage)
+        ds = ds.map_batches(GradeStage, fn_constructor_kwargs=common, **stage)
         yield from ds.iter_batches(batch_size=64, batch_format="pyarrow")
 
     def run(self, cfg: RunConfig, samples: Sequence[Sample] | None = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import time
 import urllib.error
 import urllib.request
@@ -113,7 +114,7 @@ class Tracker:
             for i in range(0, len(items), 100):
                 self.client.log_batch(rid, params=items[i:i + 100])
             now = int(time.time() * 1000)
-            ms = [Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())
+            ms = [Metric(metric_name(k), float(v), now, 0) for k, v in sorted(metrics.items())
                   if v is not None and not (isinstance(v, float) and math.isnan(v))]
             self.client.log_batch(rid, metrics=ms, tags=[RunTag("df_ray.samples", str(samples_path))])
             self.client.log_artifact(rid, str(samples_path))
@@ -123,6 +124,12 @@ class Tracker:
             raise
         self.client.set_terminated(rid, status="FINISHED")
         return rid
+
+
+def metric_name(key: str) -> str:
+    """MLflow's allowed characters: ``pass@1`` becomes ``pass_at_1``."""
+    key = key.replace("@", "_at_")
+    return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", key)
 
 
 def sweep_fingerprint(sweep: SweepConfig) -> str:
