@@ -97,10 +97,20 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--set", action="append", metavar="KEY=VALUE")
     v.set_defaults(fn=cmd_validate)
     args = p.parse_args(argv)
+    from df_ray.core.calibration import CalibrationMismatchError
+    from df_ray.tasks.base import DataSchemaError
+    from df_ray.tasks.gpqa import GatedDatasetError
+
     try:
         return args.fn(args)
     except ConfigError as e:
         print(f"df-ray: configuration error: {e}", file=sys.stderr)
+        return 2
+    except CalibrationMismatchError as e:
+        print(f"df-ray: calibration error: {e}", file=sys.stderr)
+        return 2
+    except (DataSchemaError, GatedDatasetError) as e:
+        print(f"df-ray: data error: {e}", file=sys.stderr)
         return 2
 
 

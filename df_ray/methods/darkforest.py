@@ -68,8 +68,7 @@ class DarkForest(Method):
 
     def _belief(self, obs: list[Observation], ctx: MethodContext) -> Belief:
         s = ctx.settings
-        cfg = BeliefConfig.ablation(s.ablation)
-        cfg = BeliefConfig(**{**asdict(cfg), "gamma": s.gamma})
+        cfg = BeliefConfig.ablation(s.ablation, gamma=s.gamma)
         return build_belief(obs, ctx.calibration, cfg, agent_order=[a.id for a in ctx.agents])
 
     @staticmethod
