@@ -28,8 +28,8 @@ EXPECTED = {
 }
 
 
-def test_every_config_file_is_listed():
-    assert {p.stem for p in CONFIGS.glob("*.yaml")} == set(EXPECTED)
+def test_every_paper_config_exists():
+    assert set(EXPECTED) <= {p.stem for p in CONFIGS.glob("*.yaml")}
 
 
 @pytest.mark.parametrize("stem", sorted(EXPECTED))
@@ -53,7 +53,8 @@ def test_config_validates_and_expands(stem):
 def test_sweeps_share_engines_across_files():
     """The same backbone name means the same engine in every file (shared cache entries)."""
     seen = {}
-    for path in sorted(CONFIGS.glob("*.yaml")):
+    for stem in sorted(EXPECTED):
+        path = CONFIGS / f"{stem}.yaml"
         for c in load_config(path).expand():
             for name, spec in c.backbones.items():
                 assert seen.setdefault(name, spec) == spec, (path.name, name)

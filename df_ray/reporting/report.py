@@ -1,0 +1,102 @@
+"""`df-ray report`: an experiment's paper-style tables (Markdown, CSV) and plots (PNG)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from df_ray.reporting.plots import make_plots
+from df_ray.reporting.runs import collect_runs, load_samples
+from df_ray.reporting.tables import build_table, to_markdown
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+class NoRunsError(LookupError):
+    """The experiment has no finished configuration run."""
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80]
+
+
+def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
+                 out_dir: str | Path = "reports", *, n_boot: int = 2000,
+                 seed: int = 0) -> list[Path]:
+    """Write ``<experiment>_table.md``, ``<experiment>_table.csv``, the plots that apply
+    (``<experiment>_*.png``) and ``<experiment>_report.md`` (tables + plots) into ``out_dir``;
+    returns the paths written, the report first."""
+    runs = collect_runs(tracking_uri, experiment)
+    if runs.empty:
+        raise NoRunsError(f"experiment {experiment!r} at {tracking_uri} has no finished "
+                          "configuration run")
+    samples: dict[str, pd.DataFrame | None] = {}
+    missing = []
+    for _, row in runs.iterrows():
+        try:
+            samples[row["run_id"]] = load_samples(row)
+        except Exception as e:  # report what is there; say what is not
+            samples[row["run_id"]] = None
+            missing.append(f"{row['name']} ({row['run_id']}): {e}")
+    table = build_table(runs, samples, n_boot=n_boot, seed=seed)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    prefix = _safe(experiment)
+    md_table = to_markdown(table)
+    table_md = out / f"{prefix}_table.md"
+    table_md.write_text(md_table)
+    table_csv = out / f"{prefix}_table.csv"
+    table.to_csv(table_csv, index=False, float_format="%.4f")
+    plots = make_plots(table, runs, out, prefix)
+    sweeps = ", ".join(sorted({str(s) for s in runs["sweep"].dropna()})) or "–"
+    lines = [f"# {experiment}", "",
+             f"{len(runs)} configuration run(s) from {tracking_uri} (sweeps: {sweeps}).", "",
+             md_table]
+    if missing:
+        lines += ["", "Per-sample results missing (CI from the logged standard error, no p-value):",
+                  *[f"- {m}" for m in missing]]
+    for p in plots:
+        lines += ["", f"![{p.stem}]({p.name})"]
+    report = out / f"{prefix}_report.md"
+    report.write_text("\n".join(lines) + "\n")
+    return [report, table_md, table_csv, *plots]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--experiment", required=True, help="MLflow experiment (a sweep's "
+                   "tracking.experiment, e.g. table1_math)")
+    p.add_argument("--tracking-uri", default=None,
+                   help=f"MLflow tracking URI (default: MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI})")
+    p.add_argument("--out", default=None, help="output folder (default: reports/<experiment>)")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for the CIs")
+    return p
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    out = args.out or os.path.join("reports", _safe(args.experiment))
+    try:
+        paths = build_report(args.experiment, uri, out, n_boot=args.n_boot)
+    except (KeyError, NoRunsError) as e:
+        msg = e.args[0] if e.args else str(e)
+        print(f"df-ray report: {msg}", file=sys.stderr)
+        return 2
+    print(paths[1].read_text())
+    print("wrote:")
+    for p in paths:
+        print(f"  {p}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``df-ray report --experiment NAME [--tracking-uri URI] [--out DIR]``."""
+    p = add_arguments(argparse.ArgumentParser(prog="df-ray report", description=__doc__))
+    return run_from_args(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

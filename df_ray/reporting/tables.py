@@ -1,0 +1,164 @@
+"""The paper-style table of an experiment: one row per configuration, per benchmark."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from df_ray.reporting.paper import DEFAULTS, paper_numbers
+from df_ray.reporting.stats import bootstrap_ci, mcnemar
+
+ALPHA = 0.05
+SETTING_KEYS = ("guardrail.k", "guardrail.tau_p", "guardrail.tau_m", "guardrail.enabled",
+                "disclosure", "ablation", "lazy_coordinator")
+
+
+def settings(row: Mapping) -> dict:
+    """The DarkForest settings of a collect_runs row (the keys of ``paper.DEFAULTS``)."""
+    out = {k: row.get(f"params.{k}") for k in SETTING_KEYS}
+    out = {k: v for k, v in out.items() if v is not None and not _isnan(v)}
+    out["n_agents"] = int(row.get("n_agents") or 0)
+    return out
+
+
+def _isnan(v) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def is_default_darkforest(row: Mapping) -> bool:
+    if row.get("method") != "darkforest":
+        return False
+    s = settings(row)
+    return all(s.get(k, v) == v for k, v in DEFAULTS.items())
+
+
+def reference_run(group: pd.DataFrame) -> str | None:
+    """The DarkForest run others are tested against: the paper's default settings if one
+    ran, else the first DarkForest configuration."""
+    df = group[group["method"] == "darkforest"]
+    if df.empty:
+        return None
+    for _, row in df.iterrows():
+        if is_default_darkforest(row):
+            return row["run_id"]
+    return df.iloc[0]["run_id"]
+
+
+def _metric(row: Mapping, name: str) -> float:
+    v = row.get(f"metrics.{name}")
+    return float(v) if v is not None and not _isnan(v) else float("nan")
+
+
+def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
+                n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """One row per run: accuracy (%) with its 95% bootstrap CI, tokens and calls per sample,
+    override rates, the paper's numbers where it has them, and the exact McNemar p-value against
+    the benchmark's reference DarkForest run (matched on sample ids)."""
+    out = []
+    for bench, group in runs.groupby("benchmark", sort=False):
+        ref_id = reference_run(group)
+        ref = _outcomes(samples.get(ref_id)) if ref_id else None
+        for _, row in group.iterrows():
+            s = samples.get(row["run_id"])
+            correct = _outcomes(s)
+            acc = _metric(row, "accuracy")
+            if correct is not None and len(correct):
+                lo, hi = bootstrap_ci(correct.to_numpy(), n_boot=n_boot, seed=seed)
+            else:  # no per-sample table: normal approximation from the logged standard error
+                se = _metric(row, "accuracy_se")
+                lo, hi = acc - 1.96 * se, acc + 1.96 * se
+            paper = paper_numbers(str(bench), str(row["method"]), settings(row))
+            if (row["method"] == "darkforest" and row["run_id"] != ref_id
+                    and int(row.get("n_agents") or 0) == 3):
+                paper = {}  # the paper's DarkForest number belongs to its reference row
+            p = float("nan")
+            if ref is not None and correct is not None and row["run_id"] != ref_id:
+                p = mcnemar(correct, ref)
+            rec = {
+                "benchmark": bench,
+                "configuration": row["name"],
+                "method": row["method"],
+                "n": int(_metric(row, "n_samples")) if not math.isnan(_metric(row, "n_samples")) else None,
+                "accuracy": 100 * acc,
+                "ci_lo": 100 * lo,
+                "ci_hi": 100 * hi,
+                "paper_accuracy": paper.get("accuracy", np.nan),
+                "tokens_per_sample": _metric(row, "tokens_per_sample"),
+                "paper_tokens": paper.get("tokens", np.nan),
+                "calls_per_sample": _metric(row, "llm_calls_per_sample"),
+                "t_cross_per_sample": _metric(row, "t_cross_per_sample"),
+                "reachability": 100 * _metric(row, "reachability"),
+                "trusted_rate": 100 * _metric(row, "trusted_rate"),
+                "override_rate": 100 * _metric(row, "override_rate"),
+                "correct_override_rate": 100 * _metric(row, "correct_override_rate"),
+                "wrong_override_rate": 100 * _metric(row, "wrong_override_rate"),
+                "p_vs_darkforest": p,
+                "significant": bool(p < ALPHA) if not math.isnan(p) else False,
+                "reference": row["run_id"] == ref_id,
+                "run_id": row["run_id"],
+            }
+            if "metrics.prog_acc" in row and not _isnan(row.get("metrics.prog_acc")):
+                rec["prog_acc"] = 100 * _metric(row, "prog_acc")
+                rec["paper_prog_acc"] = paper.get("prog_acc", np.nan)
+            out.append(rec)
+    return pd.DataFrame(out)
+
+
+def _outcomes(samples: pd.DataFrame | None) -> pd.Series | None:
+    if samples is None or samples.empty:
+        return None
+    return samples.drop_duplicates("sample_id").set_index("sample_id")["correct"].astype(bool)
+
+
+def _f(v, fmt: str = "{:.2f}") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    return fmt.format(v)
+
+
+def _p(row) -> str:
+    if row["reference"]:
+        return "ref"
+    p = row["p_vs_darkforest"]
+    if isinstance(p, float) and math.isnan(p):
+        return "–"
+    return ("<0.001" if p < 0.001 else f"{p:.3f}") + (" *" if row["significant"] else "")
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    """The table as Markdown, one section per benchmark."""
+    parts = []
+    for bench, group in table.groupby("benchmark", sort=False):
+        has_prog = "prog_acc" in group and group["prog_acc"].notna().any()
+        overrides = group["override_rate"].fillna(0).gt(0).any()
+        cols = ["configuration", "method", "n", "accuracy % [95% CI]", "paper"]
+        if has_prog:
+            cols += ["program acc %", "paper (prog)"]
+        cols += ["tokens/sample", "paper tokens", "calls/sample"]
+        if overrides:
+            cols += ["overrides % (correct / wrong)"]
+        cols += ["p vs DarkForest"]
+        lines = [f"### {bench}", "", "| " + " | ".join(cols) + " |",
+                 "|" + "|".join(" --- " for _ in cols) + "|"]
+        for _, r in group.iterrows():
+            vals = [str(r["configuration"]), str(r["method"]), _f(r["n"], "{:.0f}"),
+                    f"{r['accuracy']:.2f} [{r['ci_lo']:.1f}, {r['ci_hi']:.1f}]",
+                    _f(r["paper_accuracy"])]
+            if has_prog:
+                vals += [_f(r.get("prog_acc")), _f(r.get("paper_prog_acc"))]
+            vals += [_f(r["tokens_per_sample"], "{:,.0f}"), _f(r["paper_tokens"], "{:,.0f}"),
+                     _f(r["calls_per_sample"])]
+            if overrides:
+                vals += [f"{_f(r['override_rate'], '{:.1f}')} ({_f(r['correct_override_rate'], '{:.1f}')}"
+                         f" / {_f(r['wrong_override_rate'], '{:.1f}')})"]
+            vals += [_p(r)]
+            lines.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
+        parts.append("\n".join(lines))
+    note = (f"Accuracy: the benchmark's headline metric, 95% percentile bootstrap CI over samples. "
+            f"p: exact McNemar test against the reference DarkForest run ('ref') on the samples "
+            f"both answered; * marks p < {ALPHA}. Paper numbers: DESIGN.md section 4 (DarkForest's "
+            f"only beside its default settings).")
+    return "\n\n".join(parts) + "\n\n" + note + "\n"
