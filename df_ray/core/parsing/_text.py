@@ -1,0 +1,170 @@
+"""Shared text helpers for the answer parsers: size limits, confidence, markers, fences, boxes.
+
+Everything here is plain ``re``/``str`` work, written to stay linear-time on adversarial input
+(no nested quantifiers over unbounded text) so that a parser never hangs on what a model said.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+#: Texts longer than this are treated as invalid outputs (no model answer is that long).
+MAX_TEXT_CHARS = 200_000
+
+_CONF_INLINE_RE = re.compile(
+    r"(?i)\bconfidence(?:\s++(?:level|score))?[^\S\n]*+[*_]*+[^\S\n]*+[:=：][^\S\n]*+[*_]*+[^\S\n]*+([^\n]*)"
+)
+_CONF_NUM_RE = re.compile(r"^[\s$*_(\[]*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(%|percent\b|/\s*100\b)?")
+
+
+def extract_confidence(text: str) -> float:
+    """The self-reported confidence in [0, 1] from the LAST confidence line; 0.5 when absent.
+
+    Accepts ``Confidence: 0.8``, ``confidence: 80%``, ``Confidence = 0.9``,
+    ``**Confidence:** 0.7``. A value in (1, 100] without ``%`` is read as a percentage; values
+    are clamped to [0, 1]; a missing or non-numeric value (``Confidence: high``) gives 0.5.
+    """
+    try:
+        if not isinstance(text, str) or ("onfidence" not in text and "ONFIDENCE" not in text):
+            return 0.5
+        if len(text) > MAX_TEXT_CHARS:
+            text = text[-MAX_TEXT_CHARS:]
+        matches = list(_CONF_INLINE_RE.finditer(squeeze(text)))
+        if not matches:
+            return 0.5
+        value_text = matches[-1].group(1)
+        m = _CONF_NUM_RE.match(value_text[:200])
+        if not m:
+            return 0.5
+        value = float(m.group(1))
+        if not math.isfinite(value):
+            return 0.5
+        if m.group(2) or 1.0 < value <= 100.0:
+            value /= 100.0
+        return float(min(1.0, max(0.0, value)))
+    except Exception:  # never let a malformed confidence break parsing
+        return 0.5
+
+
+_CONF_LINE_RE = re.compile(r"(?i)^[\s#>*_\-]*+(?:self[- ]?reported\s+)?confidence\b.*$")
+
+
+def squeeze(text: str) -> str:
+    """Whitespace runs -> one space (one newline if the run had one); ``***..`` -> ``**``.
+
+    The marker regexes run on squeezed text so that no quantifier ever faces a long run of
+    blanks or stars (adversarial input cannot make them backtrack quadratically).
+    """
+    text = re.sub(r"\s++", lambda m: "\n" if "\n" in m.group(0) else " ", text)
+    return re.sub(r"[*_]{3,}+", "**", text)
+
+
+def strip_confidence_lines(text: str) -> str:
+    """The text without lines that report a confidence (so their digits are not answers)."""
+    if "onfidence" not in text and "ONFIDENCE" not in text:
+        return text
+    return "\n".join(line for line in text.split("\n") if not _CONF_LINE_RE.match(line))
+
+
+def brace_matches(text: str) -> dict[int, int]:
+    """Map of the index of each ``{`` to the index of its matching ``}`` (one linear pass).
+
+    Escaped braces (``\\{`` and ``\\}``) are literal characters and do not count.
+    """
+    matches: dict[int, int] = {}
+    stack: list[int] = []
+    for m in re.finditer(r"[{}]", text):
+        i = m.start()
+        if i > 0 and text[i - 1] == "\\" and not (i > 1 and text[i - 2] == "\\"):
+            continue
+        if text[i] == "{":
+            stack.append(i)
+        elif stack:
+            matches[stack.pop()] = i
+    return matches
+
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?:\s*(\{)|\s+(?=[^\s{]))")
+
+
+def boxed_spans(text: str) -> list[tuple[int, str]]:
+    """``(start, content)`` of every complete ``\\boxed{...}`` / ``\\fbox{...}`` in text order.
+
+    ``\\boxed 5`` (no braces) yields the next token. Unbalanced (truncated) boxes are skipped.
+    """
+    if "\\boxed" not in text and "\\fbox" not in text:
+        return []
+    matches = brace_matches(text)
+    out: list[tuple[int, str]] = []
+    for m in _BOX_RE.finditer(text):
+        if m.group(1):
+            open_i = m.end() - 1
+            close_i = matches.get(open_i)
+            if close_i is not None:
+                out.append((m.start(), text[open_i + 1 : close_i]))
+        else:
+            tok = re.match(r"[^\s$]+", text[m.end() : m.end() + 200])
+            if tok:
+                out.append((m.start(), tok.group(0)))
+    return out
+
+
+_FENCE_RE = re.compile(r"(?m)^[^\S\n]*+(`{3,}+|~{3,}+)[^\S\n]*+([\w+#.-]*+)[^\n]*+\n")
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
+    """``(language, body, closed)`` for each fenced block (```` ``` ```` or ``~~~``) in order.
+
+    A final fence that was never closed (a truncated output) runs to the end of the text and
+    is reported with ``closed=False``.
+    """
+    blocks: list[tuple[str, str, bool]] = []
+    pos = 0
+    while True:
+        m = _FENCE_RE.search(text, pos)
+        if not m:
+            break
+        fence = m.group(1)
+        lang = m.group(2).lower()
+        close = re.compile(r"(?m)^[^\S\n]*+" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}+[^\S\n]*+$")
+        c = close.search(text, m.end())
+        if c is None:
+            blocks.append((lang, text[m.end() :], False))
+            break
+        blocks.append((lang, text[m.end() : c.start()], True))
+        pos = c.end()
+    return blocks
+
+
+_MATH_DELIMS = (
+    re.compile(r"\$\$(.+?)\$\$", re.S),
+    re.compile(r"\\\[(.+?)\\\]", re.S),
+    re.compile(r"\\\((.+?)\\\)", re.S),
+    re.compile(r"(?<!\\)\$(.+?)(?<!\\)\$", re.S),
+)
+
+
+def first_math_segment(text: str) -> str | None:
+    """Content of the first ``$..$``, ``$$..$$``, ``\\(..\\)`` or ``\\[..\\]`` in text, if any."""
+    best: tuple[int, str] | None = None
+    for pat in _MATH_DELIMS:
+        m = pat.search(text)
+        if m and m.group(1).strip() and (best is None or m.start() < best[0]):
+            best = (m.start(), m.group(1))
+    return None if best is None else best[1]
+
+
+def strip_markdown(s: str) -> str:
+    """Drop bold/italic/code markers and heading/quote prefixes."""
+    s = re.sub(r"[*`]+", "", s)
+    s = re.sub(r"(?<!\w)_+|_+(?!\w)", "", s)
+    return re.sub(r"^[\s#>]+", "", s)
+
+
+def next_nonempty_line(text: str, pos: int) -> str:
+    """The first non-blank line at or after ``pos`` (bounded), stripped; '' if none."""
+    for line in text[pos : pos + 2000].split("\n"):
+        if line.strip():
+            return line.strip()
+    return ""

@@ -1,0 +1,116 @@
+"""Code answers (HumanEval): extract the program, key it by its normalized source.
+
+Extraction: the last fenced block that defines ``spec.entry_point`` (else the last python /
+unlabeled fenced block that parses) at quality 1.0; otherwise the whole text when it is valid
+Python (0.7), else the span from the first ``def``/``import`` line to the end, trimmed of
+trailing prose (0.5). When ``entry_point`` is set, a program that does not define it is invalid.
+
+Key: ``ast.unparse`` of the module without docstrings and ``if __name__ == "__main__":``
+blocks, so comments, blank lines and formatting do not matter and the key still runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+
+from df_ray.core.parsing._text import fenced_blocks
+
+_PY_LANGS = {"", "python", "python3", "py", "py3", "python3.10", "python3.11", "ipython", "pycon"}
+
+
+def _strip_docstrings(tree: ast.AST) -> None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            body = node.body
+            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                body.pop(0)
+                if not body and not isinstance(node, ast.Module):
+                    body.append(ast.Pass())
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    if not isinstance(node, ast.If):
+        return False
+    t = node.test
+    return (isinstance(t, ast.Compare) and isinstance(t.left, ast.Name) and t.left.id == "__name__"
+            and len(t.comparators) == 1 and isinstance(t.comparators[0], ast.Constant)
+            and t.comparators[0].value == "__main__")
+
+
+def _parse(code: str) -> ast.Module | None:
+    try:
+        return ast.parse(code)
+    except Exception:  # SyntaxError, ValueError (null bytes), RecursionError, MemoryError
+        return None
+
+
+@functools.lru_cache(maxsize=16384)
+def normalize_code(code: str) -> str | None:
+    """Normalized source (runnable), or None on a syntax error / empty program."""
+    tree = _parse(code)
+    if tree is None:
+        return None
+    try:
+        _strip_docstrings(tree)
+        tree.body = [n for n in tree.body if not _is_main_guard(n)]
+        if not tree.body:
+            return None
+        return ast.unparse(tree)
+    except Exception:
+        return None
+
+
+def defines(code: str, name: str) -> bool:
+    """Whether the module defines ``name`` at top level (function, class or assignment)."""
+    tree = _parse(code)
+    if tree is None:
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == name:
+            return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return True
+    return False
+
+
+def _plain_code(text: str) -> str | None:
+    lines = text.split("\n")[:5000]
+    start = next((i for i, ln in enumerate(lines)
+                  if re.match(r"^(?:def |async def |class |import |from \S+ import |@)", ln)), None)
+    if start is None:
+        return None
+    end = len(lines)
+    while end > start:
+        candidate = "\n".join(lines[start:end])
+        if _parse(candidate) is not None:
+            return candidate
+        end -= 1
+        if len(lines) - end > 200:
+            break
+    return None
+
+
+def extract_code(text: str, entry_point: str | None) -> tuple[str, float] | None:
+    """``(code as written, quality)`` or None when no program can be found."""
+    blocks = [(lang, body) for lang, body, _closed in fenced_blocks(text)
+              if lang in _PY_LANGS and body.strip()]
+    if blocks:
+        if entry_point:
+            for _lang, body in reversed(blocks):
+                if defines(body, entry_point):
+                    return body, 1.0
+        for _lang, body in reversed(blocks):
+            if _parse(body) is not None:
+                return body, 1.0
+        return blocks[-1][1], 1.0  # the (broken) program the agent gave: invalid downstream
+    if re.search(r"(?m)^(?:def |async def |class |import |from )", text) is None:
+        return None
+    if _parse(text) is not None:
+        return text, 0.7
+    code = _plain_code(text)
+    if code is not None:
+        return code, 0.5
+    return None

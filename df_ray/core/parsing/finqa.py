@@ -1,0 +1,360 @@
+"""FinQA programs: a small DSL executor, value keys, and FinQA's symbolic program equality.
+
+A program is steps separated by commas, each ``op(arg1, arg2)``::
+
+    subtract(5829, 5735), divide(#0, 5735)
+
+Ops: add, subtract, multiply, divide, exp, greater (-> "yes"/"no"), and table_max, table_min,
+table_sum, table_average (arguments: a row name matched to the first cell of a table row,
+case/space-insensitive, and ``none``). Arguments: numbers (``1,234``, ``$5``, ``12%`` -> 0.12),
+``const_100``, ``const_1000``, ``const_m1`` (-1) or any ``const_<n>``, and ``#n`` references to
+the result of step n.
+
+Answer extraction for ``parse``: a program after ``Program:`` / ``Answer:`` or in a fenced
+block (quality 1.0), else the last line that looks like a program (0.7); a malformed program
+is invalid. Without a program, a number after ``Answer:`` (0.6) or the last number (0.4) is
+keyed by its value so that numeric answers still cluster with executed programs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from df_ray.core.parsing._text import fenced_blocks, squeeze, strip_confidence_lines
+
+
+class ProgramError(ValueError):
+    """A FinQA program that cannot be parsed or executed."""
+
+
+BINARY_OPS = ("add", "subtract", "multiply", "divide", "exp", "greater")
+TABLE_OPS = ("table_max", "table_min", "table_sum", "table_average")
+COMMUTATIVE_OPS = frozenset({"add", "multiply"})
+MAX_STEPS = 64
+MAX_PROGRAM_CHARS = 10_000
+
+_STEP_RE = re.compile(r"\s*([A-Za-z_]+)\s*\(([^()]*)\)\s*")
+_NUM_RE = re.compile(r"^[-+]?\$?\s*(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?\s*%?$")
+_CONST_RE = re.compile(r"^const_(m?)(\d+(?:[._]\d+)?)$")
+_REF_RE = re.compile(r"^#\s*(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    op: str
+    args: tuple[str, ...]
+
+
+def _split_args(inner: str, arity: int) -> list[str]:
+    """Split arguments on ", " first (FinQA's separator; "1,234" keeps its comma), then ","."""
+    parts = [p.strip() for p in re.split(r",\s+", inner.strip())] if inner.strip() else []
+    if len(parts) == arity:
+        return parts
+    parts2 = [p.strip() for p in inner.split(",")] if inner.strip() else []
+    if len(parts2) == arity:
+        return parts2
+    return parts
+
+
+def parse_program(program: str) -> list[_Step]:
+    """The steps of a program; raises ProgramError when it is malformed."""
+    if not isinstance(program, str):
+        raise ProgramError("program must be a string")
+    s = program.strip().strip("`").strip()
+    if len(s) > MAX_PROGRAM_CHARS:
+        raise ProgramError("program too long")
+    s = re.sub(r"(?:,?\s*EOF)?\s*[.;]?\s*$", "", s)
+    if not s:
+        raise ProgramError("empty program")
+    steps: list[_Step] = []
+    pos = 0
+    while pos < len(s):
+        m = _STEP_RE.match(s, pos)
+        if not m:
+            raise ProgramError(f"cannot read a step at {pos}: {s[pos:pos + 30]!r}")
+        op = m.group(1).lower()
+        if op in BINARY_OPS:
+            args = _split_args(m.group(2), 2)
+            if len(args) != 2:
+                raise ProgramError(f"{op} takes 2 arguments, got {len(args)}")
+        elif op in TABLE_OPS:
+            args = _split_args(m.group(2), 2)
+            if len(args) == 1:
+                args = [args[0], "none"]
+            if len(args) != 2 or not args[0]:
+                raise ProgramError(f"{op} takes a row name and 'none'")
+        else:
+            raise ProgramError(f"unknown operation {op!r}")
+        steps.append(_Step(op, tuple(args)))
+        if len(steps) > MAX_STEPS:
+            raise ProgramError("too many steps")
+        pos = m.end()
+        if pos < len(s):
+            if s[pos] != ",":
+                raise ProgramError(f"expected ',' between steps at {pos}")
+            pos += 1
+            if not s[pos:].strip():
+                break
+    return steps
+
+
+def parse_number(token: str) -> float:
+    """A numeric literal: ``1,234``, ``-5.2``, ``$5``, ``12%`` (-> 0.12); ProgramError if not."""
+    t = token.strip()
+    if not t or not _NUM_RE.match(t) or not re.search(r"\d", t):
+        raise ProgramError(f"not a number: {token!r}")
+    pct = t.endswith("%")
+    t = t.rstrip("%").replace("$", "").replace(",", "").replace(" ", "")
+    try:
+        v = float(t)
+    except ValueError as e:
+        raise ProgramError(f"not a number: {token!r}") from e
+    return v / 100.0 if pct else v
+
+
+def _const(token: str) -> float | None:
+    m = _CONST_RE.match(token.strip().lower())
+    if not m:
+        return None
+    v = float(m.group(2).replace("_", "."))
+    return -v if m.group(1) else v
+
+
+def _norm_row(name: str) -> str:
+    return re.sub(r"\s+", "", name).lower().strip("\"'`")
+
+
+def _cell_number(cell: str) -> float | None:
+    c = cell.strip().replace("$", "").replace(" ", "")
+    neg = False
+    m = re.fullmatch(r"\((.+)\)", c)
+    if m:
+        c, neg = m.group(1), True
+    else:
+        c = c.split("(")[0]
+    try:
+        v = parse_number(c)
+    except ProgramError:
+        return None
+    return -v if neg else v
+
+
+def _table_values(row_name: str, table: Sequence[Sequence[str]] | None) -> list[float]:
+    if not table:
+        raise ProgramError("table operation without a table")
+    want = _norm_row(row_name)
+    for row in table:
+        if row and _norm_row(str(row[0])) == want:
+            vals = [v for v in (_cell_number(str(c)) for c in row[1:]) if v is not None]
+            if not vals:
+                raise ProgramError(f"row {row_name!r} has no numbers")
+            return vals
+    raise ProgramError(f"no table row named {row_name!r}")
+
+
+def _arg_value(token: str, results: list[float | str]) -> float:
+    t = token.strip()
+    m = _REF_RE.match(t)
+    if m:
+        i = int(m.group(1))
+        if i >= len(results):
+            raise ProgramError(f"reference #{i} to a later step")
+        v = results[i]
+        if isinstance(v, str):
+            raise ProgramError(f"#{i} is {v!r}, not a number")
+        return v
+    c = _const(t)
+    if c is not None:
+        return c
+    return parse_number(t)
+
+
+def execute_program(program: str, table: Sequence[Sequence[str]] | None = None) -> float | str:
+    """Execute a FinQA program; the last step's value (a float, or "yes"/"no" for greater)."""
+    steps = parse_program(program)
+    results: list[float | str] = []
+    for step in steps:
+        value: float | str
+        if step.op in TABLE_OPS:
+            vals = _table_values(step.args[0], table)
+            if step.op == "table_max":
+                value = max(vals)
+            elif step.op == "table_min":
+                value = min(vals)
+            elif step.op == "table_sum":
+                value = math.fsum(vals)
+            else:
+                value = math.fsum(vals) / len(vals)
+        else:
+            a = _arg_value(step.args[0], results)
+            b = _arg_value(step.args[1], results)
+            try:
+                if step.op == "add":
+                    value = a + b
+                elif step.op == "subtract":
+                    value = a - b
+                elif step.op == "multiply":
+                    value = a * b
+                elif step.op == "divide":
+                    if b == 0:
+                        raise ProgramError("division by zero")
+                    value = a / b
+                elif step.op == "exp":
+                    if abs(b) > 10_000:
+                        raise ProgramError("exponent too large")
+                    value = math.pow(a, b)
+                else:  # greater
+                    value = "yes" if a > b else "no"
+            except (OverflowError, ValueError, ZeroDivisionError) as e:
+                if isinstance(e, ProgramError):
+                    raise
+                raise ProgramError(f"{step.op} failed: {e}") from e
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ProgramError(f"{step.op} gave a non-finite value")
+        results.append(value)
+    return results[-1]
+
+
+def program_key(value: float | int | str) -> str:
+    """Key of an executed value: rounded to 5 decimals ("0.01639"); "yes"/"no" kept."""
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in ("yes", "no"):
+            return v
+        try:
+            value = parse_number(v)
+        except ProgramError:
+            return v
+    f = float(value)
+    if not math.isfinite(f):
+        return str(f)
+    r = round(f, 5)
+    if r == 0:
+        return "0"
+    return f"{r:.5f}".rstrip("0").rstrip(".")
+
+
+# ---------------------------------------------------------------- symbolic program equality
+
+def _tree(steps: list[_Step], i: int, memo: dict[int, tuple]) -> tuple:
+    if i in memo:
+        return memo[i]
+    step = steps[i]
+    if step.op in TABLE_OPS:
+        node: tuple = (step.op, ("row", _norm_row(step.args[0])))
+    else:
+        kids = []
+        for a in step.args:
+            t = a.strip()
+            m = _REF_RE.match(t)
+            if m:
+                j = int(m.group(1))
+                if j >= i:
+                    raise ProgramError(f"reference #{j} to a later step")
+                kids.append(_tree(steps, j, memo))
+            else:
+                c = _const(t)
+                v = c if c is not None else parse_number(t)
+                kids.append(("num", repr(round(v, 10))))
+        if step.op in COMMUTATIVE_OPS:
+            kids.sort(key=repr)
+        node = (step.op, *kids)
+    memo[i] = node
+    return node
+
+
+def program_tree(program: str) -> tuple:
+    """The expression tree of a program's final step (#n resolved, commutative args sorted)."""
+    steps = parse_program(program)
+    return _tree(steps, len(steps) - 1, {})
+
+
+def programs_equivalent(a: str, b: str) -> bool:
+    """FinQA program accuracy: same ops in the same structure, add/multiply in any order."""
+    try:
+        return program_tree(a) == program_tree(b)
+    except (ProgramError, RecursionError):
+        return False
+
+
+# ---------------------------------------------------------------- extraction from a model output
+
+_OP_START_RE = re.compile(r"(?i)\b(?:" + "|".join(BINARY_OPS + TABLE_OPS) + r")\s*\(")
+_MARKER_RE = re.compile(r"(?i)\b(?:final\s+)?(?:program|answer)\b\s*(?:is\s*)?[*_]*\s*[:=：][*_]*")
+_NUMBER_ANS_RE = re.compile(r"(?<![\w#.])[-+]?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s?%)?")
+
+
+def _program_in(s: str) -> str | None:
+    """The program inside a piece of text: from the first op( to the last ')'."""
+    s = re.sub(r"\)[^\S\n]*+(?:,[^\S\n]*+)?\n\s*+(?=[A-Za-z_]++\s*+\()", "), ", s)
+    m = _OP_START_RE.search(s)
+    if not m:
+        return None
+    end = s.rfind(")")
+    line_end = s.find("\n", m.start())
+    if line_end >= 0:
+        end = s.rfind(")", m.start(), line_end)
+    if end < m.start():
+        return None
+    return s[m.start() : end + 1]
+
+
+def extract_finqa(text: str) -> tuple[str, str, float] | None:
+    """``(what, extracted, quality)`` with what in {"program", "number"}; None if nothing."""
+    body = strip_confidence_lines(squeeze(text))
+    explicit: list[tuple[int, str]] = []
+    marker_numbers: list[tuple[int, str]] = []
+    for m in list(_MARKER_RE.finditer(body))[-50:]:
+        line_end = body.find("\n", m.end())
+        rest = body[m.end() : line_end if line_end >= 0 else len(body)][:4000]
+        if not rest.strip():
+            nxt = body[(line_end + 1 if line_end >= 0 else len(body)):][:2000].lstrip("\n")
+            rest = nxt.split("\n", 1)[0]
+        prog = _program_in(rest)
+        if prog:
+            explicit.append((m.start(), prog))
+            continue
+        yn = re.match(r"^[\s*_`$]*(yes|no)\b", rest, re.I)
+        if yn:
+            marker_numbers.append((m.start(), yn.group(1).lower()))
+            continue
+        num = _NUMBER_ANS_RE.search(rest)
+        if num:
+            marker_numbers.append((m.start(), num.group(0).strip()))
+    if "```" in body or "~~~" in body:
+        offset = 0
+        for _lang, block, _closed in fenced_blocks(body):
+            prog = _program_in(block)
+            pos = body.find(block, offset)
+            offset = max(offset, pos)
+            if prog:
+                explicit.append((pos, prog))
+    if explicit:
+        return "program", max(explicit, key=lambda c: c[0])[1], 1.0
+    for line in reversed(body.split("\n")[-2000:]):
+        prog = _program_in(line)
+        if prog:
+            return "program", prog, 0.7
+    if marker_numbers:
+        return "number", max(marker_numbers, key=lambda c: c[0])[1], 0.6
+    nums = list(_NUMBER_ANS_RE.finditer(body[-20000:]))
+    if nums:
+        return "number", nums[-1].group(0).strip(), 0.4
+    return None
+
+
+def number_key(token: str) -> str | None:
+    """Key of a bare numeric (or yes/no) answer, consistent with program_key; None if not one."""
+    t = token.strip().strip("*_`").strip().rstrip(".").strip()
+    if t.lower() in ("yes", "no"):
+        return t.lower()
+    t = t.replace(" ", "").replace("$", "")
+    neg = re.fullmatch(r"\((.+)\)", t)
+    try:
+        v = parse_number(neg.group(1) if neg else t)
+    except ProgramError:
+        return None
+    return program_key(-v if neg else v)
