@@ -161,9 +161,9 @@ class EmbeddedEngine:
             "verbose": False,
             "n_gpu_layers": 0,
         }
-        if spec.n_threads is not None:
-            kwargs["n_threads"] = spec.n_threads
-            kwargs["n_threads_batch"] = spec.n_threads
+        # One thread unless told otherwise: llama.cpp's threads spin-wait, so more threads than
+        # free cores (Ray packs actors by num_cpus) slow it down badly instead of speeding it up.
+        kwargs["n_threads"] = kwargs["n_threads_batch"] = spec.n_threads or 1
         kwargs.update(engine_args)
         self.llm = Llama(**kwargs)
         self.n_ctx = min(self.llm.n_ctx(), len(self.llm.input_ids))

@@ -21,6 +21,8 @@ def test_defaults():
     assert EngineSpec(kind="vllm", model="m", tensor_parallel_size=2).resolved_num_gpus == 2.0
     assert EngineSpec(kind="embedded", model="gemma3-270m").resolved_num_gpus == 0.0
     assert EngineSpec(kind="vllm", model="m", num_gpus=0).resolved_num_gpus == 0.0
+    assert EngineSpec(kind="embedded", model="gemma3-270m").resolved_num_cpus == 1.0
+    assert EngineSpec(kind="embedded", model="gemma3-270m", n_threads=4).resolved_num_cpus == 4.0
 
 
 def test_from_yaml():
