@@ -1,0 +1,72 @@
+"""Every method through the real pipeline on a local Ray: one sweep, one fixture benchmark,
+scripted backbones; each run is logged with the same metric names and the call counts of
+its protocol, and the independent generations are shared through the cache."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from df_ray.config import METHODS, SweepConfig
+
+pytestmark = pytest.mark.slow
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mmlu_pro.json"
+SCRIPT = "tests.methods.responders:respond"
+
+# With every agent answering B: ReConcile agrees at once (n calls), Self-Refine never stops.
+EXPECTED_CALLS = {"darkforest": 4, "single": 1, "self_consistency": 9, "weighted_vote": 3,
+                  "debate": 6, "reconcile": 3, "moa": 4, "goa_max": 10, "goa_mean": 12,
+                  "self_refine": 5}
+
+
+def test_every_method_runs_in_one_sweep(ray_local, tmp_path):
+    from df_ray.pipeline.runner import run_sweep
+    from df_ray.tracking import Tracker, metric_name
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    sweep = SweepConfig.model_validate({
+        "name": "methods",
+        "base": {
+            "benchmark": "mmlu_pro", "source": str(FIXTURE), "limit": 3,
+            "backbones": {f"b{i}": {"kind": "scripted", "model": f"m{i}", "script": SCRIPT}
+                          for i in (1, 2, 3, "c")},
+            "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2, 3)],
+            "coordinator": {"id": "coord", "backbone": "bc"},
+            "ablation": "no_calibration",
+            "cache_root": str(tmp_path / "cache"),
+            "results_dir": str(tmp_path / "results"),
+            "tracking": {"uri": uri, "experiment": "methods-sweep"},
+            "batch_size": 2,
+        },
+        "runs": [{"name": m, "method": m} for m in METHODS],
+    })
+    results = run_sweep(sweep, tracker=Tracker(uri, "methods-sweep"), progress=lambda m: None)
+    assert [r.config.method for r in results] == list(METHODS)
+    names = {r.config.method: set(r.metrics) for r in results}
+    assert all(n == names["darkforest"] for n in names.values()), names
+    for r in results:
+        m = r.metrics
+        assert m["n_samples"] == 3
+        assert m["llm_calls_per_sample"] == pytest.approx(EXPECTED_CALLS[r.config.method]), \
+            r.config.method
+        assert 0.0 <= m["accuracy"] <= 1.0
+        assert m["tokens_per_sample"] > 0
+    by = {r.config.method: r.metrics for r in results}
+    # DarkForest ran first: the methods made of independent answers only pay nothing more.
+    assert by["single"]["fresh_calls"] == 0
+    assert by["weighted_vote"]["fresh_calls"] == 0
+    assert by["reconcile"]["fresh_calls"] == 0
+    # Logged once each, under the sweep's parent run, with every defined metric (the tracker
+    # leaves NaN out: coordinator_agreement is undefined without a coordinator call).
+    tracker = Tracker(uri, "methods-sweep")
+    runs = tracker.client.search_runs([tracker.experiment_id])
+    logged = {r.data.tags["df_ray.method"]: set(r.data.metrics) for r in runs
+              if r.data.tags.get("df_ray.kind") == "configuration"}
+    assert set(logged) == set(METHODS)
+    for r in results:
+        defined = {k for k, v in r.metrics.items() if not math.isnan(v)}
+        assert logged[r.config.method] == {metric_name(k) for k in defined}, r.config.method
+    assert "coordinator_agreement" in logged["darkforest"]
