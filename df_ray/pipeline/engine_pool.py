@@ -12,8 +12,11 @@ when retries run out, into per-request errors rather than a crashed job.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import asdict
 from typing import Any
 
@@ -26,9 +29,15 @@ from df_ray.engines.spec import EngineSpec
 log = logging.getLogger(__name__)
 
 
-@ray.remote(max_restarts=-1)
+@ray.remote(max_restarts=-1, max_concurrency=64)
 class EngineActor:
-    """Hosts one engine replica."""
+    """Hosts one engine replica.
+
+    Stage actors call ``generate`` concurrently (a threaded actor); a single engine thread
+    merges whatever requests are waiting, up to ``max_batch_size``, into one engine batch,
+    so a continuous-batching engine (vLLM) sees full batches however the pipeline slices its
+    work. The engine is only ever touched by that thread (engines need not be thread-safe).
+    """
 
     def __init__(self, spec: dict[str, Any]) -> None:
         from df_ray.engines import make_engine
@@ -36,18 +45,60 @@ class EngineActor:
         self.spec = EngineSpec.model_validate(spec)
         self.engine = make_engine(self.spec)
         self.served = 0
+        self.batches = 0
+        self._queue: queue.Queue = queue.Queue()
+        threading.Thread(target=self._loop, name="engine", daemon=True).start()
+
+    def _loop(self) -> None:
+        cap = max(1, self.spec.max_batch_size)
+        held = None  # a token-count job met while filling a generation batch
+        while True:
+            job = held or self._queue.get()
+            held = None
+            jobs = [job]
+            if job[0] == "generate":
+                size = len(job[1])
+                while size < cap:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt[0] != "generate":
+                        held = nxt
+                        break
+                    jobs.append(nxt)
+                    size += len(nxt[1])
+            try:
+                if job[0] == "count":
+                    job[2].set_result([int(self.engine.count_tokens(t)) for t in job[1]])
+                    continue
+                reqs = [r for _, rs, _ in jobs for r in rs]
+                out = self.engine.generate(reqs)
+                self.served += len(reqs)
+                self.batches += 1
+                i = 0
+                for _, rs, fut in jobs:
+                    fut.set_result(out[i:i + len(rs)])
+                    i += len(rs)
+            except BaseException as e:  # the callers see it and retry
+                for _, _, fut in jobs:
+                    if not fut.done():
+                        fut.set_exception(e)
+
+    def _submit(self, kind: str, items: list) -> list:
+        fut: Future = Future()
+        self._queue.put((kind, items, fut))
+        return fut.result()
 
     def generate(self, requests: list[dict]) -> list[dict]:
-        reqs = [ChatRequest.from_dict(r) for r in requests]
-        out = self.engine.generate(reqs)
-        self.served += len(reqs)
+        out = self._submit("generate", [ChatRequest.from_dict(r) for r in requests])
         return [asdict(c) for c in out]
 
     def count_tokens(self, texts: list[str]) -> list[int]:
-        return [int(self.engine.count_tokens(t)) for t in texts]
+        return self._submit("count", list(texts))
 
     def stats(self) -> dict[str, Any]:
-        return {"model": self.spec.model, "served": self.served}
+        return {"model": self.spec.model, "served": self.served, "batches": self.batches}
 
 
 def _actor_options(spec: EngineSpec) -> dict[str, Any]:
@@ -136,8 +187,21 @@ class EngineClient:
                 break
             pending = failed
             if pending:
-                time.sleep(min(2.0 * attempt, 10.0))
+                self._await_replicas({id(a): a for a, idxs, _ in inflight
+                                      if set(idxs) & set(failed)}.values())
         return [r if r is not None else Completion("", 0, 0, error="engine failed") for r in results]
+
+    @staticmethod
+    def _await_replicas(actors, timeout_s: float = 120.0) -> None:
+        """Wait (bounded) until restarted replicas answer again before retrying on them."""
+        deadline = time.time() + timeout_s
+        for actor in actors:
+            while time.time() < deadline:
+                try:
+                    ray.get(actor.stats.remote(), timeout=max(1.0, deadline - time.time()))
+                    break
+                except (RayActorError, GetTimeoutError):
+                    time.sleep(0.5)
 
     def _submit(self, requests: Sequence[ChatRequest], idxs: Sequence[int]):
         by_backbone: dict[str, list[int]] = {}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import time
 import urllib.error
@@ -114,8 +113,10 @@ class Tracker:
             for i in range(0, len(items), 100):
                 self.client.log_batch(rid, params=items[i:i + 100])
             now = int(time.time() * 1000)
+            # NaN (e.g. coordinator agreement of a method without a coordinator) is logged as
+            # NaN, so every configuration carries the same metric names.
             ms = [Metric(metric_name(k), float(v), now, 0) for k, v in sorted(metrics.items())
-                  if v is not None and not (isinstance(v, float) and math.isnan(v))]
+                  if v is not None]
             self.client.log_batch(rid, metrics=ms, tags=[RunTag("df_ray.samples", str(samples_path))])
             self.client.log_artifact(rid, str(samples_path))
         except Exception:
