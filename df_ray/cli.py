@@ -17,12 +17,64 @@ def demo_config_path() -> Path:
     return Path(str(resources.files("df_ray") / "configs" / "demo.yaml"))
 
 
+def experiments_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "jobs" / "configs"
+
+
+EMBEDDED = ({"kind": "embedded", "model": "smollm2-135m-instruct", "n_ctx": 2048},
+            {"kind": "embedded", "model": "gemma3-270m", "n_ctx": 2048,
+             "prompt_format": "completion"})
+
+
+def miniature(sweep: SweepConfig, limit: int = 3) -> SweepConfig:
+    """The same experiment on the embedded CPU models: every backbone becomes one of the two
+    packaged models (alternating, so agents stay heterogeneous), a few samples, short answers.
+    Methods, ablations, grids and agent sets are kept as they are."""
+    def swap(d: dict) -> dict:
+        d = dict(d)
+        if "backbones" in d:
+            d["backbones"] = {name: dict(EMBEDDED[i % 2])
+                              for i, name in enumerate(sorted(d["backbones"]))}
+        for key in ("agents",):
+            if key in d:
+                d[key] = [{**a, "max_tokens": min(int(a.get("max_tokens", 128)), 128)}
+                          for a in d[key]]
+        if isinstance(d.get("coordinator"), dict):
+            d["coordinator"] = {**d["coordinator"],
+                                "max_tokens": min(int(d["coordinator"].get("max_tokens", 128)), 128)}
+        return d
+
+    base = swap(sweep.base)
+    base["limit"] = limit
+    base["calibration"] = {**base.get("calibration", {}), "limit": limit}
+    base["batch_size"] = 4
+    base["concurrency"] = 1
+    runs = [swap(r) for r in sweep.runs]
+    for r in runs:
+        r.pop("limit", None)
+    out = SweepConfig.model_validate({**sweep.model_dump(), "name": sweep.name + "-mini",
+                                      "base": base, "runs": runs})
+    out.expand()
+    return out
+
+
 def _parse_value(v: str):
     return yaml.safe_load(v)
 
 
-def load_with_overrides(path: str | None, overrides: list[str], limit: int | None) -> SweepConfig:
-    sweep = load_config(path or demo_config_path())
+def load_with_overrides(path: str | None, overrides: list[str], limit: int | None,
+                        experiment: str | None = None) -> SweepConfig:
+    if path is None and experiment is not None:
+        exp_file = experiments_dir() / f"{experiment}.yaml"
+        if not exp_file.is_file():
+            names = sorted(p.stem for p in experiments_dir().glob("*.yaml"))
+            raise ConfigError(f"--experiment {experiment!r}: no such experiment; "
+                              f"available: {names}")
+        sweep = miniature(load_config(exp_file), limit=limit or 3)
+    else:
+        sweep = load_config(path or demo_config_path())
+    if experiment is not None:
+        overrides = [*overrides, f"tracking.experiment={experiment}"]
     if not overrides and limit is None:
         return sweep
     base = dict(sweep.base)
@@ -62,9 +114,16 @@ def format_results(results) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from df_ray.pipeline.runner import run_sweep
 
-    sweep = load_with_overrides(args.config, args.set or [], args.limit)
+    sweep = load_with_overrides(args.config, args.set or [], args.limit, args.experiment)
     results = run_sweep(sweep, address=args.address)
     print(format_results(results))
+    if args.experiment:
+        from df_ray.reporting.report import build_report
+
+        first = sweep.expand()[0]
+        paths = build_report(args.experiment, first.tracking.uri,
+                             Path("reports") / args.experiment)
+        print(f"\nreport: {paths[0]}")
     first = sweep.expand()[0]
     print(f"\nlogged to MLflow: {first.tracking.uri} (experiment {first.tracking.experiment!r}); "
           f"per-sample results under {first.results_dir}/")
@@ -91,11 +150,19 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config field, e.g. --set guardrail.tau_p=0.8")
     r.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or local Ray)")
+    r.add_argument("--experiment", metavar="NAME",
+                   help="MLflow experiment to log to (overrides tracking.experiment); with a "
+                        "name from jobs/configs/ and no --config, runs a CPU miniature of it")
     r.set_defaults(fn=cmd_run)
     v = sub.add_parser("validate", help="validate a config without starting anything")
     v.add_argument("--config")
     v.add_argument("--set", action="append", metavar="KEY=VALUE")
     v.set_defaults(fn=cmd_validate)
+    from df_ray.reporting.report import add_arguments, run_from_args
+
+    rep = sub.add_parser("report", help="paper-style tables and plots of a logged experiment")
+    add_arguments(rep)
+    rep.set_defaults(fn=run_from_args)
     args = p.parse_args(argv)
     from df_ray.core.calibration import CalibrationMismatchError
     from df_ray.tasks.base import DataSchemaError

@@ -74,3 +74,23 @@ def test_overrides_from_the_command_line(tmp_path):
     assert cfg.guardrail.tau_p == 0.8 and cfg.lazy_coordinator and cfg.limit == 7
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         load_with_overrides(str(p), ["oops"], None)
+
+
+def test_every_experiment_has_a_cpu_miniature():
+    from df_ray.cli import experiments_dir
+
+    names = sorted(p.stem for p in experiments_dir().glob("*.yaml"))
+    assert "table9_thresholds" in names and "table1_math" in names
+    for name in names:
+        full = load_config(experiments_dir() / f"{name}.yaml").expand()
+        mini = load_with_overrides(None, [], 2, name).expand()
+        assert len(mini) == len(full), name
+        for cfg in mini:
+            assert cfg.limit == 2 and cfg.tracking.experiment == name
+            assert {s.kind for s in cfg.backbones.values()} == {"embedded"}
+            assert all(a.max_tokens <= 128 for a in cfg.agents)
+
+
+def test_unknown_experiment_lists_the_known_ones():
+    with pytest.raises(ConfigError, match="table9_thresholds"):
+        load_with_overrides(None, [], None, "table99")
