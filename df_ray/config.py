@@ -77,8 +77,14 @@ class CalibrationSettings(_Strict):
     limit: int | None = Field(100, ge=1)  # held-out samples used when fitting
 
 
+def default_tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+
+
 class TrackingSettings(_Strict):
-    uri: str = "sqlite:///mlflow.db"
+    """Where runs are logged: MLFLOW_TRACKING_URI when set, else a local sqlite store."""
+
+    uri: str = Field(default_factory=default_tracking_uri)
     experiment: str = "df_ray"
 
 
