@@ -1,0 +1,37 @@
+"""Scripted answers for the reliability tests, importable by Ray workers.
+
+``logged_majority`` is the builtin ``majority`` responder that also appends one line per
+request it serves to the file named by ``DF_RAY_CALL_LOG`` (when set), so a test can count
+the LLM calls a subprocess run really made, across engine actors and even when the run is
+SIGKILLed (a line is written when the call is answered, before it reaches the cache).
+"""
+
+from __future__ import annotations
+
+import os
+
+from df_ray.engines.base import ChatRequest
+from df_ray.engines.scripted import majority
+
+CALL_LOG_ENV = "DF_RAY_CALL_LOG"
+
+
+def logged_majority(request: ChatRequest) -> str:
+    text = majority(request)
+    path = os.environ.get(CALL_LOG_ENV)
+    if path:
+        # One short O_APPEND write per call: atomic across processes.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{request.model} {request.key()}\n".encode())
+        finally:
+            os.close(fd)
+    return text
+
+
+def read_call_log(path: str | os.PathLike[str]) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.split()[1] for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
