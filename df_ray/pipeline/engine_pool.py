@@ -102,10 +102,10 @@ class EngineActor:
 
 
 def _actor_options(spec: EngineSpec) -> dict[str, Any]:
-    if spec.kind == "vllm":
-        gpus = spec.num_gpus if spec.num_gpus is not None else float(spec.tensor_parallel_size)
-        return {"num_gpus": gpus, "num_cpus": 1}
-    return {"num_gpus": spec.num_gpus or 0, "num_cpus": 1 if spec.kind == "embedded" else 0}
+    """Ray resources of one replica: its GPUs (vLLM: one engine per GPU, times the tensor
+    parallel size) and the CPU threads an embedded model computes with."""
+    cpus = spec.resolved_num_cpus if spec.kind == "embedded" else 0
+    return {"num_gpus": spec.resolved_num_gpus, "num_cpus": cpus}
 
 
 class EnginePool:
