@@ -83,6 +83,16 @@ class AgentView:
     system_prompt: str | None = None
 
 
+def agent_view(cfg: Any, agent_id: str) -> AgentView:
+    """The AgentView of ``agent_id`` in a RunConfig (its backbone's model, its sampling)."""
+    a = cfg.agent(agent_id)
+    spec = cfg.backbones[a.backbone]
+    return AgentView(id=a.id, model=spec.model, revision=spec.revision,
+                     sampling=SamplingParams(temperature=a.temperature, top_p=a.top_p,
+                                             max_tokens=a.max_tokens),
+                     seed=a.seed, system_prompt=a.system_prompt)
+
+
 @dataclass
 class MethodContext:
     """Everything a method may use besides the sample: the task, the agents, the method's

@@ -16,21 +16,11 @@ from typing import Any
 from df_ray.config import RunConfig
 from df_ray.core import Calibration
 from df_ray.core.types import Observation
-from df_ray.engines.base import SamplingParams
 from df_ray.methods import get_method
-from df_ray.methods.base import AgentView, CallRecord, MethodContext, SampleState
+from df_ray.methods.base import CallRecord, MethodContext, SampleState, agent_view
 from df_ray.pipeline.cache import GenerationCache
 from df_ray.pipeline.engine_pool import EngineClient
 from df_ray.tasks import get_task
-
-
-def agent_view(cfg: RunConfig, agent_id: str) -> AgentView:
-    a = cfg.agent(agent_id)
-    spec = cfg.backbones[a.backbone]
-    return AgentView(id=a.id, model=spec.model, revision=spec.revision,
-                     sampling=SamplingParams(temperature=a.temperature, top_p=a.top_p,
-                                             max_tokens=a.max_tokens),
-                     seed=a.seed, system_prompt=a.system_prompt)
 
 
 def build_context(cfg: RunConfig, calibration: Calibration | None,

@@ -19,17 +19,17 @@ from typing import Any
 import pytest
 
 from df_ray.config import RunConfig
-from df_ray.engines.base import ChatRequest, SamplingParams
+from df_ray.engines.base import ChatRequest
 from df_ray.engines.scripted import ScriptedEngine, last_user_content, whitespace_tokens
 from df_ray.methods import get_method
 from df_ray.methods.base import (
-    AgentView,
     Call,
     CallRecord,
     Method,
     MethodContext,
     Outcome,
     SampleState,
+    agent_view,
 )
 from df_ray.methods.prompts import (
     DEBATE_HEADER,
@@ -73,17 +73,9 @@ def config(*, agents: Sequence[str] = AGENTS, coordinator: bool = True,
 
 
 def make_context(cfg: RunConfig, calibration: Any = None) -> MethodContext:
-    def view(agent_id: str) -> AgentView:
-        a = cfg.agent(agent_id)
-        spec = cfg.backbones[a.backbone]
-        return AgentView(id=a.id, model=spec.model, revision=spec.revision,
-                         sampling=SamplingParams(temperature=a.temperature, top_p=a.top_p,
-                                                 max_tokens=a.max_tokens),
-                         seed=a.seed, system_prompt=a.system_prompt)
-
     return MethodContext(task=get_task(cfg.benchmark),
-                         agents=[view(a.id) for a in cfg.agents],
-                         coordinator=view(cfg.coordinator.id) if cfg.coordinator else None,
+                         agents=[agent_view(cfg, a.id) for a in cfg.agents],
+                         coordinator=agent_view(cfg, cfg.coordinator.id) if cfg.coordinator else None,
                          settings=cfg, calibration=calibration,
                          count_tokens=lambda agent, text: whitespace_tokens(text),
                          run_seed=cfg.seed)
