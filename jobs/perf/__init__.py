@@ -1,0 +1,1 @@
+"""Performance measurements of df_ray (see README.md in this folder)."""

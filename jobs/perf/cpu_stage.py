@@ -1,0 +1,165 @@
+"""The CPU stage (parse + build_belief + disclose + decide) in samples per second per core,
+against the engines' sample rate on a GPU; plain Python, no Ray. cProfile of the hot spots.
+
+Outputs are realistic in shape: ~400-token reasoning traces (3 agents + 1 coordinator per
+sample) that end with each kind's final-answer marker; every sample has its own answers, so
+the canonicalization caches (lru_cache on canonical_math) start cold ("cold" rows); the
+"warm" rows repeat the same samples (answers already canonicalized, as in a threshold sweep).
+
+GPU assumption (stated, not measured here): a 7B model under vLLM on one H100 decodes about
+2,500 output tokens/s per GPU in aggregate; DarkForest makes ~4 calls per sample of ~400
+output tokens -> 2,500 / (4 * 400) ~ 1.6 samples/s per GPU. With 3 backbones on 3 GPUs a
+DarkForest run produces ~1.5 samples/s per GPU x 3 GPUs / 3 backbones-per-sample... i.e. the
+whole job ~1.6 samples/s per GPU used; the CPU stage must beat that by a wide margin per core.
+
+    .venv/bin/python jobs/perf/cpu_stage.py                 # ~1 min
+    .venv/bin/python jobs/perf/cpu_stage.py --samples 300 --profile math
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from jobs.perf.common import header
+
+GPU_SAMPLES_PER_S = 2500 / (4 * 400)  # per GPU, see the module docstring
+
+FILLER = ["We", "consider", "the", "quantities", "involved", "and", "check", "each", "step", "carefully", "before", "moving", "on", "so", "that", "no", "arithmetic", "slip", "survives", "into", "the", "final", "result"]
+
+
+def reasoning(rng: random.Random, tokens: int = 380) -> str:
+    words = [rng.choice(FILLER) for _ in range(tokens)]
+    lines = [" ".join(words[i:i + 20]) + "." for i in range(0, len(words), 20)]
+    return "Let me solve this step by step.\n" + "\n".join(lines)
+
+
+def math_answer(i: int, variant: int) -> str:
+    forms = [f"\\frac{{{i + 1}}}{{{i + 3}}}", f"{i + 1}/{i + 3}", f"\\sqrt{{{i + 2}}} + {i}",
+             f"{i}\\pi", f"x^2 + {i}x + {i + 1}", f"{(i + 1) / (i + 3):.4f}", f"\\dfrac{{{2 * i + 2}}}{{{2 * i + 6}}}"]
+    return forms[(i + variant) % len(forms)]
+
+
+def make_outputs(kind: str, i: int, rng: random.Random) -> tuple[list[str], str]:
+    """(3 agent outputs, coordinator output) for sample i."""
+    conf = lambda: f"Confidence: {rng.uniform(0.3, 0.95):.2f}"  # noqa: E731
+    if kind == "math":
+        ans = [math_answer(i, v) for v in (0, 1 if i % 3 else 0, 2)]
+        outs = [f"{reasoning(rng)}\nThe final answer is \\boxed{{{a}}}.\n{conf()}" for a in ans]
+        coord = f"The evidence favours it.\nThe final answer is \\boxed{{{ans[0]}}}.\n{conf()}"
+    elif kind == "choice":
+        letters = "ABCDEFGHIJ"
+        ans = [letters[(i + v) % 10] for v in (0, 0 if i % 3 else 1, 2)]
+        outs = [f"{reasoning(rng)}\nAnswer: ({a})\n{conf()}" for a in ans]
+        coord = f"Answer: ({ans[0]})\n{conf()}"
+    elif kind == "code":
+        bodies = [f"def f{i}(xs):\n    total = 0\n    for x in xs:\n        total += x * {i}\n    return total\n",
+                  f"def f{i}(xs):\n    return sum(x * {i} for x in xs)\n",
+                  f"def f{i}(xs):\n    # accumulate\n    total = 0\n    for x in xs:\n        total += x * {i}\n    return total\n"]
+        outs = [f"{reasoning(rng, 200)}\n```python\n{b}```\n{conf()}" for b in bodies]
+        coord = f"```python\n{bodies[0]}```\n{conf()}"
+    elif kind == "finqa":
+        a, b = 5000 + i, 4000 + 2 * i
+        progs = [f"subtract({a}, {b}), divide(#0, {b})", f"subtract({a}, {b}), divide(#0, {b})",
+                 f"divide({a}, {b})"]
+        outs = [f"{reasoning(rng)}\nProgram: {p}\n{conf()}" for p in progs]
+        coord = f"Program: {progs[0]}\n{conf()}"
+    elif kind == "label":
+        labels = ["yes", "no"]
+        outs = [f"{reasoning(rng)}\nAnswer: {labels[(i + v) % 2]}\n{conf()}" for v in (0, 0, 1)]
+        coord = f"Answer: {labels[i % 2]}\n{conf()}"
+    else:
+        raise ValueError(kind)
+    return outs, coord
+
+
+def spec_for(kind: str, i: int):
+    from df_ray.core import ParseSpec
+
+    return {"math": ParseSpec("math"), "choice": ParseSpec("choice", n_options=10),
+            "code": ParseSpec("code", entry_point=f"f{i}"), "finqa": ParseSpec("finqa"),
+            "label": ParseSpec("label", labels=("yes", "no"))}[kind]
+
+
+def one_sample(kind, i, outs, coord, calibration):
+    from df_ray.core import GuardrailConfig, build_belief, decide, disclose, parse
+
+    spec = spec_for(kind, i)
+    obs = [parse(t, spec, agent=f"a{j}") for j, t in enumerate(outs)]
+    belief = build_belief(obs, calibration, agent_order=["a0", "a1", "a2"])
+    guard = GuardrailConfig()
+    disclose(belief, obs, "strict", count_tokens=lambda t: len(t.split()), guardrail=guard)
+    c = parse(coord, spec, agent="coord")
+    return decide(belief, c.answer if c.valid else None, guard)
+
+
+def bench(kind: str, n: int, seed: int = 0, offset: int = 0) -> tuple[float, float]:
+    rng = random.Random(seed)
+    data = [make_outputs(kind, offset + i, rng) for i in range(n)]
+    t = time.perf_counter()
+    c = time.process_time()
+    for i, (outs, coord) in enumerate(data):
+        one_sample(kind, offset + i, outs, coord, None)
+    return n / (time.perf_counter() - t), n / max(time.process_time() - c, 1e-9)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=200)
+    ap.add_argument("--kinds", nargs="+", default=["math", "choice", "code", "finqa", "label"])
+    ap.add_argument("--profile", nargs="*", default=["math"], help="kinds to cProfile")
+    args = ap.parse_args(argv)
+    header("CPU stage: parse + build_belief + disclose + decide, samples/s on one core")
+    print(f"# assumption: GPU engines ~{GPU_SAMPLES_PER_S:.2f} samples/s per GPU "
+          "(7B, vLLM, H100: 2,500 output tok/s; 4 calls x 400 tokens per sample)")
+    # Warm imports (sympy / math-verify load lazily on the first math answer).
+    one_sample("math", 10**6, *make_outputs("math", 10**6, random.Random(1)), None)
+    print(f"{'kind':8} {'cold/s(cpu)':>12} {'cold/s(wall)':>12} {'warm/s(cpu)':>12} "
+          f"{'GPUs one core feeds':>20}")
+    for kind in args.kinds:
+        cold_wall, cold_cpu = bench(kind, args.samples)
+        _warm_wall, warm_cpu = bench(kind, args.samples)  # same answers again: caches warm
+        print(f"{kind:8} {cold_cpu:>12.1f} {cold_wall:>12.1f} {warm_cpu:>12.1f} "
+              f"{cold_cpu / GPU_SAMPLES_PER_S:>20.0f}", flush=True)
+    from df_ray.core.parsing.math_kind import canonical_math
+
+    # math-verify alone: canonical_math on fresh symbolic answers (what the lru_cache hides).
+    answers = [math_answer(50_000 + i, 2) for i in range(args.samples)]
+    c = time.process_time()
+    for a in answers:
+        canonical_math(a)
+    per = (time.process_time() - c) / len(answers)
+    nums = [f"{(i + 1) / 7:.5f}" for i in range(args.samples)]
+    c = time.process_time()
+    for a in nums:
+        canonical_math(a + "0")
+    per_num = (time.process_time() - c) / len(nums)
+    print(f"# canonical_math, fresh symbolic answer (sympy/math-verify path): {per * 1e3:.2f} ms; "
+          f"fresh plain number (exact Fraction path): {per_num * 1e3:.3f} ms")
+    for kind in args.profile or []:
+        pr = cProfile.Profile()
+        rng = random.Random(7)
+        data = [make_outputs(kind, 200_000 + i, rng) for i in range(args.samples)]
+        pr.enable()
+        for i, (outs, coord) in enumerate(data):
+            one_sample(kind, 200_000 + i, outs, coord, None)
+        pr.disable()
+        s = io.StringIO()
+        pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats(18)
+        print(f"# cProfile, {kind}, {args.samples} cold samples, top 18 by cumulative time:")
+        for line in s.getvalue().splitlines():
+            if line.strip() and ("(" in line or "ncalls" in line):
+                print("#   " + line.rstrip()[:150])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Sweep sharing: fresh LLM calls a full one-benchmark sweep makes through the generation
+cache, against the calls its configurations would make if each ran on its own.
+
+The sweep (scripted engines, synthetic MATH samples, one shared engine pool and cache, run
+in order like jobs/sweep.py does): Table 1 (every method in df_ray.methods.REGISTRY, with the
+method_args of jobs/configs/table1_math.yaml), every DarkForest ablation (no_calibration,
+agent_only, no_independence, no_confidence), the disclosure policies (moderate, permissive,
+adaptive; strict is the base), the lazy coordinator, and the Table 9 grid
+(guardrail k x tau_p x tau_m, 3 x 3 x 3). Ratio = sum of fresh_calls / sum of
+llm_calls_per_sample * n. Target <= 0.3.
+
+    .venv/bin/python jobs/perf/sweep_sharing.py --samples 8           # ~47 configurations
+    .venv/bin/python jobs/perf/sweep_sharing.py --samples 8 --grid small   # 2 x 2 x 2 grid
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from jobs.perf.common import header, math_samples, scripted_config, start_ray
+
+TABLE1 = [
+    {"name": "darkforest", "method": "darkforest"},
+    {"name": "single-a1", "method": "single", "method_args": {"agent": "a1"}},
+    {"name": "single-a2", "method": "single", "method_args": {"agent": "a2"}},
+    {"name": "single-a3", "method": "single", "method_args": {"agent": "a3"}},
+    {"name": "self_consistency", "method": "self_consistency",
+     "method_args": {"agent": "a1", "samples": 5}},
+    {"name": "weighted_vote", "method": "weighted_vote"},
+    {"name": "debate", "method": "debate", "method_args": {"rounds": 2}},
+    {"name": "reconcile", "method": "reconcile", "method_args": {"rounds": 2}},
+    {"name": "moa", "method": "moa", "method_args": {"layers": 2}},
+    {"name": "goa_mean", "method": "goa_mean"},
+    {"name": "goa_max", "method": "goa_max"},
+    {"name": "self_refine", "method": "self_refine", "method_args": {"agent": "a1", "iterations": 2}},
+]
+
+
+def configurations(grid: str) -> list[dict]:
+    from df_ray.methods import REGISTRY
+
+    runs = [r for r in TABLE1 if r["method"] in REGISTRY]
+    runs += [{"name": f"ablation-{a}", "ablation": a}
+             for a in ("no_calibration", "agent_only", "no_independence", "no_confidence")]
+    runs += [{"name": f"disclosure-{p}", "disclosure": p}
+             for p in ("moderate", "permissive", "adaptive")]
+    runs += [{"name": "lazy", "lazy_coordinator": True}]
+    ks, tps, tms = ([1, 2, 3], [0.5, 0.66, 0.8], [0.1, 0.3, 0.5]) if grid == "full" else \
+        ([1, 2], [0.5, 0.8], [0.1, 0.5])
+    runs += [{"name": f"t9 k={k} tau_p={p} tau_m={m}",
+              "guardrail": {"k": k, "tau_p": p, "tau_m": m}}
+             for k in ks for p in tps for m in tms]
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=8)
+    ap.add_argument("--grid", choices=["full", "small"], default="full")
+    args = ap.parse_args(argv)
+    header("sweep sharing: fresh LLM calls / calls made one configuration at a time")
+    from df_ray.core import fit_calibration
+    from df_ray.pipeline.runner import Runner, shared_backbones
+
+    start_ray()
+    samples = math_samples(args.samples, prefix="sw")
+    with tempfile.TemporaryDirectory(prefix="dfperf-sweep-") as tmp:
+        cal = fit_calibration([], agents=["a1", "a2", "a3"], benchmark="math")
+        cal_path = cal.save(Path(tmp) / "cal.json")
+        base = {"batch_size": 64, "concurrency": 1,
+                "calibration": {"path": str(cal_path), "auto_fit": False}}
+        cfgs = []
+        for run in configurations(args.grid):
+            over = {**base, "ablation": "full", **run}
+            cfgs.append(scripted_config(tmp, script="majority", **over))
+        runner = Runner(shared_backbones(cfgs), tracker=None, progress=lambda m: None)
+        print(f"# {len(cfgs)} configurations x {args.samples} samples; scripted 'majority' engines")
+        print(f"{'configuration':34} {'calls/sample':>12} {'calls':>6} {'fresh':>6}")
+        tot_calls = tot_fresh = 0.0
+        t = time.time()
+        try:
+            for cfg in cfgs:
+                m = runner.run(cfg, samples).metrics
+                calls = m["llm_calls_per_sample"] * m["n_samples"]
+                tot_calls += calls
+                tot_fresh += m["fresh_calls"]
+                print(f"{cfg.name:34} {m['llm_calls_per_sample']:>12.2f} {calls:>6.0f} "
+                      f"{m['fresh_calls']:>6.0f}", flush=True)
+        finally:
+            runner.shutdown()
+    print(f"# total: {tot_fresh:.0f} fresh calls / {tot_calls:.0f} calls one by one = "
+          f"{tot_fresh / tot_calls:.3f} (target <= 0.3); {time.time() - t:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
