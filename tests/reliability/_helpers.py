@@ -131,3 +131,41 @@ def configuration_runs(tracking_uri: str, experiment: str = "reliability") -> li
 
 def cache_parts(root: Path) -> list[Path]:
     return sorted(root.glob("part-*.parquet")) if root.exists() else []
+
+
+# Ray's node start gives the raylet a fixed 30 s to register; on an overloaded machine that
+# can fail before anything of ours ran. Such a start is retried; any other failure is not.
+RAY_START_FAILED = "timed out during startup"
+
+
+def _ray_start_failed(proc: subprocess.Popen, log: Path) -> bool:
+    return proc.poll() not in (None, 0) and RAY_START_FAILED in log.read_text(errors="replace")
+
+
+def start_and_wait(args: list[str], log: Path, call_log: Path | None, pred, timeout: float,
+                   what: str, tries: int = 5) -> subprocess.Popen:
+    """Start a run and wait until ``pred()``; retries a run whose Ray failed to start."""
+    for attempt in range(tries):
+        proc = start_cli(args, log, call_log)
+        try:
+            wait_for(pred, timeout, what, proc, log, every=0.05)
+            return proc
+        except AssertionError:
+            retry = attempt + 1 < tries and _ray_start_failed(proc, log)
+            finish(proc, 60)
+            if not retry:
+                raise
+    raise AssertionError("unreachable")
+
+
+def run_to_end(args: list[str], log: Path, call_log: Path | None, timeout: float,
+               proc: subprocess.Popen | None = None, tries: int = 5) -> int:
+    """Run (or finish ``proc``) to its exit status; retries a run whose Ray failed to start."""
+    for attempt in range(tries):
+        if proc is None:
+            proc = start_cli(args, log, call_log)
+        rc = finish(proc, timeout)
+        if rc == 0 or attempt + 1 == tries or not _ray_start_failed(proc, log):
+            return rc
+        proc = None
+    return rc

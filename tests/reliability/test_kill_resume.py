@@ -29,10 +29,10 @@ from tests.reliability._helpers import (
     base_config,
     cache_parts,
     configuration_runs,
-    finish,
     kill_group,
+    run_to_end,
+    start_and_wait,
     start_cli,
-    wait_for,
     write_mmlu_goa,
     write_sweep,
 )
@@ -111,14 +111,14 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path):
     args = ["run", "--config", str(sweep)]
 
     # The uninterrupted reference runs alongside the kills.
-    ref = start_cli(["run", "--config", str(ref_sweep)], ref_root / "run.log",
-                    call_log=ref_root / "calls.log")
+    ref_args = ["run", "--config", str(ref_sweep)]
+    ref = start_cli(ref_args, ref_root / "run.log", call_log=ref_root / "calls.log")
 
     # 1. kill point (a): mid first configuration, once some cache parts exist.
     log1 = root / "run1.log"
-    p1 = start_cli(args, log1, call_log=root / "calls1.log")
-    wait_for(lambda: len(cache_parts(root / "cache")) >= 2, STARTUP_S,
-             "cache parts of the first configuration", p1, log1, every=0.05)
+    p1 = start_and_wait(args, log1, root / "calls1.log",
+                        lambda: len(cache_parts(root / "cache")) >= 2, STARTUP_S,
+                        "cache parts of the first configuration")
     assert "tau080: darkforest" not in log1.read_text()
     _kill_and_check_no_strays(p1)
     assert configuration_runs(f"sqlite:///{root}/mlflow.db") == []
@@ -128,9 +128,9 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path):
     # 2. kill point (b): tau066 is FINISHED in MLflow (the runner logs it before it announces
     # tau080), tau080 has started but not finished.
     log2 = root / "run2.log"
-    p2 = start_cli(args, log2, call_log=root / "calls2.log")
-    wait_for(lambda: "tau080: darkforest on" in log2.read_text(errors="replace"), STARTUP_S,
-             "the second configuration to start", p2, log2, every=0.05)
+    p2 = start_and_wait(args, log2, root / "calls2.log",
+                        lambda: "tau080: darkforest on" in log2.read_text(errors="replace"),
+                        STARTUP_S, "the second configuration to start")
     _kill_and_check_no_strays(p2)
     runs = configuration_runs(f"sqlite:///{root}/mlflow.db")
     assert [(r.info.run_name, r.info.status) for r in runs] == [("tau066", "FINISHED")]
@@ -141,14 +141,16 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path):
 
     # 3. rerun to the end.
     log3 = root / "run3.log"
-    p3 = start_cli(args, log3, call_log=root / "calls3.log")
-    assert finish(p3, STARTUP_S + 300) == 0, log3.read_text(errors="replace")[-3000:]
+    rc = run_to_end(args, log3, root / "calls3.log", STARTUP_S + 300)
+    assert rc == 0, log3.read_text(errors="replace")[-3000:]
     assert "tau066 (skipped: done)" in log3.read_text()
     calls3 = read_call_log(root / "calls3.log")
     assert not set(calls3) & done_b, "the rerun repeated calls that were already cached"
     assert len(calls3) == len(set(calls3))
 
-    assert finish(ref, STARTUP_S + 300) == 0, (ref_root / "run.log").read_text()[-3000:]
+    rc = run_to_end(ref_args, ref_root / "run.log", ref_root / "calls.log", STARTUP_S + 300,
+                    proc=ref)
+    assert rc == 0, (ref_root / "run.log").read_text()[-3000:]
     ref_keys = _cache_keys(ref_root / "cache")
     # every reference call was made once (sanity check of the call log)
     assert sorted(read_call_log(ref_root / "calls.log")) == sorted(ref_keys)

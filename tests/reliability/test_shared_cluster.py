@@ -28,7 +28,7 @@ from df_ray.tasks.base import Sample
 from tests.reliability._helpers import (
     base_config,
     cache_parts,
-    finish,
+    run_to_end,
     start_cli,
     write_mmlu_goa,
     write_sweep,
@@ -50,10 +50,11 @@ def test_two_concurrent_runs_share_one_cache(tmp_path):
         src.write_text(json.dumps(rows))
         base = base_config(root, src, latency_s=0.05, batch_size=1, cache_root=cache)
         sweep = write_sweep(root / "sweep.yaml", base, [{"name": "df"}])
-        procs.append((root, start_cli(["run", "--config", str(sweep)], root / "run.log",
-                                      call_log=root / "calls.log")))
-    for root, p in procs:
-        assert finish(p, STARTUP_S + 300) == 0, (root / "run.log").read_text()[-3000:]
+        args = ["run", "--config", str(sweep)]
+        procs.append((root, args, start_cli(args, root / "run.log", root / "calls.log")))
+    for root, args, p in procs:
+        rc = run_to_end(args, root / "run.log", root / "calls.log", STARTUP_S + 300, proc=p)
+        assert rc == 0, (root / "run.log").read_text()[-3000:]
 
     parts = cache_parts(cache)
     assert len(parts) > 10  # many small parts, from both writers
@@ -68,11 +69,11 @@ def test_two_concurrent_runs_share_one_cache(tmp_path):
             assert text.rstrip().split("\n")[-1].startswith("Confidence: ")
     c = GenerationCache(str(cache))
     assert len(c) == len(texts) == 20 * 4
-    made = [set(read_call_log(root / "calls.log")) for root, _ in procs]
+    made = [set(read_call_log(root / "calls.log")) for root, _, _ in procs]
     assert made[0] | made[1] == set(texts)
     # overlapping samples: the same outcome in both runs
     out = []
-    for root, _ in procs:
+    for root, _, _ in procs:
         (f,) = (root / "results").glob("*/*/samples.parquet")
         rows = pq.read_table(f).to_pylist()
         assert len(rows) == 15 == len({r["sample_id"] for r in rows})
