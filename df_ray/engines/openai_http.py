@@ -53,6 +53,9 @@ def approximate_tokens(text: str) -> int:
 class OpenAIEngine:
     """Client for an OpenAI-compatible chat completions server (see module docstring)."""
 
+    #: count_tokens may run while generate() is in progress (a pure function / an HTTP call).
+    concurrent_tokenize = True
+
     def __init__(self, spec: EngineSpec) -> None:
         if not spec.base_url:
             raise ValueError("OpenAIEngine needs spec.base_url")

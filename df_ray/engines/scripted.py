@@ -197,6 +197,9 @@ class ScriptedEngine:
         sleep this long per request (throughput / timeout tests).
     """
 
+    #: count_tokens may run while generate() is in progress (a pure function / an HTTP call).
+    concurrent_tokenize = True
+
     def __init__(
         self,
         model: str = "scripted",

@@ -63,6 +63,7 @@ class GenerationCache:
         self.fs.create_dir(self.path, recursive=True)
         self._entries: dict[str, CacheEntry] = {}
         self._seen_parts: set[str] = set()
+        self._listed_at = float("-inf")
         self.refresh()
 
     def _parts(self) -> list[str]:
@@ -71,8 +72,15 @@ class GenerationCache:
                       if i.type == pafs.FileType.File and i.base_name.startswith("part-")
                       and i.base_name.endswith(".parquet"))
 
-    def refresh(self) -> int:
-        """Load parts written since the last refresh (by this or any other process)."""
+    def refresh(self, min_interval_s: float = 0.0) -> int:
+        """Load parts written since the last refresh (by this or any other process).
+
+        With ``min_interval_s`` the root is listed at most that often: a long run's root holds
+        thousands of parts, and listing it on every batch is what the run otherwise pays."""
+        now = time.monotonic()
+        if now - self._listed_at < min_interval_s:
+            return 0
+        self._listed_at = now
         added = 0
         for part in self._parts():
             if part in self._seen_parts:

@@ -95,6 +95,13 @@ class EngineActor:
         return [asdict(c) for c in out]
 
     def count_tokens(self, texts: list[str]) -> list[int]:
+        # Engines whose tokenizer may run beside generation (``concurrent_tokenize``) answer
+        # at once; through the engine queue a count would wait for the whole batch in
+        # progress (DarkForest counts T_cross once per sample on the coordinator's backbone,
+        # often the busiest). Others (vLLM's HF tokenizer is not safe to share across
+        # threads) are served by the engine thread.
+        if getattr(self.engine, "concurrent_tokenize", False):
+            return [int(self.engine.count_tokens(t)) for t in texts]
         return self._submit("count", list(texts))
 
     def stats(self) -> dict[str, Any]:

@@ -22,6 +22,9 @@ from df_ray.pipeline.cache import GenerationCache
 from df_ray.pipeline.engine_pool import EngineClient
 from df_ray.tasks import get_task
 
+#: How often a round stage re-lists the cache root for other writers' parts (seconds).
+REFRESH_INTERVAL_S = 5.0
+
 
 def build_context(cfg: RunConfig, calibration: Calibration | None,
                   client: EngineClient | None) -> MethodContext:
@@ -76,17 +79,20 @@ class RoundStage(_StageBase):
             for call in self.method.plan(self.round, st, self.ctx):
                 planned.append((i, call))
         if planned:
-            # Other writers (earlier configurations, another job) may have added entries.
-            self.cache.refresh()
+            keys = [call.request.key() for _, call in planned]
+            if any(k not in self.cache for k in keys):
+                # Another job or stage actor may have written them since this stage started
+                # (earlier configurations' parts were loaded when it started).
+                self.cache.refresh(min_interval_s=REFRESH_INTERVAL_S)
             results: list[Any] = [None] * len(planned)
             cached = [False] * len(planned)
             todo: dict[str, list[int]] = {}
-            for j, (_, call) in enumerate(planned):
-                hit = self.cache.get(call.request.key())
+            for j in range(len(planned)):
+                hit = self.cache.get(keys[j])
                 if hit is not None:
                     results[j], cached[j] = hit, True
                 else:
-                    todo.setdefault(call.request.key(), []).append(j)
+                    todo.setdefault(keys[j], []).append(j)
             if todo:
                 firsts = [js[0] for js in todo.values()]
                 reqs = [planned[j][1].request for j in firsts]
@@ -99,7 +105,7 @@ class RoundStage(_StageBase):
             for j, (i, call) in enumerate(planned):
                 comp = results[j]
                 states[i].calls.append(CallRecord(
-                    round=self.round, role=call.role, agent=call.agent, key=call.request.key(),
+                    round=self.round, role=call.role, agent=call.agent, key=keys[j],
                     text=comp.text, prompt_tokens=comp.prompt_tokens,
                     completion_tokens=comp.completion_tokens, cached=cached[j], error=comp.error))
         return {"sample_id": batch["sample_id"],

@@ -130,13 +130,6 @@ def test_same_name_different_settings_write_different_folders(tmp_path, monkeypa
     assert Path(runner.run(same_as_a, _samples()).samples_path) == pa_
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "two concurrent runs of the same configuration into the same results_dir share the "
-    "temporary file <dir>/samples.parquet.tmp (df_ray/pipeline/runner.py, Runner.run: "
-    "tmp = out_dir / 'samples.parquet.tmp'): the second ParquetWriter truncates the first's "
-    "file, the first os.replace moves it away and the second os.replace raises "
-    "FileNotFoundError (or a corrupt file is published). Fix: a unique temporary name per "
-    "writer, e.g. out_dir / f'.samples-{os.getpid()}-{uuid.uuid4().hex}.parquet.tmp'"))
 def test_concurrent_identical_runs_into_one_results_dir(tmp_path, monkeypatch):
     barrier = threading.Barrier(2)
     monkeypatch.setattr(Runner, "_stream_batches", _fake_stream(barrier))
