@@ -16,12 +16,8 @@ Two efficiencies, both = samples/s / bound:
 busy = the busiest replica's busy time / engine window (1.0 = never idle).
 
 Variants:
-  shipped  : the config defaults (batch_size 8, concurrency 2) and df_ray/pipeline as it is.
-  tuned    : config only: batch_size = replicas * C (one stage call fills every replica of a
-             backbone) and concurrency 2.
-  patched  : tuned + the proposed df_ray/pipeline patches (jobs/perf/patched.py, monkeypatched
-             here; see the report): a coalescing, concurrent EngineActor, count_tokens off the
-             generate queue, no per-batch cache directory listing.
+  shipped  : the config defaults (batch_size 8, concurrency 2).
+  tuned    : batch_size = replicas * C (one stage call fills every replica of a backbone).
 
     .venv/bin/python jobs/perf/pipeline_efficiency.py                    # all, ~6 min on 2 cores
     .venv/bin/python jobs/perf/pipeline_efficiency.py --replicas 1 8 --variants shipped
@@ -54,36 +50,27 @@ def run_one(variant: str, replicas: int, n: int, bound: float, capacity: int,
     params = SimParams(capacity=capacity, t0=max(0.0, t_batch - per_token * tokens),
                        per_token=per_token, tokens=tokens)
     over = {}
-    if variant in ("tuned", "patched"):
+    if variant == "tuned":
         over = {"batch_size": replicas * capacity, "concurrency": 2}
-    restore = None
-    if variant == "patched":
-        from jobs.perf import patched
-
-        restore = patched.install()
-    try:
-        with tempfile.TemporaryDirectory(prefix="dfperf-") as tmp:
-            logdir = os.environ["DFPERF_SIM_LOG"]
-            for f in os.listdir(logdir):
-                os.unlink(os.path.join(logdir, f))
-            cfg = scripted_config(tmp, script=params.script(), replicas=replicas,
-                                  max_batch_size=capacity, **over)
-            runner = Runner(shared_backbones([cfg]), tracker=None, progress=lambda m: None)
-            try:
-                _ = runner.pool  # engines up before the clock starts
-                samples = math_samples(n, prefix=f"{variant[0]}{replicas}-")
-                t0 = time.perf_counter()
-                res = runner.run(cfg, samples)
-                wall = time.perf_counter() - t0
-            finally:
-                runner.shutdown()
-            spans: dict[str, list[tuple[float, float]]] = {}
-            for f in os.listdir(logdir):
-                with open(os.path.join(logdir, f)) as fh:
-                    spans[f] = [tuple(map(float, line.split())) for line in fh if line.strip()]
-    finally:
-        if restore:
-            restore()
+    with tempfile.TemporaryDirectory(prefix="dfperf-") as tmp:
+        logdir = os.environ["DFPERF_SIM_LOG"]
+        for f in os.listdir(logdir):
+            os.unlink(os.path.join(logdir, f))
+        cfg = scripted_config(tmp, script=params.script(), replicas=replicas,
+                              max_batch_size=capacity, **over)
+        runner = Runner(shared_backbones([cfg]), tracker=None, progress=lambda m: None)
+        try:
+            _ = runner.pool  # engines up before the clock starts
+            samples = math_samples(n, prefix=f"{variant[0]}{replicas}-")
+            t0 = time.perf_counter()
+            res = runner.run(cfg, samples)
+            wall = time.perf_counter() - t0
+        finally:
+            runner.shutdown()
+        spans: dict[str, list[tuple[float, float]]] = {}
+        for f in os.listdir(logdir):
+            with open(os.path.join(logdir, f)) as fh:
+                spans[f] = [tuple(map(float, line.split())) for line in fh if line.strip()]
     assert res.metrics["n_samples"] == n and res.metrics["llm_calls_per_sample"] == 4.0
     rate = n / wall
     allspans = [s for v in spans.values() for s in v]
@@ -98,8 +85,8 @@ def run_one(variant: str, replicas: int, n: int, bound: float, capacity: int,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4, 8])
-    ap.add_argument("--variants", nargs="+", default=["shipped", "tuned", "patched"],
-                    choices=["shipped", "tuned", "patched"])
+    ap.add_argument("--variants", nargs="+", default=["shipped", "tuned"],
+                    choices=["shipped", "tuned"])
     ap.add_argument("--samples", type=int, default=320)
     ap.add_argument("--bound", type=float, default=16.0,
                     help="the busiest engine's bound in samples/s (T is derived from it)")
