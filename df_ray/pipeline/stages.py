@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from typing import Any
 
 from df_ray.config import RunConfig
@@ -46,6 +47,11 @@ def build_context(cfg: RunConfig, calibration: Calibration | None,
         count_tokens=count,
         run_seed=cfg.seed,
     )
+
+
+# Off the main thread math-verify runs without its signal-based timeouts (df_ray bounds the
+# input instead) and warns about it on every call; in stage actors that is noise.
+logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
 class _StageBase:
