@@ -60,10 +60,9 @@ class _StageBase:
         self.cfg = RunConfig.model_validate_json(config)
         self.calibration = Calibration.from_dict(calibration) if calibration else None
         self.client = EngineClient(handles, self.cfg.backbones, retries=self.cfg.max_request_retries)
-        self.method = get_method(self.cfg.method, **self.cfg.method_args)
-        if agents_only:
-            # Calibration runs only the independent round of DarkForest.
-            self.method = get_method("darkforest")
+        # Calibration runs only the independent round of DarkForest (agents_only).
+        self.method = (get_method("darkforest") if agents_only
+                       else get_method(self.cfg.method, **self.cfg.method_args))
         self.ctx = build_context(self.cfg, self.calibration, self.client)
 
 
