@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the working dir, under Ray
 
-from df_ray.cli import format_results, load_with_overrides  # noqa: E402
-from df_ray.config import ConfigError  # noqa: E402
+from df_ray.cli import format_results, load_with_overrides
+from df_ray.config import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
