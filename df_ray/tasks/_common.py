@@ -296,6 +296,19 @@ def data_files(folder: Path) -> list[Path]:
                   and p.name.lower().endswith(DATA_SUFFIXES))
 
 
+def load_local(source: str,
+               rows_to_samples: Callable[[list[dict], str], list[Sample]]) -> list[Sample]:
+    """Samples of a local file, or of every data file under a folder (sorted by path)."""
+    p = Path(source)
+    files = [p] if p.is_file() else data_files(p)
+    if not files:
+        raise FileNotFoundError(f"no data files under {p}")
+    out: list[Sample] = []
+    for f in files:
+        out.extend(rows_to_samples(read_rows(f), str(f)))
+    return out
+
+
 def find_file(folder: Path, patterns: Sequence[str]) -> Path | None:
     """First data file in ``folder`` whose lower-cased name matches one of the regexes
     (patterns tried in order)."""

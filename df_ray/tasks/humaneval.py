@@ -102,12 +102,7 @@ class HumanEvalTask:
             return _rows_to_samples(_read_packaged(), str(packaged_data_path()))
         C.check_source(source, ("hf", "hub", PACKAGE_SOURCE))
         if C.is_local(source):
-            p = Path(source)  # type: ignore[arg-type]
-            files = [p] if p.is_file() else C.data_files(p)
-            out: list[Sample] = []
-            for f in files:
-                out.extend(_rows_to_samples(C.read_rows(f), str(f)))
-            return C.dedupe_ids(out)
+            return C.dedupe_ids(C.load_local(source, _rows_to_samples))  # type: ignore[arg-type]
         if source is None and C.hub_offline():
             return self._all(PACKAGE_SOURCE)
         try:

@@ -29,7 +29,6 @@ instead (answers longer than ``MAX_ANSWER_CHARS`` are wrong).
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
 from df_ray.core.types import Observation, ParseSpec
@@ -96,14 +95,7 @@ def _rows_to_samples(rows: list[dict], file: str) -> list[Sample]:
 
 
 def _load_local(source: str) -> list[Sample]:
-    p = Path(source)
-    files = [p] if p.is_file() else C.data_files(p)
-    if not files:
-        raise FileNotFoundError(f"no data files under {p}")
-    samples: list[Sample] = []
-    for f in files:
-        samples.extend(_rows_to_samples(C.read_rows(f), str(f)))
-    return C.dedupe_ids(samples)
+    return C.dedupe_ids(C.load_local(source, _rows_to_samples))
 
 
 class MathTask:

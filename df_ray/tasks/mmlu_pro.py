@@ -19,7 +19,6 @@ Ids: ``mmlu_pro/<question_id>``, or a content hash when the source has no id (Go
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
@@ -90,12 +89,7 @@ class MMLUProTask:
     def _all(self, source: str | None) -> list[Sample]:
         C.check_source(source)
         if C.is_local(source):
-            p = Path(source)  # type: ignore[arg-type]
-            files = [p] if p.is_file() else C.data_files(p)
-            out: list[Sample] = []
-            for f in files:
-                out.extend(_rows_to_samples(C.read_rows(f), str(f)))
-            return out
+            return C.load_local(source, _rows_to_samples)  # type: ignore[arg-type]
         ds = C.load_hub_dataset(HUB, split="test")
         return _rows_to_samples(C.dataset_rows(ds), f"{HUB}:test")
 
