@@ -66,7 +66,9 @@ def _kill_and_check_no_strays(proc) -> None:
     tree = [driver, *driver.children(recursive=True)]
     assert len(tree) > 3, "the driver had not started Ray yet"
     kill_group(proc)
-    deadline = time.monotonic() + 60
+    # A Ray worker that was still starting when its raylet died only gives up after Ray's
+    # worker registration timeout (60 s by default): wait past it.
+    deadline = time.monotonic() + 150
     alive = tree
     while time.monotonic() < deadline:
         alive = []
