@@ -14,6 +14,7 @@ merges parts. The root is a local folder or any pyarrow filesystem URI (``s3://.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -55,7 +56,8 @@ class CacheEntry:
 
 
 class GenerationCache:
-    """A content-addressed store of completions. Not thread-safe; one per process."""
+    """A content-addressed store of completions. Thread-safe: a stage actor's concurrent
+    batches share one."""
 
     def __init__(self, root: str) -> None:
         self.root = root
@@ -64,7 +66,15 @@ class GenerationCache:
         self._entries: dict[str, CacheEntry] = {}
         self._seen_parts: set[str] = set()
         self._listed_at = float("-inf")
+        self._lock = threading.RLock()
         self.refresh()
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def _parts(self) -> list[str]:
         sel = pafs.FileSelector(self.path, recursive=False, allow_not_found=True)
@@ -77,6 +87,10 @@ class GenerationCache:
 
         With ``min_interval_s`` the root is listed at most that often: a long run's root holds
         thousands of parts, and listing it on every batch is what the run otherwise pays."""
+        with self._lock:
+            return self._refresh(min_interval_s)
+
+    def _refresh(self, min_interval_s: float) -> int:
         now = time.monotonic()
         if now - self._listed_at < min_interval_s:
             return 0
@@ -114,6 +128,10 @@ class GenerationCache:
 
     def put_many(self, items: Iterable[tuple[ChatRequest, Completion]]) -> int:
         """Persist successful completions as one new part; returns how many were written."""
+        with self._lock:
+            return self._put_many(items)
+
+    def _put_many(self, items: Iterable[tuple[ChatRequest, Completion]]) -> int:
         rows = []
         now = time.time()
         for req, comp in items:
@@ -141,6 +159,10 @@ class GenerationCache:
 
     def compact(self) -> int:
         """Merge all parts into one (safe while nobody else writes); returns entries kept."""
+        with self._lock:
+            return self._compact()
+
+    def _compact(self) -> int:
         parts = self._parts()
         if len(parts) <= 1:
             return len(self._entries)

@@ -41,7 +41,9 @@ class EngineActor:
 
     def __init__(self, spec: dict[str, Any]) -> None:
         from df_ray.engines import make_engine
+        from df_ray.pipeline import lifeline
 
+        lifeline.hold()
         self.spec = EngineSpec.model_validate(spec)
         self.engine = make_engine(self.spec)
         self.served = 0
@@ -152,9 +154,17 @@ class EngineClient:
         self.specs = dict(specs)
         self.retries = retries
         self._rr = dict.fromkeys(self.handles, 0)
+        self._rr_lock = threading.Lock()  # a stage actor's batches share one client
         self._model_to_backbone = {}
         for name, spec in self.specs.items():
             self._model_to_backbone.setdefault((spec.model, spec.revision), name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_rr_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._rr_lock = threading.Lock()
 
     def backbone_of(self, request: ChatRequest) -> str:
         try:
@@ -220,8 +230,9 @@ class EngineClient:
             size = max(1, self.specs[name].max_batch_size)
             chunks = [members[j:j + size] for j in range(0, len(members), size)]
             for chunk in chunks:
-                actor = replicas[self._rr[name] % len(replicas)]
-                self._rr[name] += 1
+                with self._rr_lock:
+                    actor = replicas[self._rr[name] % len(replicas)]
+                    self._rr[name] += 1
                 ref = actor.generate.remote([requests[i].to_dict() for i in chunk])
                 inflight.append((actor, chunk, ref))
         return inflight

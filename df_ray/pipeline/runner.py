@@ -234,8 +234,11 @@ class Runner:
         common = {"config": cfg.model_dump_json(),
                   "calibration": calibration.to_dict() if calibration else None,
                   "handles": pool.handles, "agents_only": agents_only}
+        actors, calls = stage_plan(cfg, n_blocks)
+        compute = ray.data.ActorPoolStrategy(size=actors, max_concurrent_calls_per_actor=calls,
+                                             enable_true_multi_threading=calls > 1)
         stage = {"batch_size": cfg.batch_size, "num_cpus": 0.25, "batch_format": "numpy",
-                 "compute": ray.data.ActorPoolStrategy(size=stage_pool_size(cfg, n_blocks))}
+                 "compute": compute}
         for r in range(rounds):
             ds = ds.map_batches(RoundStage, fn_constructor_kwargs={"round": r, **common}, **stage)
         ds = ds.map_batches(GradeStage, fn_constructor_kwargs=common, **stage)
@@ -285,14 +288,24 @@ class Runner:
         return RunResult(cfg, metrics, str(path), run_id)
 
 
-def stage_pool_size(cfg: RunConfig, n_blocks: int) -> int:
-    """Stage actors per round: enough batches in flight to keep every replica of a backbone
-    full (replicas * max_batch_size requests) plus one to overlap the CPU work; at least
-    ``cfg.concurrency``, at most 8 and never more than there are blocks to process (each
-    actor costs a process start)."""
+def stage_plan(cfg: RunConfig, n_blocks: int) -> tuple[int, int]:
+    """Stage actors per round and batches each works on at once.
+
+    A round needs enough batches in flight to keep every replica of its busiest backbone full
+    (``replicas * max_batch_size`` requests) plus one to overlap the CPU work, and never more
+    than there are blocks. A batch in flight mostly waits on engines, so the batches share
+    ``cfg.concurrency`` actors as threads: every actor is a process start (seconds on a small
+    machine, paid once per stage per configuration), a thread is free.
+    """
     need = max(-(-spec.replicas * spec.max_batch_size // cfg.batch_size) + 1
                for spec in cfg.backbones.values())
-    return max(1, min(max(cfg.concurrency, min(need, 8)), n_blocks))
+    in_flight = max(1, min(max(cfg.concurrency, min(need, MAX_BATCHES_IN_FLIGHT)), n_blocks))
+    actors = min(cfg.concurrency, in_flight)
+    return actors, -(-in_flight // actors)
+
+
+#: Upper bound on the batches one stage works on at once (over all its actors).
+MAX_BATCHES_IN_FLIGHT = 64
 
 
 def _safe(name: str) -> str:

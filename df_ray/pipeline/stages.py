@@ -19,6 +19,7 @@ from df_ray.core import Calibration
 from df_ray.core.types import Observation
 from df_ray.methods import get_method
 from df_ray.methods.base import CallRecord, MethodContext, SampleState, agent_view
+from df_ray.pipeline import lifeline
 from df_ray.pipeline.cache import GenerationCache
 from df_ray.pipeline.engine_pool import EngineClient
 from df_ray.tasks import get_task
@@ -57,6 +58,7 @@ logging.getLogger("math_verify").setLevel(logging.ERROR)
 class _StageBase:
     def __init__(self, config: str, calibration: dict | None, handles: dict,
                  agents_only: bool = False) -> None:
+        lifeline.hold()
         self.cfg = RunConfig.model_validate_json(config)
         self.calibration = Calibration.from_dict(calibration) if calibration else None
         self.client = EngineClient(handles, self.cfg.backbones, retries=self.cfg.max_request_retries)
