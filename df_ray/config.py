@@ -113,7 +113,11 @@ class RunConfig(_Strict):
     calibration: CalibrationSettings = CalibrationSettings()
     cache_root: str = Field(default_factory=default_cache_root)
     tracking: TrackingSettings = TrackingSettings()
+    #: Samples per pipeline batch (one stage call).
     batch_size: int = Field(8, ge=1)
+    #: Actors per stage. Each works on several batches at once as threads, as many as keep
+    #: every engine replica full (`df_ray.pipeline.runner.stage_plan`); more actors add cores
+    #: for the CPU work (parsing, grading), not requests in flight.
     concurrency: int = Field(2, ge=1)
     results_dir: str = "results"
     max_request_retries: int = Field(2, ge=0)
