@@ -1,9 +1,12 @@
 """Tokens per sample the lazy coordinator saves against the always-on coordinator, on cached
 real generations, with identical answers (asserted).
 
-A demo-like configuration (df_ray/configs/demo.yaml's agents: SmolLM2-135M-Instruct and
-Gemma 3 270M through the embedded llama.cpp engine) on a few real MMLU-Pro (or MATH)
-problems, read at run time from /work/shared/data/goa/ (never copied into the repo):
+Agents through the embedded llama.cpp engine on a few real MMLU-Pro (or MATH) problems, read
+at run time from GoA's split files (``--data``; by default ``shared/data/goa`` beside the
+repository; never copied into it). ``--agents demo`` is df_ray/configs/demo.yaml's
+heterogeneous team (SmolLM2-135M-Instruct and Gemma 3 270M), which almost never agrees, so the
+guardrail never trusts and lazy saves nothing; ``--agents greedy`` is three SmolLM2 agents at
+temperature 0.1 with different seeds, which agree often enough for the guardrail to trust:
   1. always-on coordinator through df_ray once: fills a temporary generation cache;
   2. always-on again and lazy, both from that cache (no engine call: asserted);
   3. per-sample final answers equal (asserted); tokens per sample compared.
@@ -12,6 +15,7 @@ needed; the guardrail is the default (k 2, tau_p 0.66, tau_m 0.30).
 
     .venv/bin/python jobs/perf/lazy_coordinator.py                     # 8 MMLU-Pro problems
     .venv/bin/python jobs/perf/lazy_coordinator.py --benchmark math --limit 6
+    .venv/bin/python jobs/perf/lazy_coordinator.py --agents greedy --limit 12
 """
 
 from __future__ import annotations
@@ -26,31 +30,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from jobs.perf.common import header, start_ray
 
-DATA = Path("/work/shared/data/goa")
-SOURCES = {"mmlu_pro": DATA / "MMLU_Pro_sampled_test.json", "math": DATA / "MATH_test.json"}
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "goa"
+FILES = {"mmlu_pro": "MMLU_Pro_sampled_test.json", "math": "MATH_test.json"}
 
 
-def config(tmp: str, benchmark: str, limit: int, lazy: bool, max_tokens: int):
+def agents(kind: str, max_tokens: int) -> list[dict]:
+    if kind == "greedy":
+        return [{"id": f"smollm2-{s}", "backbone": "smollm2", "temperature": 0.1, "seed": s,
+                 "max_tokens": max_tokens} for s in (1, 2, 3)]
+    return [
+        {"id": "smollm2-a", "backbone": "smollm2", "temperature": 0.7, "seed": 1,
+         "max_tokens": max_tokens},
+        {"id": "gemma3-b", "backbone": "gemma3", "temperature": 0.8, "seed": 2,
+         "max_tokens": max_tokens},
+        {"id": "smollm2-c", "backbone": "smollm2", "temperature": 1.0, "seed": 3,
+         "max_tokens": max_tokens,
+         "system_prompt": "You are a careful assistant. Answer with the option letter."},
+    ]
+
+
+def config(tmp: str, benchmark: str, source: Path, limit: int, lazy: bool, max_tokens: int,
+           team: str):
     from df_ray.config import RunConfig
 
     return RunConfig.model_validate({
         "name": "lazy" if lazy else "always-on",
-        "benchmark": benchmark, "split": "test", "source": str(SOURCES[benchmark]),
+        "benchmark": benchmark, "split": "test", "source": str(source),
         "limit": limit, "method": "darkforest",
         "backbones": {
             "smollm2": {"kind": "embedded", "model": "smollm2-135m-instruct", "n_ctx": 2048},
             "gemma3": {"kind": "embedded", "model": "gemma3-270m", "n_ctx": 2048,
                        "prompt_format": "completion"},
         },
-        "agents": [
-            {"id": "smollm2-a", "backbone": "smollm2", "temperature": 0.7, "seed": 1,
-             "max_tokens": max_tokens},
-            {"id": "gemma3-b", "backbone": "gemma3", "temperature": 0.8, "seed": 2,
-             "max_tokens": max_tokens},
-            {"id": "smollm2-c", "backbone": "smollm2", "temperature": 1.0, "seed": 3,
-             "max_tokens": max_tokens,
-             "system_prompt": "You are a careful assistant. Answer with the option letter."},
-        ],
+        "agents": agents(team, max_tokens),
         "coordinator": {"id": "coordinator", "backbone": "smollm2", "temperature": 0.2,
                         "seed": 4, "max_tokens": max_tokens},
         "ablation": "no_calibration",
@@ -63,22 +75,26 @@ def config(tmp: str, benchmark: str, limit: int, lazy: bool, max_tokens: int):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--benchmark", choices=sorted(SOURCES), default="mmlu_pro")
+    ap.add_argument("--benchmark", choices=sorted(FILES), default="mmlu_pro")
+    ap.add_argument("--agents", choices=["demo", "greedy"], default="demo")
+    ap.add_argument("--data", type=Path, default=DATA, help="folder with GoA's split files")
     ap.add_argument("--limit", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=128)
     args = ap.parse_args(argv)
     header("lazy coordinator: tokens per sample saved on cached real generations")
-    if not SOURCES[args.benchmark].is_file():
-        print(f"lazy_coordinator: {SOURCES[args.benchmark]} not found", file=sys.stderr)
+    source = args.data / FILES[args.benchmark]
+    if not source.is_file():
+        print(f"lazy_coordinator: {source} not found (pass --data DIR)", file=sys.stderr)
         return 3
+    print(f"# agents: {args.agents}; {args.limit} {args.benchmark} problems from {source.name}")
     import pyarrow.parquet as pq
 
     from df_ray.pipeline.runner import Runner, load_samples, shared_backbones
 
     start_ray()
     with tempfile.TemporaryDirectory(prefix="dfperf-lazy-") as tmp:
-        on = config(tmp, args.benchmark, args.limit, False, args.max_tokens)
-        lazy = config(tmp, args.benchmark, args.limit, True, args.max_tokens)
+        on = config(tmp, args.benchmark, source, args.limit, False, args.max_tokens, args.agents)
+        lazy = config(tmp, args.benchmark, source, args.limit, True, args.max_tokens, args.agents)
         samples = load_samples(on)
         runner = Runner(shared_backbones([on, lazy]), tracker=None, progress=lambda m: None)
         try:
