@@ -229,6 +229,71 @@ def _child(workdir: str, program: str, result_fd: int, cfg: dict, nonce: str) ->
     _exit(status if 0 <= status < 256 else 1)
 
 
+def _become_subreaper() -> bool:
+    """Adopt the program's orphans (Linux ``PR_SET_CHILD_SUBREAPER``): a double-forked,
+    ``setsid`` daemon then stays the launcher's descendant, and ``_kill_descendants`` ends it.
+
+    Called after the fork, so the child never finds ``ctypes`` imported."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1 and int(fields[1]) == pid:
+            out.append(int(name))
+    return out
+
+
+def _kill_descendants(deadline_s: float = 5.0) -> None:
+    """SIGKILL and reap every process left under the launcher (as subreaper, every orphan)."""
+    import time
+
+    me = os.getpid()
+    try:
+        same_view = int(os.readlink("/proc/self")) == me
+    except (OSError, ValueError):
+        same_view = False
+    if not same_view:
+        # /proc shows another PID namespace (under ``unshare --pid`` the launcher is the
+        # namespace's init and its exit kills everything inside), or there is no /proc.
+        return
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        kids = _children(me)
+        if not kids:
+            return
+        for kid in kids:
+            with contextlib.suppress(OSError):
+                os.kill(kid, signal.SIGKILL)
+        while True:  # reap what died; their own orphans come to us next round
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                time.sleep(0.01)
+                break
+
+
 def main() -> None:
     workdir, program, result_fd_s, cfg_json = sys.argv[1:5]
     result_fd = int(result_fd_s)
@@ -237,16 +302,25 @@ def main() -> None:
     os.chdir(workdir)
     sys.stdout.flush()
     sys.stderr.flush()
+    go_r, go_w = os.pipe()  # the child starts the program only once the launcher adopts orphans
     pid = os.fork()
     if pid == 0:
+        os.close(go_w)
+        os.read(go_r, 1)
+        os.close(go_r)
         _child(workdir, program, result_fd, cfg, nonce)
         os._exit(70)  # not reached
-    # The launcher: report the child's pid, wait for it, mirror its exit status.
+    os.close(go_r)
+    # The launcher: adopt orphans, report the child's pid, wait for it, kill what it left
+    # behind, mirror its exit status.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         with contextlib.suppress(OSError, ValueError):
             signal.signal(sig, signal.SIG_IGN)
+    subreaper = _become_subreaper()
+    os.write(go_w, b"g")
+    os.close(go_w)
     with contextlib.suppress(OSError):
-        os.write(result_fd, f"pid {pid}\n".encode())
+        os.write(result_fd, f"pid {pid}\nsubreaper {int(subreaper)}\n".encode())
     while True:
         try:
             _, status = os.waitpid(pid, 0)
@@ -255,6 +329,7 @@ def main() -> None:
             os._exit(71)
         except InterruptedError:
             continue
+    _kill_descendants()
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
 

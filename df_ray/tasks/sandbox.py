@@ -13,9 +13,13 @@ Process layout::
 
 What is guaranteed (enforced by the kernel):
 
-- **Wall clock.** After ``timeout_s`` the evaluator SIGKILLs the whole process group (its
-  own session) and the child's pid; under a PID namespace killing the ``unshare`` process
+- **Wall clock.** After ``timeout_s`` the evaluator SIGKILLs the program, then the whole
+  process group (its own session); under a PID namespace killing the ``unshare`` process
   kills the namespace's init and with it every process inside.
+- **Nothing outlives the sandbox**: the launcher is the subreaper of the program's orphans
+  (Linux ``PR_SET_CHILD_SUBREAPER``), so a double-forked ``setsid`` daemon that left the
+  process group is still the launcher's descendant, and the launcher kills every one of them
+  when the program ends or is killed.
 - **Resources** (``setrlimit`` in the child before the program starts): address space
   (``memory_mb``; a 100 GB allocation raises MemoryError), CPU seconds, file size
   (``file_size_mb``; an output flood gets SIGXFSZ), open files, core dumps off, and
@@ -121,6 +125,10 @@ def unshare_prefix() -> tuple[str, ...] | None:
                     break
         _unshare_cmd = found
         return found
+
+
+#: How long a timed-out sandbox's launcher gets to kill the program's leftovers.
+LAUNCHER_CLEANUP_S = 6.0
 
 
 def _read_capped(path: Path, limit: int) -> str:
@@ -241,6 +249,13 @@ def run_untrusted(code: str, *, timeout_s: float = 10.0, memory_mb: int = 1024,
             # Inside a PID namespace the reported pid is not ours to kill: the namespace
             # dies with its init instead.
             child_pid = None if prefix else _child_pid(result_text)
+            if timed_out and child_pid is not None:
+                # Kill the program first and let the launcher (the subreaper of its orphans)
+                # kill what the program left behind, before its own group goes.
+                with contextlib.suppress(OSError):
+                    os.kill(child_pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=LAUNCHER_CLEANUP_S)
             _kill_tree(proc, child_pid)  # leftovers (or everything, on timeout)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)

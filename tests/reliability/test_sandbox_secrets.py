@@ -198,11 +198,6 @@ def test_setsid_daemon_is_refused_by_the_default_sandbox(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "without a PID namespace (no unshare) and with the Python guards bypassed, a "
-    "double-forked setsid daemon leaves the sandbox's process group and survives the "
-    "timeout kill. Fix in df_ray/tasks/sandbox.py: also kill by cgroup, or make the "
-    "launcher a subreaper (prctl PR_SET_CHILD_SUBREAPER) that kills its descendants"))
 def test_setsid_daemon_without_pid_namespace(tmp_path):
     marker = tmp_path / "marker"
     res = run_untrusted(DAEMON.replace("MARKER", repr(str(marker))), timeout_s=1,
@@ -211,3 +206,15 @@ def test_setsid_daemon_without_pid_namespace(tmp_path):
     time.sleep(4)
     exists = marker.exists()
     assert not exists, "a setsid daemon outlived the sandbox"
+
+
+def test_setsid_daemon_does_not_outlive_a_program_that_ends_on_its_own(tmp_path):
+    """Without a PID namespace the launcher, subreaper of the program's orphans, kills the
+    daemon when the program returns (no timeout involved)."""
+    marker = tmp_path / "marker"
+    code = DAEMON.replace("MARKER", repr(str(marker))).replace("time.sleep(60)",
+                                                               "time.sleep(0.5)")
+    res = run_untrusted(code, timeout_s=20, guard=False, audit=False, network="hook")
+    assert res.status == "passed", res
+    time.sleep(4)
+    assert not marker.exists(), "a setsid daemon outlived the sandbox"
