@@ -181,6 +181,10 @@ class SweepConfig(_Strict):
     base: dict[str, Any]
     runs: list[dict[str, Any]] = Field(default_factory=lambda: [{}])
     grid: dict[str, list[Any]] = Field(default_factory=dict)
+    #: Run consecutive configurations over the same samples and cache root through one
+    #: pipeline (one start, each shared call made once); off: one pipeline per configuration,
+    #: each configuration finished and logged before the next starts.
+    fuse: bool = True
 
     def expand(self) -> list[RunConfig]:
         out: list[RunConfig] = []

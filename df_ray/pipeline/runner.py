@@ -190,7 +190,7 @@ class Runner:
         self.say(f"no calibration file matches {cfg.benchmark} with agents {cfg.agent_ids()}: "
                  f"fitting one on {len(samples)} held-out samples")
         records = []
-        for row in self._stream(cfg, samples, None, agents_only=True):
+        for row in self._stream([(cfg, None)], samples, agents_only=True):
             if len(records) % max(1, len(samples) // 10) == 0:
                 self.say(f"calibration: {len(records)}/{len(samples)} samples")
             detail = json.loads(row["detail"])
@@ -212,32 +212,42 @@ class Runner:
         return cal
 
     # ------------------------------------------------------------------ running
-    def _stream(self, cfg: RunConfig, samples: Sequence[Sample], calibration: Calibration | None,
-                agents_only: bool = False):
+    def _stream(self, members: Sequence[tuple[RunConfig, Calibration | None]],
+                samples: Sequence[Sample], agents_only: bool = False):
         """Yield graded result rows as they come out of the pipeline."""
-        for batch in self._stream_batches(cfg, samples, calibration, agents_only):
+        for batch in self._stream_batches(members, samples, agents_only):
             yield from batch.to_pylist()
 
-    def _stream_batches(self, cfg: RunConfig, samples: Sequence[Sample],
-                        calibration: Calibration | None, agents_only: bool = False):
-        """Yield graded result batches (pyarrow tables) as they come out of the pipeline."""
+    def _stream_batches(self, members: Sequence[tuple[RunConfig, Calibration | None]],
+                        samples: Sequence[Sample], agents_only: bool = False):
+        """Yield graded result batches (pyarrow tables) as they come out of the pipeline.
+
+        ``members`` are configurations over the same samples and cache root: one pipeline
+        carries them all, each row holding one state per configuration, so the stages start
+        once, a call that several configurations make is made once (the first configuration
+        pays, the others read it as cached) and a configuration that needs no engine call
+        costs only its CPU work. Each output row names its configuration (``config``).
+        """
         import ray
 
         from df_ray.pipeline.stages import GradeStage, RoundStage
 
         pool = self.pool
-        method = get_method("darkforest") if agents_only else get_method(cfg.method, **cfg.method_args)
-        rounds = 1 if agents_only else method.rounds
-        rows = [{"sample_id": s.id, "state": json.dumps(SampleState(s).to_dict())} for s in samples]
-        n_blocks = max(1, min(len(rows), (len(rows) + cfg.batch_size - 1) // cfg.batch_size))
+        lead = members[0][0]
+        rounds = 1 if agents_only else max(
+            get_method(c.method, **c.method_args).rounds for c, _ in members)
+        rows = [{"sample_id": s.id,
+                 "state": json.dumps([SampleState(s).to_dict()] * len(members))}
+                for s in samples]
+        n_blocks = max(1, min(len(rows), (len(rows) + lead.batch_size - 1) // lead.batch_size))
         ds = ray.data.from_items(rows, override_num_blocks=n_blocks)
-        common = {"config": cfg.model_dump_json(),
-                  "calibration": calibration.to_dict() if calibration else None,
+        common = {"configs": [c.model_dump_json() for c, _ in members],
+                  "calibrations": [cal.to_dict() if cal else None for _, cal in members],
                   "handles": pool.handles, "agents_only": agents_only}
-        actors, calls = stage_plan(cfg, n_blocks)
+        actors, calls = stage_plan(lead, n_blocks)
         compute = ray.data.ActorPoolStrategy(size=actors, max_concurrent_calls_per_actor=calls,
                                              enable_true_multi_threading=calls > 1)
-        stage = {"batch_size": cfg.batch_size, "num_cpus": 0.25, "batch_format": "numpy",
+        stage = {"batch_size": lead.batch_size, "num_cpus": 0.25, "batch_format": "numpy",
                  "compute": compute}
         for r in range(rounds):
             ds = ds.map_batches(RoundStage, fn_constructor_kwargs={"round": r, **common}, **stage)
@@ -246,46 +256,99 @@ class Runner:
 
     def run(self, cfg: RunConfig, samples: Sequence[Sample] | None = None,
             sweep: str = "sweep") -> RunResult:
-        if self.tracker is not None:
-            done = self.tracker.finished_run(cfg)
+        samples = list(samples) if samples is not None else load_samples(cfg)
+        return self.run_many([cfg], samples, sweep=sweep)[0]
+
+    def run_many(self, cfgs: Sequence[RunConfig], samples: Sequence[Sample],
+                 sweep: str = "sweep") -> list[RunResult]:
+        """Run configurations that share their samples and cache root through one pipeline.
+
+        Each configuration keeps its own results file and MLflow run, written once all its
+        samples are graded; finished ones are skipped."""
+        if len({c.cache_root for c in cfgs}) > 1:
+            raise ValueError("run_many: the configurations must share one cache root")
+        out: dict[int, RunResult] = {}
+        todo: list[int] = []
+        for i, cfg in enumerate(cfgs):
+            done = self.tracker.finished_run(cfg) if self.tracker is not None else None
             if done is not None:
                 self.say(f"{cfg.name}: already finished (MLflow run {done.info.run_id}); skipping")
-                return RunResult(cfg, dict(done.data.metrics), "", done.info.run_id, skipped=True)
-        samples = list(samples) if samples is not None else load_samples(cfg)
-        calibration = self.calibration_for(cfg)
-        self.say(f"{cfg.name}: {cfg.method} on {len(samples)} {cfg.benchmark} samples")
-        out_dir = Path(cfg.results_dir) / _safe(sweep) / f"{_safe(cfg.name)}-{cfg.fingerprint()}"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / "samples.parquet"
+                out[i] = RunResult(cfg, dict(done.data.metrics), "", done.info.run_id,
+                                   skipped=True)
+            else:
+                todo.append(i)
+        if not todo:
+            return [out[i] for i in range(len(cfgs))]
+        samples = list(samples)
+        members = [(cfgs[i], self.calibration_for(cfgs[i])) for i in todo]
+        for cfg, _ in members:
+            self.say(f"{cfg.name}: {cfg.method} on {len(samples)} {cfg.benchmark} samples")
+        outs = [_ResultsFile(cfg, sweep) for cfg, _ in members]
+        t0 = time.time()
+        try:
+            for table in self._stream_batches(members, samples):
+                which = table.column("config").to_pylist()
+                for k, f in enumerate(outs):
+                    idx = [j for j, w in enumerate(which) if w == k]
+                    if idx:
+                        f.add(table.take(idx))
+                if len(outs) == 1:
+                    self.say(f"{outs[0].cfg.name}: {outs[0].acc.n}/{len(samples)} samples graded")
+                else:
+                    graded = sum(f.acc.n for f in outs)
+                    self.say(f"{len(outs)} configurations: {graded}/{len(samples) * len(outs)} "
+                             "samples graded")
+        finally:
+            for f in outs:
+                f.close()
+        wall = time.time() - t0
+        for (cfg, calibration), f, i in zip(members, outs, todo, strict=True):
+            path = f.commit()
+            metrics = f.acc.result()
+            metrics["wall_time_s"] = wall
+            metrics["samples_per_s"] = f.acc.n / wall if wall > 0 else 0.0
+            if f.acc.n != len(samples):
+                raise RuntimeError(f"{cfg.name}: {len(samples)} samples in, {f.acc.n} graded")
+            run_id = None
+            if self.tracker is not None:
+                run_id = self.tracker.log_run(cfg, metrics, path, calibration)
+            out[i] = RunResult(cfg, metrics, str(path), run_id)
+        return [out[i] for i in range(len(cfgs))]
+
+
+class _ResultsFile:
+    """One configuration's graded rows: metrics accumulated, rows streamed to a temporary
+    Parquet file that becomes ``samples.parquet`` once every sample is in."""
+
+    def __init__(self, cfg: RunConfig, sweep: str) -> None:
+        self.cfg = cfg
+        self.dir = Path(cfg.results_dir) / _safe(sweep) / f"{_safe(cfg.name)}-{cfg.fingerprint()}"
+        self.dir.mkdir(parents=True, exist_ok=True)
         # Each writer its own temporary file: concurrent runs of one configuration never
         # truncate each other's (the last rename wins, and every renamed file is whole).
-        tmp = out_dir / f".samples-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet.tmp"
-        acc = MetricsAccumulator()
-        t0 = time.time()
-        writer = None
-        try:
-            for table in self._stream_batches(cfg, samples, calibration):
-                for row in table.to_pylist():
-                    acc.add(row)
-                table = table.select(RESULT_SCHEMA.names).cast(RESULT_SCHEMA)
-                if writer is None:
-                    writer = pq.ParquetWriter(tmp, RESULT_SCHEMA)
-                writer.write_table(table)
-                self.say(f"{cfg.name}: {acc.n}/{len(samples)} samples graded")
-        finally:
-            if writer is not None:
-                writer.close()
-        os.replace(tmp, path)
-        wall = time.time() - t0
-        metrics = acc.result()
-        metrics["wall_time_s"] = wall
-        metrics["samples_per_s"] = acc.n / wall if wall > 0 else 0.0
-        if acc.n != len(samples):
-            raise RuntimeError(f"{cfg.name}: {len(samples)} samples in, {acc.n} graded")
-        run_id = None
-        if self.tracker is not None:
-            run_id = self.tracker.log_run(cfg, metrics, path, calibration)
-        return RunResult(cfg, metrics, str(path), run_id)
+        self.tmp = self.dir / f".samples-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet.tmp"
+        self.acc = MetricsAccumulator()
+        self.writer: pq.ParquetWriter | None = None
+
+    def add(self, table: pa.Table) -> None:
+        for row in table.to_pylist():
+            self.acc.add(row)
+        table = table.select(RESULT_SCHEMA.names).cast(RESULT_SCHEMA)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.tmp, RESULT_SCHEMA)
+        self.writer.write_table(table)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def commit(self) -> Path:
+        path = self.dir / "samples.parquet"
+        if not self.tmp.exists():  # no sample at all: an empty, well-formed file
+            pq.write_table(RESULT_SCHEMA.empty_table(), self.tmp)
+        os.replace(self.tmp, path)
+        return path
 
 
 def stage_plan(cfg: RunConfig, n_blocks: int) -> tuple[int, int]:
@@ -328,12 +391,29 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
     try:
         ctx = tracker.sweep(sweep) if tracker is not None else _nullcontext()
         with ctx:
-            for cfg in configs:
+            for group in pipeline_groups(configs, fuse=sweep.fuse):
+                cfg = group[0]
                 key = (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.seed)
-                results.append(runner.run(cfg, loaded[key], sweep=sweep.name))
+                results += runner.run_many(group, loaded[key], sweep=sweep.name)
     finally:
         runner.shutdown()
     return results
+
+
+def pipeline_groups(configs: Sequence[RunConfig], fuse: bool = True) -> list[list[RunConfig]]:
+    """Consecutive configurations over the same samples and cache root share one pipeline
+    (``fuse``); otherwise each runs alone. Order is kept: results come back in sweep order."""
+    groups: list[list[RunConfig]] = []
+    for cfg in configs:
+        if fuse and groups and _group_key(groups[-1][0]) == _group_key(cfg):
+            groups[-1].append(cfg)
+        else:
+            groups.append([cfg])
+    return groups
+
+
+def _group_key(cfg: RunConfig) -> tuple:
+    return (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.seed, cfg.cache_root)
 
 
 class _nullcontext:

@@ -55,38 +55,56 @@ def build_context(cfg: RunConfig, calibration: Calibration | None,
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
-class _StageBase:
-    def __init__(self, config: str, calibration: dict | None, handles: dict,
-                 agents_only: bool = False) -> None:
-        lifeline.hold()
-        self.cfg = RunConfig.model_validate_json(config)
-        self.calibration = Calibration.from_dict(calibration) if calibration else None
-        self.client = EngineClient(handles, self.cfg.backbones, retries=self.cfg.max_request_retries)
+class _Member:
+    """One configuration a stage serves: its settings, method and context."""
+
+    def __init__(self, cfg: RunConfig, calibration: Calibration | None, client: EngineClient,
+                 agents_only: bool) -> None:
+        self.cfg = cfg
         # Calibration runs only the independent round of DarkForest (agents_only).
         self.method = (get_method("darkforest") if agents_only
-                       else get_method(self.cfg.method, **self.cfg.method_args))
-        self.ctx = build_context(self.cfg, self.calibration, self.client)
+                       else get_method(cfg.method, **cfg.method_args))
+        self.rounds = 1 if agents_only else self.method.rounds
+        self.ctx = build_context(cfg, calibration, client)
+
+
+class _StageBase:
+    """Rows hold one sample's states, one per configuration the pipeline carries (all over
+    the same samples and cache root); stages serve every configuration at once."""
+
+    def __init__(self, configs: list[str], calibrations: list[dict | None], handles: dict,
+                 agents_only: bool = False) -> None:
+        lifeline.hold()
+        cfgs = [RunConfig.model_validate_json(c) for c in configs]
+        backbones = {}
+        for c in cfgs:
+            backbones.update(c.backbones)
+        self.client = EngineClient(handles, backbones, retries=cfgs[0].max_request_retries)
+        self.members = [
+            _Member(c, Calibration.from_dict(cal) if cal else None, self.client, agents_only)
+            for c, cal in zip(cfgs, calibrations, strict=True)]
 
 
 class RoundStage(_StageBase):
-    """Runs one round of the method over a batch of samples."""
+    """Runs one round of every configuration's method over a batch of samples."""
 
-    def __init__(self, round: int, config: str, calibration: dict | None, handles: dict,
-                 agents_only: bool = False) -> None:
-        super().__init__(config, calibration, handles, agents_only)
+    def __init__(self, round: int, configs: list[str], calibrations: list[dict | None],
+                 handles: dict, agents_only: bool = False) -> None:
+        super().__init__(configs, calibrations, handles, agents_only)
         self.round = round
-        self.cache = GenerationCache(self.cfg.cache_root)
+        self.cache = GenerationCache(self.members[0].cfg.cache_root)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        states = [SampleState.from_dict(json.loads(s)) for s in batch["state"]]
-        planned = []
-        for i, st in enumerate(states):
-            if st.done:
-                continue
-            for call in self.method.plan(self.round, st, self.ctx):
-                planned.append((i, call))
+        rows = [[SampleState.from_dict(d) for d in json.loads(s)] for s in batch["state"]]
+        planned = []  # (row, member, call): the first configuration to ask for a call pays
+        for i, states in enumerate(rows):
+            for m, (member, st) in enumerate(zip(self.members, states, strict=True)):
+                if st.done or self.round >= member.rounds:
+                    continue
+                for call in member.method.plan(self.round, st, member.ctx):
+                    planned.append((i, m, call))
         if planned:
-            keys = [call.request.key() for _, call in planned]
+            keys = [call.request.key() for _, _, call in planned]
             if any(k not in self.cache for k in keys):
                 # Another job or stage actor may have written them since this stage started
                 # (earlier configurations' parts were loaded when it started).
@@ -102,30 +120,35 @@ class RoundStage(_StageBase):
                     todo.setdefault(keys[j], []).append(j)
             if todo:
                 firsts = [js[0] for js in todo.values()]
-                reqs = [planned[j][1].request for j in firsts]
+                reqs = [planned[j][2].request for j in firsts]
                 comps = self.client.generate(reqs)
                 self.cache.put_many(zip(reqs, comps, strict=True))
                 for js, comp in zip(todo.values(), comps, strict=True):
                     for n, j in enumerate(js):
                         results[j] = comp
                         cached[j] = n > 0  # a duplicate within the batch costs nothing
-            for j, (i, call) in enumerate(planned):
+            for j, (i, m, call) in enumerate(planned):
                 comp = results[j]
-                states[i].calls.append(CallRecord(
+                rows[i][m].calls.append(CallRecord(
                     round=self.round, role=call.role, agent=call.agent, key=keys[j],
                     text=comp.text, prompt_tokens=comp.prompt_tokens,
                     completion_tokens=comp.completion_tokens, cached=cached[j], error=comp.error))
         return {"sample_id": batch["sample_id"],
-                "state": [json.dumps(st.to_dict()) for st in states]}
+                "state": [json.dumps([st.to_dict() for st in states]) for states in rows]}
 
 
 class GradeStage(_StageBase):
-    """Finishes each sample: the method's outcome, grades, token and call accounting."""
+    """Finishes each sample of each configuration: the method's outcome, grades, token and
+    call accounting; one output row per (sample, configuration)."""
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        rows = [grade_state(SampleState.from_dict(json.loads(s)), self.method, self.ctx)
-                for s in batch["state"]]
-        return {k: [r[k] for r in rows] for k in RESULT_COLUMNS}
+        out = []
+        for s in batch["state"]:
+            for m, (member, d) in enumerate(zip(self.members, json.loads(s), strict=True)):
+                row = grade_state(SampleState.from_dict(d), member.method, member.ctx)
+                row["config"] = m
+                out.append(row)
+        return {k: [r[k] for r in out] for k in (*RESULT_COLUMNS, "config")}
 
 
 RESULT_COLUMNS = (

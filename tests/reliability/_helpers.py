@@ -62,8 +62,9 @@ def base_config(tmp: Path, source: Path, *, latency_s: float = 0.0, batch_size: 
 
 
 def write_sweep(path: Path, base: dict[str, Any], runs: list[dict[str, Any]],
-                name: str = "reliability") -> Path:
-    path.write_text(yaml.safe_dump({"name": name, "base": base, "runs": runs}, sort_keys=False))
+                name: str = "reliability", fuse: bool = True) -> Path:
+    path.write_text(yaml.safe_dump({"name": name, "base": base, "runs": runs, "fuse": fuse},
+                                   sort_keys=False))
     return path
 
 

@@ -2,6 +2,10 @@
 group) mid-configuration and between configurations, rerun the same command, and check that
 the resumed sweep equals an uninterrupted one without repeating any finished LLM call.
 
+The main test runs the sweep one configuration at a time (``fuse: false``), which is what
+makes "between configurations" a kill point; ``test_sigkill_a_fused_sweep`` kills the default
+fused pipeline (both configurations in one) once mid-run.
+
 One sweep of two configurations over 20 MMLU-Pro samples (scripted engines, 0.2 s per call):
 ``tau066`` (strict disclosure) and ``tau080`` (tau_p 0.8, moderate disclosure: its
 coordinator prompts differ, so it makes fresh calls of its own). The chain is
@@ -49,10 +53,10 @@ METRICS = ("n_samples", "accuracy", "tokens_per_sample", "trusted_rate", "overri
 STARTUP_S = 420  # a loaded 2-core CI box can take minutes to start Ray
 
 
-def _sweep(root: Path, src: Path, latency_s: float) -> Path:
+def _sweep(root: Path, src: Path, latency_s: float, fuse: bool = False) -> Path:
     root.mkdir()
     base = base_config(root, src, latency_s=latency_s, batch_size=2)
-    return write_sweep(root / "sweep.yaml", base, RUNS)
+    return write_sweep(root / "sweep.yaml", base, RUNS, fuse=fuse)
 
 
 def _cache_keys(root: Path) -> set[str]:
@@ -173,6 +177,56 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path):
         assert sorted(map(key, got[name])) == sorted(map(key, want[name])), name
 
     # Exactly one FINISHED MLflow run per configuration, with the reference's metrics.
+    m_got, m_want = _finished_metrics(root), _finished_metrics(ref_root)
+    assert sorted(m_got) == sorted(m_want) == ["tau066", "tau080"]
+    for name in m_want:
+        for k in METRICS:
+            assert m_got[name][k] == pytest.approx(m_want[name][k]), (name, k)
+
+
+def test_sigkill_a_fused_sweep_then_rerun_equals_uninterrupted(tmp_path):
+    src = write_mmlu_goa(tmp_path / "mmlu_goa.json", N)
+    ref_root, root = tmp_path / "reference", tmp_path / "killed"
+    ref_sweep = _sweep(ref_root, src, latency_s=0.0, fuse=True)
+    sweep = _sweep(root, src, latency_s=0.2, fuse=True)
+    args = ["run", "--config", str(sweep)]
+    ref = start_cli(["run", "--config", str(ref_sweep)], ref_root / "run.log",
+                    call_log=ref_root / "calls.log")
+
+    # Both configurations run in one pipeline: kill it once some cache parts exist.
+    log1 = root / "run1.log"
+    p1 = start_and_wait(args, log1, root / "calls1.log",
+                        lambda: len(cache_parts(root / "cache")) >= 2, STARTUP_S,
+                        "cache parts of the fused pipeline")
+    _kill_and_check_no_strays(p1)
+    assert configuration_runs(f"sqlite:///{root}/mlflow.db") == []
+    done_a = _cache_keys(root / "cache")
+    assert 0 < len(done_a) < 5 * N
+
+    log2 = root / "run2.log"
+    rc = run_to_end(args, log2, root / "calls2.log", STARTUP_S + 300)
+    assert rc == 0, log2.read_text(errors="replace")[-3000:]
+    calls2 = read_call_log(root / "calls2.log")
+    assert not set(calls2) & done_a, "the rerun repeated calls that were already cached"
+    assert len(calls2) == len(set(calls2))
+
+    rc = run_to_end(["run", "--config", str(ref_sweep)], ref_root / "run.log",
+                    ref_root / "calls.log", STARTUP_S + 300, proc=ref)
+    assert rc == 0, (ref_root / "run.log").read_text()[-3000:]
+    ref_keys = _cache_keys(ref_root / "cache")
+    assert sorted(read_call_log(ref_root / "calls.log")) == sorted(ref_keys)
+    assert len(ref_keys) == 4 * N + N
+    assert len(done_a) + len(calls2) == len(ref_keys)
+    assert _cache_keys(root / "cache") == ref_keys
+
+    got, want = _results(root), _results(ref_root)
+    assert sorted(got) == sorted(want) == ["tau066", "tau080"]
+    for name in want:
+        ids = [r["sample_id"] for r in got[name]]
+        assert len(ids) == N and len(set(ids)) == N, name
+        key = lambda r: (r["sample_id"], r["final_answer"], r["correct"], r["trusted"],  # noqa: E731
+                         r["overridden"], r["total_tokens"])
+        assert sorted(map(key, got[name])) == sorted(map(key, want[name])), name
     m_got, m_want = _finished_metrics(root), _finished_metrics(ref_root)
     assert sorted(m_got) == sorted(m_want) == ["tau066", "tau080"]
     for name in m_want:
