@@ -17,6 +17,7 @@ from typing import Any
 from df_ray.config import RunConfig
 from df_ray.core import Calibration
 from df_ray.core.types import Observation
+from df_ray.engines.base import Completion
 from df_ray.methods import get_method
 from df_ray.methods.base import CallRecord, MethodContext, SampleState, agent_view
 from df_ray.pipeline import lifeline
@@ -105,7 +106,14 @@ class RoundStage(_StageBase):
                     planned.append((i, m, call))
         if planned:
             keys = [call.request.key() for _, _, call in planned]
-            if any(k not in self.cache for k in keys):
+            # Calls another configuration already made for this sample in an earlier round
+            # (they ride in the row; another stage's cache writes may not be listed yet).
+            known: dict[int, dict[str, Completion]] = {}
+            for i in {i for i, _, _ in planned}:
+                known[i] = {c.key: Completion(c.text, c.prompt_tokens, c.completion_tokens)
+                            for st in rows[i] for c in st.calls if c.error is None}
+            if any(k not in self.cache and k not in known[i]
+                   for k, (i, _, _) in zip(keys, planned, strict=True)):
                 # Another job or stage actor may have written them since this stage started
                 # (earlier configurations' parts were loaded when it started).
                 self.cache.refresh(min_interval_s=REFRESH_INTERVAL_S)
@@ -113,7 +121,7 @@ class RoundStage(_StageBase):
             cached = [False] * len(planned)
             todo: dict[str, list[int]] = {}
             for j in range(len(planned)):
-                hit = self.cache.get(keys[j])
+                hit = known[planned[j][0]].get(keys[j]) or self.cache.get(keys[j])
                 if hit is not None:
                     results[j], cached[j] = hit, True
                 else:
