@@ -103,10 +103,12 @@ def _row(sample_id: str) -> dict:
 
 def _fake_stream(barrier: threading.Barrier | None = None):
     """Stands in for the Ray Data pipeline: yields graded batches of two rows."""
-    def stream(self, cfg, samples, calibration, agents_only=False):
+    def stream(self, members, samples, agents_only=False):
         for i in range(0, len(samples), 2):
-            yield pa.Table.from_pylist([_row(s.id) for s in samples[i:i + 2]],
-                                       schema=RESULT_SCHEMA)
+            rows = [{**_row(s.id), "config": k} for s in samples[i:i + 2]
+                    for k in range(len(members))]
+            yield pa.Table.from_pylist(rows, schema=RESULT_SCHEMA.append(
+                pa.field("config", pa.int64())))
             if barrier is not None:
                 barrier.wait(timeout=30)
     return stream
