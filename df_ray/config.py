@@ -159,6 +159,18 @@ class RunConfig(_Strict):
         blob = json.dumps(d, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def agent_identities(self) -> dict[str, dict[str, Any]]:
+        """What each agent is, for matching calibration files: its backbone's engine and
+        model, and how it is prompted and sampled (not its seed, not execution knobs)."""
+        out = {}
+        for a in self.agents:
+            spec = self.backbones[a.backbone]
+            out[a.id] = {"engine": spec.kind, "model": spec.model, "revision": spec.revision,
+                         "prompt_format": spec.prompt_format, "temperature": a.temperature,
+                         "top_p": a.top_p, "max_tokens": a.max_tokens,
+                         "system_prompt": a.system_prompt}
+        return out
+
     def agent_ids(self) -> list[str]:
         return [a.id for a in self.agents]
 

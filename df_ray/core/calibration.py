@@ -137,6 +137,9 @@ class Calibration:
     pattern_stats: Mapping[tuple[str, ...], PatternStats] = field(default_factory=dict)
     pair_stats: Mapping[tuple[str, str], PairStats] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    #: What each agent was when fitted (backbone model, revision, sampling, prompt...), as the
+    #: caller describes it; empty when unknown. A run whose agents differ is refused.
+    identities: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "agents", tuple(self.agents))
@@ -210,7 +213,7 @@ class Calibration:
                            "kappa": s.kappa}
             for p, s in self.pair_stats.items()
         }
-        return {
+        out = {
             "schema_version": self.schema_version,
             "benchmark": self.benchmark,
             "agents": list(self.agents),
@@ -221,6 +224,9 @@ class Calibration:
             "patterns": patterns,
             "pairs": pairs,
         }
+        if self.identities:
+            out["agent_identities"] = {a: dict(v) for a, v in self.identities.items()}
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, source: str = "<dict>") -> Calibration:
@@ -251,6 +257,7 @@ class Calibration:
                                                     int(s["n_same_wrong"]))
                     for k, s in d.get("pairs", {}).items()
                 },
+                identities={a: dict(v) for a, v in d.get("agent_identities", {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"calibration {source} is malformed: {exc}") from exc
@@ -265,12 +272,28 @@ class Calibration:
         path.write_text(self.to_json(), encoding="utf-8")
         return path
 
-    def matches(self, *, agents: Sequence[str] | None = None,
-                benchmark: str | None = None) -> bool:
-        """Whether this calibration belongs to a run with these agents (as a set) and benchmark."""
+    def matches(self, *, agents: Sequence[str] | None = None, benchmark: str | None = None,
+                identities: Mapping[str, Mapping[str, Any]] | None = None) -> bool:
+        """Whether this calibration belongs to a run with these agents (as a set), benchmark
+        and agent identities (compared only when both sides know them)."""
         if agents is not None and set(agents) != set(self.agents):
             return False
+        if identities is not None and self.identity_differences(identities):
+            return False
         return benchmark is None or benchmark == self.benchmark
+
+    def identity_differences(self, identities: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """``"agent: field fitted -> now"`` for every agent whose identity changed."""
+        out = []
+        for a in self.agents:
+            was, now = self.identities.get(a), identities.get(a)
+            if not was or not now or dict(was) == dict(now):
+                continue
+            fields = sorted(set(was) | set(now))
+            diff = ", ".join(f"{k} {was.get(k)!r} -> {now.get(k)!r}" for k in fields
+                             if was.get(k) != now.get(k))
+            out.append(f"{a}: {diff}")
+        return out
 
 
 # -- fitting -------------------------------------------------------------------------------
@@ -283,6 +306,7 @@ def fit_calibration(
     benchmark: str,
     gamma: float = 0.5,
     fitted_at: str | None = None,
+    identities: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Calibration:
     """Count alpha, R_pi and kappa over held-out records (see the module docstring).
 
@@ -336,6 +360,7 @@ def fit_calibration(
         agent_stats={a: AgentStats(a_valid[a], a_correct[a]) for a in agents},
         pattern_stats={p: PatternStats(p_n[p], p_correct[p]) for p in sorted(p_n)},
         pair_stats={p: PairStats(both_wrong[p], same_wrong[p]) for p in pairs},
+        identities={a: dict(v) for a, v in (identities or {}).items() if a in known},
     )
 
 
@@ -354,6 +379,7 @@ def load_calibration(
     *,
     agents: Sequence[str] | None = None,
     benchmark: str | None = None,
+    identities: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Calibration:
     """Read a calibration file, refusing one that does not belong to this run.
 
@@ -379,11 +405,17 @@ def load_calibration(
             f"calibration file {path} was fitted on benchmark {cal.benchmark!r}, but this run "
             f"evaluates {benchmark!r}. Refit the calibration on {benchmark!r}, or pass the "
             f"calibration file fitted on it.")
+    diffs = cal.identity_differences(identities) if identities is not None else []
+    if diffs:
+        raise CalibrationMismatchError(
+            f"calibration file {path} was fitted for agents that differ from this run's: "
+            f"{'; '.join(diffs)}. Refit the calibration for these agents (delete the file, or "
+            f"set calibration.auto_fit), or pass the calibration file fitted for them.")
     return cal
 
 
-def find_calibration(directory: str | Path, benchmark: str,
-                     agents: Sequence[str]) -> Path | None:
+def find_calibration(directory: str | Path, benchmark: str, agents: Sequence[str],
+                     identities: Mapping[str, Mapping[str, Any]] | None = None) -> Path | None:
     """The calibration file in ``directory`` fitted for this benchmark and agent set, or None.
 
     Files are matched by content, not by name: the canonical name
@@ -400,7 +432,7 @@ def find_calibration(directory: str | Path, benchmark: str,
             cal = load_calibration(path)
         except (OSError, ValueError):
             continue
-        if cal.matches(agents=agents, benchmark=benchmark):
+        if cal.matches(agents=agents, benchmark=benchmark, identities=identities):
             first = 0 if path.name == canonical.name else 1
             # newest first: invert the ISO timestamp's ordering via a negated sort later
             candidates.append((first, cal.fitted_at, path.name, path))

@@ -10,6 +10,7 @@ leaves no half runs, and its rerun skips finished configurations and replays cac
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -117,13 +118,16 @@ def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
                 raise ConfigError(f"{cfg.name}: the {cfg.benchmark} {cfg.split} split is empty")
             loaded[key] = samples
         if cfg.method in NEEDS_CALIBRATION and cfg.calibration.path:
-            load_calibration(cfg.calibration.path, agents=cfg.agent_ids(), benchmark=cfg.benchmark)
+            load_calibration(cfg.calibration.path, agents=cfg.agent_ids(), benchmark=cfg.benchmark,
+                             identities=cfg.agent_identities())
         elif (cfg.method in NEEDS_CALIBRATION and cfg.ablation != "no_calibration"
               and not cfg.calibration.auto_fit
-              and find_calibration(cfg.calibration.dir, cfg.benchmark, cfg.agent_ids()) is None):
+              and find_calibration(cfg.calibration.dir, cfg.benchmark, cfg.agent_ids(),
+                                   cfg.agent_identities()) is None):
             raise ConfigError(
                 f"{cfg.name}: no calibration file for {cfg.benchmark} with agents "
-                f"{cfg.agent_ids()} in {cfg.calibration.dir!r}, and calibration.auto_fit is off; "
+                f"{cfg.agent_ids()} as configured (backbone models, sampling, prompts) in "
+                f"{cfg.calibration.dir!r}, and calibration.auto_fit is off; "
                 "set calibration.auto_fit: true or calibration.path")
     return loaded
 
@@ -172,13 +176,15 @@ class Runner:
     def calibration_for(self, cfg: RunConfig) -> Calibration | None:
         if cfg.method not in NEEDS_CALIBRATION or cfg.ablation == "no_calibration":
             return None
-        agents = cfg.agent_ids()
+        agents, identities = cfg.agent_ids(), cfg.agent_identities()
         if cfg.calibration.path:
-            return load_calibration(cfg.calibration.path, agents=agents, benchmark=cfg.benchmark)
-        found = find_calibration(cfg.calibration.dir, cfg.benchmark, agents)
+            return load_calibration(cfg.calibration.path, agents=agents, benchmark=cfg.benchmark,
+                                    identities=identities)
+        found = find_calibration(cfg.calibration.dir, cfg.benchmark, agents, identities)
         if found is not None:
             try:
-                return load_calibration(found, agents=agents, benchmark=cfg.benchmark)
+                return load_calibration(found, agents=agents, benchmark=cfg.benchmark,
+                                        identities=identities)
             except CalibrationMismatchError:
                 pass
         if not cfg.calibration.auto_fit:
@@ -203,9 +209,15 @@ class Runner:
                     correct[o.answer] = bool(detail["agent_correct"].get(o.agent, False))
             records.append(CalibrationRecord(sample_id=row["sample_id"], observations=obs,
                                              correct=correct))
+        identities = cfg.agent_identities()
         cal = fit_calibration(records, agents=cfg.agent_ids(), benchmark=cfg.benchmark,
-                              gamma=cfg.gamma)
+                              gamma=cfg.gamma, identities=identities)
         out = Path(cfg.calibration.dir) / calibration_filename(cfg.benchmark, cfg.agent_ids())
+        if out.exists():
+            # That name holds the calibration of other agents with these ids (another model,
+            # other sampling): keep it, and name this one by its identities too.
+            tag = hashlib.sha256(json.dumps(identities, sort_keys=True).encode()).hexdigest()[:8]
+            out = out.with_name(f"{out.stem}-{tag}.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         cal.save(out)
         self.say(f"calibration saved to {out}")

@@ -203,3 +203,26 @@ def test_find_prefers_newest(tmp_path):
     old.save(tmp_path / "a-old.json")
     new_path = new.save(tmp_path / "z-new.json")
     assert find_calibration(tmp_path, "t", AGENTS) == new_path
+
+
+IDS = {a: {"model": "m-" + a, "temperature": 0.7} for a in AGENTS}
+
+
+def test_identities_round_trip_and_guard_loading(tmp_path):
+    cal = fit_calibration(RECORDS, agents=AGENTS, benchmark="math", identities=IDS)
+    path = cal.save(tmp_path / calibration_filename("math", AGENTS))
+    again = load_calibration(path, agents=AGENTS, benchmark="math", identities=IDS)
+    assert again == cal and again.identities == IDS
+    changed = {**IDS, "b": {"model": "another-model", "temperature": 0.7}}
+    with pytest.raises(CalibrationMismatchError) as err:
+        load_calibration(path, agents=AGENTS, benchmark="math", identities=changed)
+    msg = str(err.value)
+    assert "b: model 'm-b' -> 'another-model'" in msg and "a:" not in msg
+    assert find_calibration(tmp_path, "math", AGENTS, changed) is None
+    assert find_calibration(tmp_path, "math", AGENTS, IDS) == path
+
+
+def test_a_file_without_identities_cannot_be_checked_and_is_accepted(tmp_path):
+    path = fit_calibration(RECORDS, agents=AGENTS, benchmark="math").save(tmp_path / "c.json")
+    assert "agent_identities" not in json.loads(path.read_text())
+    assert load_calibration(path, agents=AGENTS, benchmark="math", identities=IDS).identities == {}

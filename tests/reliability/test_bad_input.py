@@ -380,3 +380,16 @@ def test_tracking_failure_keeps_results(tmp_path, monkeypatch, ray_local):
     assert pq.read_table(res.samples_path).sort_by("sample_id").column("final_answer").equals(
         table.sort_by("sample_id").column("final_answer"))
     assert res.run_id is not None
+
+
+def test_calibration_for_agents_on_another_model_fails_in_preflight(tmp_path, no_engines):
+    sweep = _sweep(tmp_path, ablation="full")
+    (cfg,) = sweep.expand()
+    identities = cfg.agent_identities()
+    identities["a2"] = {**identities["a2"], "model": "some-other-model"}
+    stale = Calibration(benchmark="mmlu_pro", agents=("a1", "a2", "a3"), n_samples=10,
+                        fitted_at="t", identities=identities)
+    path = stale.save(tmp_path / "stale.json")
+    sweep = _sweep(tmp_path, ablation="full", calibration={"path": str(path), "auto_fit": False})
+    with pytest.raises(CalibrationMismatchError, match="a2: model 'some-other-model' -> "):
+        runner.run_sweep(sweep, tracker=None)
