@@ -185,6 +185,11 @@ def _child(workdir: str, program: str, result_fd: int, cfg: dict, nonce: str) ->
         code = compile(source, "solution.py", "exec", dont_inherit=True)
         os.environ.clear()
         _limits(cfg)
+        uid = cfg.get("uid")
+        if uid is not None:  # drop root: the evaluator's files and /proc entries are closed
+            os.setgroups([])
+            os.setgid(int(uid))
+            os.setuid(int(uid))
         if cfg.get("guard", True):
             _guard()
         read_roots = tuple(sorted({os.path.realpath(p) for p in

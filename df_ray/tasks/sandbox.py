@@ -30,6 +30,10 @@ What is guaranteed (enforced by the kernel):
 - **Output** goes to files in the sandbox's temporary folder, capped by RLIMIT_FSIZE, and
   only the first ``max_output_bytes`` of each are read back. Nothing is buffered in memory
   unboundedly.
+- **Another uid** when the evaluator is root and the interpreter is readable by it (probed
+  once: :func:`uid_drop_usable`): the program runs as ``nobody`` (:data:`SANDBOX_UID`, no
+  supplementary groups), owns only its work dir, and cannot read the evaluator's
+  ``/proc/<pid>/environ`` or files that are not world-readable.
 - **Environment**: the program starts with a minimal environment (PATH, LANG, HOME=TMPDIR=
   its work dir) and the launcher clears ``os.environ`` before running it; ``python -I``
   ignores PYTHON* variables and the user site. No HF_TOKEN, AWS_*, etc. reach it.
@@ -50,8 +54,8 @@ bug or a C extension loaded from site-packages, hence not the guarantee):
   ``reliability_guard`` does.
 
 Limits: without ``unshare`` the network is only blocked by the audit hook; file-system
-confinement is Python-level only (no chroot, no separate uid: the evaluator may run as
-root); a program that deliberately subverts the in-process harness could forge a pass
+confinement is otherwise Python-level (no chroot; world-readable files stay readable, and
+without the uid drop so do the evaluator's own); a program that deliberately subverts the in-process harness could forge a pass
 (the verdict protects against buggy or careless code, the kernel limits protect the
 host); processes that escape the process group need ``fork``, which the hook refuses.
 """
@@ -60,6 +64,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -94,8 +99,41 @@ class SandboxResult:
         return self.status == "passed"
 
 
+log = logging.getLogger(__name__)
+
 _probe_lock = threading.Lock()
 _unshare_cmd: tuple[str, ...] | bool | None = False  # False = not probed yet
+_uid_drop_ok: dict[str, bool] = {}  # per interpreter
+
+#: The unprivileged uid (and gid) the program runs as when the evaluator is root: nobody.
+SANDBOX_UID = 65534
+
+# Run as SANDBOX_UID, a program must still import what HumanEval solutions import.
+_UID_PROBE = ("import collections, functools, hashlib, heapq, itertools, json, math, random, "
+              "re, string, typing\n")
+
+
+def uid_drop_usable(python: str | None = None) -> bool:
+    """Whether programs run by ``python`` (default: this interpreter) can run as
+    :data:`SANDBOX_UID`: the evaluator is root, and a probe program importing common
+    standard-library modules passes as that uid (an installation that uid cannot read, e.g.
+    one under /root, would fail every program). Probed once per interpreter and process;
+    ``DF_RAY_SANDBOX_NO_UID_DROP=1`` disables it."""
+    if os.environ.get("DF_RAY_SANDBOX_NO_UID_DROP", "") not in ("", "0"):
+        return False
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return False
+    py = python or sys.executable
+    with _probe_lock:
+        if py not in _uid_drop_ok:
+            res = run_untrusted(_UID_PROBE, timeout_s=30, network="hook", drop_uid=True,
+                                python=py)
+            _uid_drop_ok[py] = res.status == "passed"
+            if not _uid_drop_ok[py]:
+                log.warning("sandbox: %s cannot run programs as uid %d (%s); they run as the "
+                            "evaluator's user", py, SANDBOX_UID,
+                            (res.detail + " " + res.stderr[-300:]).strip())
+        return _uid_drop_ok[py]
 
 
 def unshare_prefix() -> tuple[str, ...] | None:
@@ -175,13 +213,14 @@ def run_untrusted(code: str, *, timeout_s: float = 10.0, memory_mb: int = 1024,
                   max_output_bytes: int = 64 * 1024, nofile: int = 64, nproc: int = 64,
                   network: Literal["auto", "namespace", "hook"] = "auto",
                   python: str | None = None, guard: bool = True,
-                  audit: bool = True) -> SandboxResult:
+                  audit: bool = True, drop_uid: bool | None = None) -> SandboxResult:
     """Run ``code`` as a Python program under the sandbox (see the module docstring).
 
     ``network="namespace"`` requires ``unshare`` (status "error" if unusable), ``"hook"``
     never uses it, ``"auto"`` uses it when the probe succeeds. ``guard=False`` /
     ``audit=False`` switch the Python-level layers off (tests use this to check that the
-    OS-level layers hold on their own).
+    OS-level layers hold on their own). ``drop_uid``: run the program as
+    :data:`SANDBOX_UID` (None: whenever :func:`uid_drop_usable`).
     """
     start = time.monotonic()
     prefix: tuple[str, ...] | None = None
@@ -194,10 +233,18 @@ def run_untrusted(code: str, *, timeout_s: float = 10.0, memory_mb: int = 1024,
                  *(("audit-hook",) if audit else ()))
     if prefix:
         isolation = (*isolation, "netns", "pidns")
+    if drop_uid is None:
+        drop_uid = uid_drop_usable(python)
+    if drop_uid:
+        isolation = (*isolation, "uid")
     root = Path(tempfile.mkdtemp(prefix="df_ray_sandbox_"))
     work = root / "work"
     work.mkdir()
-    os.chmod(root, 0o700)
+    # Run as another uid, the program owns its work dir and may traverse (not list) the
+    # sandbox root; the verdict's files there stay the evaluator's, read-only to it.
+    os.chmod(root, 0o711 if drop_uid else 0o700)
+    if drop_uid:
+        os.chown(work, SANDBOX_UID, SANDBOX_UID)
     program = root / "program.py"
     program.write_text(code, encoding="utf-8")
     cfg = {
@@ -208,6 +255,7 @@ def run_untrusted(code: str, *, timeout_s: float = 10.0, memory_mb: int = 1024,
         "nproc": nproc,
         "guard": guard,
         "audit": audit,
+        "uid": SANDBOX_UID if drop_uid else None,
         "read_roots": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix,
                               sys.base_exec_prefix}),
     }

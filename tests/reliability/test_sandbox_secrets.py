@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from df_ray.tasks.sandbox import run_untrusted, unshare_prefix
+from df_ray.tasks.sandbox import run_untrusted, uid_drop_usable, unshare_prefix
 
 SECRET_VALUES = ("hf_SECRET_token_1", "aws_SECRET_key_2", "gcp_SECRET_key_3")
 
@@ -67,12 +67,12 @@ def test_program_cannot_read_the_evaluators_secrets(tmp_path):
         assert s not in res["out"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "OS level only (guard and audit hook off): the program runs as the evaluator's uid and "
-    "sees the host's /proc (the PID namespace has no /proc of its own), so it can read "
-    "/proc/<evaluator pid>/environ and files the evaluator can read. Fix in "
-    "df_ray/tasks/sandbox.py: run the child under a dedicated uid, or add --mount "
-    "--mount-proc to the unshare prefix and never put secrets in the evaluator's exec env"))
+@pytest.mark.xfail(not uid_drop_usable(), strict=True, reason=(
+    "OS level only (guard and audit hook off) and without the uid drop (the evaluator is not "
+    "root, or this interpreter lives where an unprivileged uid cannot read it): the program "
+    "runs as the evaluator's uid and sees the host's /proc (the PID namespace has no /proc of "
+    "its own), so it can read /proc/<evaluator pid>/environ and files the evaluator can "
+    "read. With the uid drop it passes (test_os_level_layers_with_the_uid_drop_...)"))
 def test_os_level_layers_alone_hide_the_evaluators_secrets(tmp_path):
     res = _evaluate_in_a_process_with_secrets(tmp_path, STEAL, timeout_s=20, guard=False,
                                               audit=False)
@@ -218,3 +218,33 @@ def test_setsid_daemon_does_not_outlive_a_program_that_ends_on_its_own(tmp_path)
     assert res.status == "passed", res
     time.sleep(4)
     assert not marker.exists(), "a setsid daemon outlived the sandbox"
+
+
+# An interpreter the unprivileged uid can read (this one may live under /root).
+SYSTEM_PY = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3")
+                  if os.path.exists(p) and uid_drop_usable(p)), None)
+needs_uid_drop = pytest.mark.skipif(SYSTEM_PY is None, reason=(
+    "not root, or no interpreter that an unprivileged uid can read"))
+
+
+@needs_uid_drop
+def test_program_runs_as_an_unprivileged_uid_when_the_evaluator_is_root(tmp_path):
+    res = run_untrusted("import os, tempfile\n"
+                        "print(os.getuid(), os.getgid(), os.getgroups())\n"
+                        "open('mine.txt', 'w').write('x')\n"
+                        "fd, p = tempfile.mkstemp(); os.write(fd, b'y'); os.close(fd)\n"
+                        "print(open(p).read(), open('mine.txt').read())\n",
+                        timeout_s=20, guard=False, audit=False, python=SYSTEM_PY)
+    assert res.status == "passed", res
+    uid, gid, groups, *rest = res.stdout.split()
+    assert (uid, gid, groups) == ("65534", "65534", "[]") and rest == ["y", "x"]
+    assert "uid" in res.isolation
+
+
+@needs_uid_drop
+def test_os_level_layers_with_the_uid_drop_hide_the_evaluators_secrets(tmp_path):
+    res = _evaluate_in_a_process_with_secrets(tmp_path, STEAL, timeout_s=20, guard=False,
+                                              audit=False, python=SYSTEM_PY)
+    assert res["status"] == "passed", res
+    for s in SECRET_VALUES:
+        assert s not in res["out"]
