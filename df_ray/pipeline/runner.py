@@ -106,12 +106,17 @@ def load_samples(cfg: RunConfig, split: str | None = None, limit: int | None = N
                      limit=limit if limit is not None else cfg.limit, seed=cfg.seed)
 
 
+def samples_key(cfg: RunConfig) -> tuple:
+    """What decides a configuration's samples: configurations with equal keys share them."""
+    return (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.seed)
+
+
 def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
     """Everything that can fail without an engine fails here: data, calibration files, methods."""
     loaded: dict[tuple, list[Sample]] = {}
     for cfg in configs:
         get_method(cfg.method, **cfg.method_args)  # unknown method args are rejected here
-        key = (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.seed)
+        key = samples_key(cfg)
         if key not in loaded:
             samples = load_samples(cfg)
             if not samples:
@@ -299,11 +304,11 @@ class Runner:
         t0 = time.time()
         try:
             for table in self._stream_batches(members, samples):
-                which = table.column("config").to_pylist()
-                for k, f in enumerate(outs):
-                    idx = [j for j, w in enumerate(which) if w == k]
-                    if idx:
-                        f.add(table.take(idx))
+                rows_of: dict[int, list[int]] = {}
+                for j, k in enumerate(table.column("config").to_pylist()):
+                    rows_of.setdefault(k, []).append(j)
+                for k, idx in rows_of.items():
+                    outs[k].add(table.take(idx))
                 if len(outs) == 1:
                     self.say(f"{outs[0].cfg.name}: {outs[0].acc.n}/{len(samples)} samples graded")
                 else:
@@ -404,9 +409,8 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
         ctx = tracker.sweep(sweep) if tracker is not None else _nullcontext()
         with ctx:
             for group in pipeline_groups(configs, fuse=sweep.fuse):
-                cfg = group[0]
-                key = (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.seed)
-                results += runner.run_many(group, loaded[key], sweep=sweep.name)
+                results += runner.run_many(group, loaded[samples_key(group[0])],
+                                           sweep=sweep.name)
     finally:
         runner.shutdown()
     return results
@@ -425,7 +429,7 @@ def pipeline_groups(configs: Sequence[RunConfig], fuse: bool = True) -> list[lis
 
 
 def _group_key(cfg: RunConfig) -> tuple:
-    return (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.seed, cfg.cache_root)
+    return (*samples_key(cfg), cfg.cache_root)
 
 
 class _nullcontext:

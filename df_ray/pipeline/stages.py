@@ -23,6 +23,7 @@ from df_ray.methods.base import CallRecord, MethodContext, SampleState, agent_vi
 from df_ray.pipeline import lifeline
 from df_ray.pipeline.cache import GenerationCache
 from df_ray.pipeline.engine_pool import EngineClient
+from df_ray.pipeline.runner import shared_backbones
 from df_ray.tasks import get_task
 
 #: How often a round stage re-lists the cache root for other writers' parts (seconds).
@@ -77,10 +78,8 @@ class _StageBase:
                  agents_only: bool = False) -> None:
         lifeline.hold()
         cfgs = [RunConfig.model_validate_json(c) for c in configs]
-        backbones = {}
-        for c in cfgs:
-            backbones.update(c.backbones)
-        self.client = EngineClient(handles, backbones, retries=cfgs[0].max_request_retries)
+        self.client = EngineClient(handles, shared_backbones(cfgs),
+                                   retries=cfgs[0].max_request_retries)
         self.members = [
             _Member(c, Calibration.from_dict(cal) if cal else None, self.client, agents_only)
             for c, cal in zip(cfgs, calibrations, strict=True)]

@@ -321,11 +321,11 @@ def main() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         with contextlib.suppress(OSError, ValueError):
             signal.signal(sig, signal.SIG_IGN)
-    subreaper = _become_subreaper()
+    _become_subreaper()  # where it fails (not Linux) leftovers die with the process group
     os.write(go_w, b"g")
     os.close(go_w)
     with contextlib.suppress(OSError):
-        os.write(result_fd, f"pid {pid}\nsubreaper {int(subreaper)}\n".encode())
+        os.write(result_fd, f"pid {pid}\n".encode())
     while True:
         try:
             _, status = os.waitpid(pid, 0)

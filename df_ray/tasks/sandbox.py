@@ -55,9 +55,11 @@ bug or a C extension loaded from site-packages, hence not the guarantee):
 
 Limits: without ``unshare`` the network is only blocked by the audit hook; file-system
 confinement is otherwise Python-level (no chroot; world-readable files stay readable, and
-without the uid drop so do the evaluator's own); a program that deliberately subverts the in-process harness could forge a pass
-(the verdict protects against buggy or careless code, the kernel limits protect the
-host); processes that escape the process group need ``fork``, which the hook refuses.
+without the uid drop so do the evaluator's own); a program that deliberately subverts the
+in-process harness could forge a pass (the verdict protects against buggy or careless
+code, the kernel limits protect the host); a program that kills its launcher
+(``os.kill``, refused by the guard and the hook) leaves its orphans to the PID namespace, or
+without one to init.
 """
 
 from __future__ import annotations

@@ -109,6 +109,37 @@ def _finished_metrics(root: Path) -> dict[str, dict[str, float]]:
     return {r.info.run_name: r.data.metrics for r in runs}
 
 
+def _finish_reference(ref, ref_args: list[str], ref_root: Path) -> set[str]:
+    """Wait for the uninterrupted reference run; the cache keys of its calls."""
+    rc = run_to_end(ref_args, ref_root / "run.log", ref_root / "calls.log", STARTUP_S + 300,
+                    proc=ref)
+    assert rc == 0, (ref_root / "run.log").read_text()[-3000:]
+    ref_keys = _cache_keys(ref_root / "cache")
+    # every reference call was made once (sanity check of the call log)
+    assert sorted(read_call_log(ref_root / "calls.log")) == sorted(ref_keys)
+    assert len(ref_keys) == 4 * N + N  # 3 agents + coordinator, then tau080's coordinator
+    return ref_keys
+
+
+def _assert_same_outcomes(root: Path, ref_root: Path) -> None:
+    # No sample lost or counted twice; the same per-sample outcomes.
+    got, want = _results(root), _results(ref_root)
+    assert sorted(got) == sorted(want) == ["tau066", "tau080"]
+    for name in want:
+        ids = [r["sample_id"] for r in got[name]]
+        assert len(ids) == N and len(set(ids)) == N, name
+        key = lambda r: (r["sample_id"], r["final_answer"], r["correct"], r["trusted"],  # noqa: E731
+                         r["overridden"], r["total_tokens"])
+        assert sorted(map(key, got[name])) == sorted(map(key, want[name])), name
+
+    # Exactly one FINISHED MLflow run per configuration, with the reference's metrics.
+    m_got, m_want = _finished_metrics(root), _finished_metrics(ref_root)
+    assert sorted(m_got) == sorted(m_want) == ["tau066", "tau080"]
+    for name in m_want:
+        for k in METRICS:
+            assert m_got[name][k] == pytest.approx(m_want[name][k]), (name, k)
+
+
 def test_sigkill_then_rerun_equals_uninterrupted(tmp_path):
     src = write_mmlu_goa(tmp_path / "mmlu_goa.json", N)
     ref_root, root = tmp_path / "reference", tmp_path / "killed"
@@ -154,34 +185,13 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path):
     assert not set(calls3) & done_b, "the rerun repeated calls that were already cached"
     assert len(calls3) == len(set(calls3))
 
-    rc = run_to_end(ref_args, ref_root / "run.log", ref_root / "calls.log", STARTUP_S + 300,
-                    proc=ref)
-    assert rc == 0, (ref_root / "run.log").read_text()[-3000:]
-    ref_keys = _cache_keys(ref_root / "cache")
-    # every reference call was made once (sanity check of the call log)
-    assert sorted(read_call_log(ref_root / "calls.log")) == sorted(ref_keys)
-    assert len(ref_keys) == 4 * N + N  # 3 agents + coordinator, then tau080's coordinator
+    ref_keys = _finish_reference(ref, ref_args, ref_root)
 
     # Zero repeated calls for finished work, and nothing missing.
     assert len(done_b) + len(calls3) == len(ref_keys)
     assert _cache_keys(root / "cache") == ref_keys
 
-    # No sample lost or counted twice; the same per-sample outcomes.
-    got, want = _results(root), _results(ref_root)
-    assert sorted(got) == sorted(want) == ["tau066", "tau080"]
-    for name in want:
-        ids = [r["sample_id"] for r in got[name]]
-        assert len(ids) == N and len(set(ids)) == N, name
-        key = lambda r: (r["sample_id"], r["final_answer"], r["correct"], r["trusted"],  # noqa: E731
-                         r["overridden"], r["total_tokens"])
-        assert sorted(map(key, got[name])) == sorted(map(key, want[name])), name
-
-    # Exactly one FINISHED MLflow run per configuration, with the reference's metrics.
-    m_got, m_want = _finished_metrics(root), _finished_metrics(ref_root)
-    assert sorted(m_got) == sorted(m_want) == ["tau066", "tau080"]
-    for name in m_want:
-        for k in METRICS:
-            assert m_got[name][k] == pytest.approx(m_want[name][k]), (name, k)
+    _assert_same_outcomes(root, ref_root)
 
 
 def test_sigkill_a_fused_sweep_then_rerun_equals_uninterrupted(tmp_path):
@@ -189,9 +199,8 @@ def test_sigkill_a_fused_sweep_then_rerun_equals_uninterrupted(tmp_path):
     ref_root, root = tmp_path / "reference", tmp_path / "killed"
     ref_sweep = _sweep(ref_root, src, latency_s=0.0, fuse=True)
     sweep = _sweep(root, src, latency_s=0.2, fuse=True)
-    args = ["run", "--config", str(sweep)]
-    ref = start_cli(["run", "--config", str(ref_sweep)], ref_root / "run.log",
-                    call_log=ref_root / "calls.log")
+    args, ref_args = ["run", "--config", str(sweep)], ["run", "--config", str(ref_sweep)]
+    ref = start_cli(ref_args, ref_root / "run.log", call_log=ref_root / "calls.log")
 
     # Both configurations run in one pipeline: kill it once some cache parts exist.
     log1 = root / "run1.log"
@@ -210,25 +219,8 @@ def test_sigkill_a_fused_sweep_then_rerun_equals_uninterrupted(tmp_path):
     assert not set(calls2) & done_a, "the rerun repeated calls that were already cached"
     assert len(calls2) == len(set(calls2))
 
-    rc = run_to_end(["run", "--config", str(ref_sweep)], ref_root / "run.log",
-                    ref_root / "calls.log", STARTUP_S + 300, proc=ref)
-    assert rc == 0, (ref_root / "run.log").read_text()[-3000:]
-    ref_keys = _cache_keys(ref_root / "cache")
-    assert sorted(read_call_log(ref_root / "calls.log")) == sorted(ref_keys)
-    assert len(ref_keys) == 4 * N + N
+    ref_keys = _finish_reference(ref, ref_args, ref_root)
     assert len(done_a) + len(calls2) == len(ref_keys)
     assert _cache_keys(root / "cache") == ref_keys
 
-    got, want = _results(root), _results(ref_root)
-    assert sorted(got) == sorted(want) == ["tau066", "tau080"]
-    for name in want:
-        ids = [r["sample_id"] for r in got[name]]
-        assert len(ids) == N and len(set(ids)) == N, name
-        key = lambda r: (r["sample_id"], r["final_answer"], r["correct"], r["trusted"],  # noqa: E731
-                         r["overridden"], r["total_tokens"])
-        assert sorted(map(key, got[name])) == sorted(map(key, want[name])), name
-    m_got, m_want = _finished_metrics(root), _finished_metrics(ref_root)
-    assert sorted(m_got) == sorted(m_want) == ["tau066", "tau080"]
-    for name in m_want:
-        for k in METRICS:
-            assert m_got[name][k] == pytest.approx(m_want[name][k]), (name, k)
+    _assert_same_outcomes(root, ref_root)
