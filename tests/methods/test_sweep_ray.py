@@ -21,13 +21,10 @@ EXPECTED_CALLS = {"darkforest": 4, "single": 1, "self_consistency": 9, "weighted
                   "self_refine": 5}
 
 
-def test_every_method_runs_in_one_sweep(ray_local, tmp_path):
-    from df_ray.pipeline.runner import run_sweep
-    from df_ray.tracking import Tracker, metric_name
-
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    sweep = SweepConfig.model_validate({
+def _sweep(tmp_path: Path, uri: str, fuse: bool = True) -> SweepConfig:
+    return SweepConfig.model_validate({
         "name": "methods",
+        "fuse": fuse,
         "base": {
             "benchmark": "mmlu_pro", "source": str(FIXTURE), "limit": 3,
             "backbones": {f"b{i}": {"kind": "scripted", "model": f"m{i}", "script": SCRIPT}
@@ -42,6 +39,14 @@ def test_every_method_runs_in_one_sweep(ray_local, tmp_path):
         },
         "runs": [{"name": m, "method": m} for m in METHODS],
     })
+
+
+def test_every_method_runs_in_one_sweep(ray_local, tmp_path):
+    from df_ray.pipeline.runner import run_sweep
+    from df_ray.tracking import Tracker, metric_name
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    sweep = _sweep(tmp_path, uri)
     results = run_sweep(sweep, tracker=Tracker(uri, "methods-sweep"), progress=lambda m: None)
     assert [r.config.method for r in results] == list(METHODS)
     names = {r.config.method: set(r.metrics) for r in results}
@@ -69,3 +74,22 @@ def test_every_method_runs_in_one_sweep(ray_local, tmp_path):
         assert logged[r.config.method] == {metric_name(k) for k in r.metrics}, r.config.method
         assert logged[r.config.method] == logged["darkforest"], r.config.method
     assert "coordinator_agreement" in logged["darkforest"]
+
+
+def test_a_fused_sweep_equals_a_sequential_one(ray_local, tmp_path):
+    """Every method through one fused pipeline makes the fresh calls, and reaches the
+    metrics, of the same sweep run one configuration at a time (``fuse: false``)."""
+    from df_ray.pipeline.runner import run_sweep
+
+    out = {}
+    for fuse in (True, False):
+        root = tmp_path / ("fused" if fuse else "sequential")
+        root.mkdir()
+        sweep = _sweep(root, f"sqlite:///{root}/mlflow.db", fuse=fuse)
+        out[fuse] = run_sweep(sweep, tracker=None, progress=lambda m: None)
+    fused, sequential = out[True], out[False]
+    assert [r.metrics["fresh_calls"] for r in fused] == \
+        [r.metrics["fresh_calls"] for r in sequential]
+    for a, b in zip(fused, sequential, strict=True):
+        for k in ("accuracy", "llm_calls_per_sample", "tokens_per_sample", "trusted_rate"):
+            assert a.metrics[k] == pytest.approx(b.metrics[k]), (a.config.name, k)
