@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from df_ray.config import ConfigError, SweepConfig, _set_dotted, load_config
+from df_ray.methods import MethodArgsError
 
 
 def demo_config_path() -> Path:
@@ -117,14 +118,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     sweep = load_with_overrides(args.config, args.set or [], args.limit, args.experiment)
     results = run_sweep(sweep, address=args.address)
     print(format_results(results))
+    first = sweep.expand()[0]  # expanded once, when the sweep was loaded
     if args.experiment:
         from df_ray.reporting.report import build_report
 
-        first = sweep.expand()[0]
         paths = build_report(args.experiment, first.tracking.uri,
                              Path("reports") / args.experiment)
         print(f"\nreport: {paths[0]}")
-    first = sweep.expand()[0]
     print(f"\nlogged to MLflow: {first.tracking.uri} (experiment {first.tracking.experiment!r}); "
           f"per-sample results under {first.results_dir}/")
     if first.tracking.uri.startswith("sqlite:"):
@@ -135,6 +135,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     sweep = load_with_overrides(args.config, args.set or [], None)
     configs = sweep.expand()
+    for c in configs:  # every method built from its Args, as the run will
+        try:
+            c.build_method()
+        except MethodArgsError as e:
+            raise ConfigError(f"{c.name}: {e}") from None
     print(f"{args.config or demo_config_path()}: valid, {len(configs)} configuration(s)")
     for c in configs:
         print(f"  {c.name}: {c.method} on {c.benchmark} ({c.fingerprint()})")

@@ -16,24 +16,28 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from df_ray.engines.spec import EngineSpec
-
-METHODS = (
-    "darkforest",
-    "single",
-    "self_consistency",
-    "weighted_vote",
-    "debate",
-    "reconcile",
-    "moa",
-    "goa_mean",
-    "goa_max",
-    "self_refine",
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
 )
-BENCHMARKS = ("math", "humaneval", "mmlu_pro", "gpqa", "finqa", "legalbench")
-ABLATIONS = ("full", "no_calibration", "agent_only", "no_independence", "no_confidence")
+
+from df_ray.core import BeliefConfig
+from df_ray.engines.spec import EngineSpec, one_of
+from df_ray.methods import REGISTRY as METHOD_REGISTRY
+from df_ray.methods import MethodArgsError, method_class
+from df_ray.methods.base import Method, validate_args
+from df_ray.methods.darkforest import Ablation, Disclosure, GuardrailArgs
+from df_ray.tasks import REGISTRY as TASK_REGISTRY
+
+#: The registered names (the registries are the one place a method or a benchmark is listed).
+METHODS = tuple(METHOD_REGISTRY)
+BENCHMARKS = tuple(TASK_REGISTRY)
+ABLATIONS = BeliefConfig.ABLATIONS
 
 
 class ConfigError(ValueError):
@@ -61,11 +65,8 @@ class AgentConfig(_Strict):
     system_prompt: str | None = None
 
 
-class GuardrailSettings(_Strict):
-    k: int = Field(2, ge=1)
-    tau_p: float = Field(0.66, ge=0.0, le=1.0)
-    tau_m: float = Field(0.30, ge=0.0, le=1.0)
-    enabled: bool = True
+#: DarkForest's guardrail thresholds (also accepted as the top-level ``guardrail`` key).
+GuardrailSettings = GuardrailArgs
 
 
 class CalibrationSettings(_Strict):
@@ -92,23 +93,23 @@ class RunConfig(_Strict):
     """One configuration: one MLflow run."""
 
     name: str = "run"
-    benchmark: Literal["math", "humaneval", "mmlu_pro", "gpqa", "finqa", "legalbench"]
+    benchmark: str
     split: Literal["test", "calibration"] = "test"
     source: str | None = None
     limit: int | None = Field(None, ge=1)
     seed: int = 0
-    method: Literal[
-        "darkforest", "single", "self_consistency", "weighted_vote", "debate", "reconcile",
-        "moa", "goa_mean", "goa_max", "self_refine",
-    ] = "darkforest"
+    method: str = "darkforest"
+    #: The method's settings, checked against its ``Args`` (``df_ray.methods``).
     method_args: dict[str, Any] = Field(default_factory=dict)
     backbones: dict[str, EngineSpec]
     agents: list[AgentConfig] = Field(min_length=1)
     coordinator: AgentConfig | None = None
-    disclosure: Literal["strict", "moderate", "permissive", "adaptive"] = "strict"
-    guardrail: GuardrailSettings = GuardrailSettings()
+    # DarkForest's knobs, also accepted in method_args (disclosure, guardrail, lazy,
+    # ablation, gamma); kept here so that every configuration logs them alike.
+    disclosure: Disclosure = "strict"
+    guardrail: GuardrailArgs = GuardrailArgs()
     lazy_coordinator: bool = False
-    ablation: Literal["full", "no_calibration", "agent_only", "no_independence", "no_confidence"] = "full"
+    ablation: Ablation = "full"
     gamma: float = Field(0.5, ge=0.0, le=1.0)
     calibration: CalibrationSettings = CalibrationSettings()
     cache_root: str = Field(default_factory=default_cache_root)
@@ -121,6 +122,61 @@ class RunConfig(_Strict):
     concurrency: int = Field(2, ge=1)
     results_dir: str = "results"
     max_request_retries: int = Field(2, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _method_knobs(cls, data: Any) -> Any:
+        """Knobs a method accepts both in method_args and as top-level keys (DarkForest's
+        ``disclosure``, ``lazy`` -> ``lazy_coordinator``, ...) are kept at the top level."""
+        if not isinstance(data, dict) or not isinstance(data.get("method_args"), dict):
+            return data
+        name = data.get("method", "darkforest")
+        try:
+            mcls = method_class(name)
+        except KeyError:
+            return data  # the method field reports it
+        keys = mcls.config_keys
+        margs = dict(data["method_args"])
+        given = {arg: margs.pop(arg) for arg in keys if arg in margs}
+        if not given:
+            return data
+        validate_args(name, mcls.Args, given)  # errors name the method and the field
+        moved = {keys[arg]: v for arg, v in given.items()}
+        data = dict(data)
+        for top, value in moved.items():
+            if top in data and _plain(data[top]) != _plain(value):
+                raise ValueError(f"method_args and the top-level key {top!r} set different "
+                                 f"values ({value!r}, {data[top]!r}); set one of them")
+            data[top] = value
+        data["method_args"] = margs
+        return data
+
+    @field_validator("benchmark")
+    @classmethod
+    def _known_benchmark(cls, v: str) -> str:
+        if v not in TASK_REGISTRY:
+            raise ValueError(f"unknown benchmark {v!r}; allowed: {one_of(TASK_REGISTRY)}")
+        return v
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, v: str) -> str:
+        if v not in METHOD_REGISTRY:
+            raise ValueError(f"unknown method {v!r}; allowed: {one_of(METHOD_REGISTRY)}")
+        return v
+
+    @field_validator("method_args")
+    @classmethod
+    def _method_args(cls, v: dict[str, Any], info: Any) -> dict[str, Any]:
+        name = info.data.get("method")
+        if name in METHOD_REGISTRY:
+            mcls = method_class(name)
+            free = {k: a for k, a in v.items() if k not in mcls.config_keys}
+            try:
+                validate_args(name, mcls.Args, free)
+            except MethodArgsError as e:
+                raise ValueError(str(e)) from None
+        return v
 
     @field_validator("backbones")
     @classmethod
@@ -142,8 +198,8 @@ class RunConfig(_Strict):
                     f"agent {a.id!r}: backbone {a.backbone!r} is not defined; "
                     f"defined backbones: {names}"
                 )
-        if self.method == "darkforest" and self.coordinator is None:
-            raise ValueError("coordinator: the darkforest method needs a coordinator agent")
+        if method_class(self.method).needs_coordinator and self.coordinator is None:
+            raise ValueError(f"coordinator: the {self.method} method needs a coordinator agent")
         if self.coordinator is not None and self.coordinator.id in ids:
             raise ValueError(
                 f"coordinator: id {self.coordinator.id!r} collides with an agent id; give the "
@@ -152,6 +208,15 @@ class RunConfig(_Strict):
         return self
 
     # ------------------------------------------------------------------ helpers
+    def effective_method_args(self) -> dict[str, Any]:
+        """``method_args`` plus the method's top-level knobs (e.g. DarkForest's disclosure)."""
+        keys = method_class(self.method).config_keys
+        return {**{arg: getattr(self, top) for arg, top in keys.items()}, **self.method_args}
+
+    def build_method(self) -> Method:
+        """The configured method, built from its validated Args."""
+        return method_class(self.method)(self.effective_method_args())
+
     def fingerprint(self) -> str:
         """Stable hash of everything that changes results (not where they are written)."""
         d = self.model_dump(mode="json", exclude={"tracking", "cache_root", "results_dir", "name",
@@ -197,8 +262,15 @@ class SweepConfig(_Strict):
     #: pipeline (one start, each shared call made once); off: one pipeline per configuration,
     #: each configuration finished and logged before the next starts.
     fuse: bool = True
+    _configs: list[RunConfig] | None = PrivateAttr(default=None)
 
     def expand(self) -> list[RunConfig]:
+        """The configurations, expanded and validated once (later calls return the same)."""
+        if self._configs is None:
+            self._configs = self._expand()
+        return list(self._configs)
+
+    def _expand(self) -> list[RunConfig]:
         out: list[RunConfig] = []
         keys = list(self.grid)
         combos = list(itertools.product(*(self.grid[k] for k in keys))) if keys else [()]
@@ -222,6 +294,10 @@ class SweepConfig(_Strict):
                     raise ConfigError(f"sweep {self.name!r}, run {i} ({d.get('name')}):\n"
                                       f"{format_validation_error(e)}") from None
         return out
+
+
+def _plain(v: Any) -> Any:
+    return v.model_dump() if isinstance(v, BaseModel) else v
 
 
 def _set_dotted(d: dict, key: str, value: Any) -> None:

@@ -1,4 +1,4 @@
-"""The calibrated belief (DESIGN §1 step 3-4): observations -> clusters -> posterior.
+"""The calibrated belief (docs/method.md §3-4): observations -> clusters -> posterior.
 
     s(z)   = R_{pi_z} * sum_{i in S_z} alpha_i * rho_i * delta_i * phi(c_i)
     P(z|O) = max(0, s(z)) / sum_z' max(0, s(z'))
@@ -10,7 +10,7 @@
   gamma the calibration was fitted with) and kappa from the calibration.
 - phi(c) = 0.5 + c.
 
-Decisions where DESIGN is silent (each one is tested):
+Decisions where docs/method.md is silent (each one is tested):
 
 - **No calibration / unknown agent.** Without a calibration every agent gets the Laplace prior
   alpha = 1/2, every pattern R = 1/2 and every pair kappa = 1/2, so delta = 1 - gamma/2 for
@@ -20,7 +20,7 @@ Decisions where DESIGN is silent (each one is tested):
 - **Agent pool for delta.** ``j`` ranges over the calibration's agents (the run's agents); with
   no calibration over ``agent_order`` if given, else over the agents in the observations.
 - **Out-of-range inputs.** c is clamped to [0, 1] (so phi stays in [0.5, 1.5], the bounded
-  modulation DESIGN names) and q to [0, 1]; a non-finite c counts as 0.5, a non-finite q as 0.
+  modulation docs/method.md names) and q to [0, 1]; a non-finite c counts as 0.5, a non-finite q as 0.
 - **An agent observed twice.** Each agent contributes at most one observation (S_z is a set of
   agents, and calibration patterns are disjoint): the agent's best valid observation is kept,
   best = highest parse quality, then highest confidence, then smallest answer key. The choice
@@ -42,16 +42,27 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 from df_ray.core.types import Belief, Cluster, Observation
 
-if TYPE_CHECKING:  # only for annotations: calibration imports this module
-    from df_ray.core.calibration import Calibration
+
+class Reliabilities(Protocol):
+    """What the belief looks up in a frozen calibration (``df_ray.core.Calibration``)."""
+
+    @property
+    def agents(self) -> Sequence[str]: ...
+
+    def alpha(self, agent: str) -> float: ...
+
+    def delta(self, agent: str, gamma: float) -> float: ...
+
+    def pattern_reliability(self, pattern: tuple[str, ...]) -> float: ...
 
 __all__ = [
     "LAPLACE_PRIOR",
     "BeliefConfig",
+    "Reliabilities",
     "agent_rank",
     "build_belief",
     "cluster_observations",
@@ -178,7 +189,7 @@ def _sort_agents(agents: Sequence[str], rank: Mapping[str, int]) -> tuple[str, .
 
 def build_belief(
     observations: Sequence[Observation],
-    calibration: Calibration | None = None,
+    calibration: Reliabilities | None = None,
     config: BeliefConfig = BeliefConfig(),
     agent_order: Sequence[str] | None = None,
 ) -> Belief:

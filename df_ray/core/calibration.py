@@ -1,4 +1,4 @@
-"""Offline, closed-form calibration (DESIGN §1): alpha_i, R_pi and kappa_ij from held-out samples.
+"""Offline, closed-form calibration (docs/method.md §4, §7): alpha_i, R_pi and kappa_ij from held-out samples.
 
 Counting, per held-out sample (a :class:`CalibrationRecord`), over its valid observations (at
 most one per agent, chosen as in :func:`df_ray.core.belief.select_observations`):
@@ -24,9 +24,7 @@ The frozen result is a versioned, human-readable JSON file (see ``calibration/RE
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,8 +42,6 @@ __all__ = [
     "CalibrationRecord",
     "PairStats",
     "PatternStats",
-    "calibration_filename",
-    "find_calibration",
     "fit_calibration",
     "load_calibration",
 ]
@@ -367,13 +363,6 @@ def fit_calibration(
 # -- files ---------------------------------------------------------------------------------
 
 
-def calibration_filename(benchmark: str, agents: Sequence[str]) -> str:
-    """``<benchmark>-<8 hex of sha256 over the sorted agent ids>.json``; order-insensitive."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", benchmark).strip("_") or "benchmark"
-    digest = hashlib.sha256("\n".join(sorted(agents)).encode("utf-8")).hexdigest()[:8]
-    return f"{slug}-{digest}.json"
-
-
 def load_calibration(
     path: str | Path,
     *,
@@ -412,33 +401,3 @@ def load_calibration(
             f"{'; '.join(diffs)}. Refit the calibration for these agents (delete the file, or "
             f"set calibration.auto_fit), or pass the calibration file fitted for them.")
     return cal
-
-
-def find_calibration(directory: str | Path, benchmark: str, agents: Sequence[str],
-                     identities: Mapping[str, Mapping[str, Any]] | None = None) -> Path | None:
-    """The calibration file in ``directory`` fitted for this benchmark and agent set, or None.
-
-    Files are matched by content, not by name: the canonical name
-    (:func:`calibration_filename`) is tried first, then the others newest ``fitted_at`` first
-    (ties by file name). Unreadable or foreign JSON files are skipped.
-    """
-    directory = Path(directory)
-    if not directory.is_dir():
-        return None
-    canonical = directory / calibration_filename(benchmark, agents)
-    candidates: list[tuple[int, str, str, Path]] = []
-    for path in directory.glob("*.json"):
-        try:
-            cal = load_calibration(path)
-        except (OSError, ValueError):
-            continue
-        if cal.matches(agents=agents, benchmark=benchmark, identities=identities):
-            first = 0 if path.name == canonical.name else 1
-            # newest first: invert the ISO timestamp's ordering via a negated sort later
-            candidates.append((first, cal.fitted_at, path.name, path))
-    if not candidates:
-        return None
-    candidates.sort(key=lambda c: c[2])              # ties: file name ascending
-    candidates.sort(key=lambda c: c[1], reverse=True)  # newest fitted_at first
-    candidates.sort(key=lambda c: c[0])              # canonical name first
-    return candidates[0][3]

@@ -1,4 +1,4 @@
-"""Controlled disclosure E = D_Omega(O, B) (DESIGN §1 step 5): what the coordinator is shown.
+"""Controlled disclosure E = D_Omega(O, B) (docs/method.md §5): what the coordinator is shown.
 
 Policies:
 

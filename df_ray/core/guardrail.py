@@ -1,4 +1,4 @@
-"""The deterministic guardrail (DESIGN §1 step 6).
+"""The deterministic guardrail (docs/method.md §6).
 
 Trusted(z*) iff |S_{z*}| >= k and P(z*|O) >= tau_p and Delta >= tau_m (each inclusive; the
 float comparisons allow 1e-12 so that a value computed to exactly the threshold passes).
@@ -51,7 +51,7 @@ class GuardrailConfig:
 def certain(belief: Belief, cfg: GuardrailConfig) -> bool:
     """The three threshold conditions alone, ignoring ``cfg.enabled``.
 
-    This is the belief's certainty (the opposite of DESIGN's Uncertain(O)); the adaptive
+    This is the belief's certainty (the opposite of Uncertain(O) in docs/method.md §5); the adaptive
     disclosure policy uses it even when the override itself is switched off.
     """
     top = belief.top

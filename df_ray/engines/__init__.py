@@ -6,11 +6,14 @@ httpx) are imported only when their kind is asked for.
 
 from __future__ import annotations
 
+import importlib
+
 from df_ray.engines.base import ChatRequest, Completion, Engine, Message, SamplingParams
-from df_ray.engines.spec import EMBEDDED_MODELS, EngineSpec
+from df_ray.engines.spec import EMBEDDED_MODELS, ENGINE_KINDS, EngineSpec
 
 __all__ = [
     "EMBEDDED_MODELS",
+    "ENGINE_KINDS",
     "ChatRequest",
     "Completion",
     "Engine",
@@ -22,26 +25,10 @@ __all__ = [
 
 
 def make_engine(spec: EngineSpec | dict) -> Engine:
-    """A live engine for ``spec`` (a dict is validated into an EngineSpec first)."""
+    """A live engine for ``spec`` (a dict is validated into an EngineSpec first): the class
+    its kind names in ``ENGINE_KINDS``, built with ``from_spec`` (or the spec itself)."""
     if not isinstance(spec, EngineSpec):
         spec = EngineSpec.model_validate(spec)
-    if spec.kind == "scripted":
-        from df_ray.engines.scripted import ScriptedEngine
-
-        kwargs = dict(spec.engine_args)
-        if spec.max_model_len is not None:
-            kwargs.setdefault("max_prompt_tokens", spec.max_model_len)
-        return ScriptedEngine(spec.model, spec.script or "echo", **kwargs)
-    if spec.kind == "embedded":
-        from df_ray.engines.llama_cpp import EmbeddedEngine
-
-        return EmbeddedEngine(spec)
-    if spec.kind == "openai":
-        from df_ray.engines.openai_http import OpenAIEngine
-
-        return OpenAIEngine(spec)
-    if spec.kind == "vllm":
-        from df_ray.engines.vllm import VLLMEngine
-
-        return VLLMEngine(spec)
-    raise ValueError(f"unknown engine kind {spec.kind!r}")  # pragma: no cover
+    module, name = ENGINE_KINDS[spec.kind].split(":")
+    cls = getattr(importlib.import_module(module), name)
+    return cls.from_spec(spec) if hasattr(cls, "from_spec") else cls(spec)

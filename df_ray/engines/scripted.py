@@ -246,6 +246,14 @@ class ScriptedEngine:
         self.batches: list[int] = []  # size of every generate() batch
         self._lock = threading.Lock()
 
+    @classmethod
+    def from_spec(cls, spec) -> ScriptedEngine:
+        """The engine of an EngineSpec of kind ``scripted``."""
+        kwargs = dict(spec.engine_args)
+        if spec.max_model_len is not None:
+            kwargs.setdefault("max_prompt_tokens", spec.max_model_len)
+        return cls(spec.model, spec.script or "echo", **kwargs)
+
     # -- Engine protocol
 
     def count_tokens(self, text: str) -> int:

@@ -8,9 +8,24 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-EngineKind = Literal["embedded", "vllm", "openai", "scripted"]
+#: Engine kinds: name -> "module:Class" (the class takes an EngineSpec; heavy backends are
+#: imported only when their kind is asked for). Adding a kind: one module, one line.
+ENGINE_KINDS: dict[str, str] = {
+    "embedded": "df_ray.engines.llama_cpp:EmbeddedEngine",
+    "vllm": "df_ray.engines.vllm:VLLMEngine",
+    "openai": "df_ray.engines.openai_http:OpenAIEngine",
+    "scripted": "df_ray.engines.scripted:ScriptedEngine",
+}
+
+EngineKind = str
+
+
+def one_of(names) -> str:
+    """``'a', 'b' or 'c'``: registered names as validation messages list them."""
+    names = [repr(n) for n in names]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 #: Models the embedded (llama.cpp) engine can run, each shipped in a PyPI package.
 EMBEDDED_MODELS: tuple[str, ...] = ("smollm2-135m-instruct", "gemma3-270m")
@@ -56,6 +71,13 @@ class EngineSpec(BaseModel):
     num_gpus: float | None = Field(default=None, ge=0.0)
     max_batch_size: int = Field(default=32, ge=1)
     request_timeout_s: float = Field(default=600.0, gt=0.0)
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        if v not in ENGINE_KINDS:
+            raise ValueError(f"unknown engine kind {v!r}; allowed: {one_of(ENGINE_KINDS)}")
+        return v
 
     @model_validator(mode="after")
     def _check_kind(self) -> EngineSpec:

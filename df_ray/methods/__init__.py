@@ -1,15 +1,26 @@
 """Coordination methods: DarkForest and the baselines it is measured against.
 
-Each method is one module; ``get_method(name, **method_args)`` builds one by name.
+Each method is one module and one line in ``REGISTRY`` (name -> "module:Class"); a config's
+``method`` is checked against it and ``method_args`` against the method's ``Args``.
+``get_method(name, **method_args)`` builds one by name.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from df_ray.methods.base import Call, CallRecord, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.base import (
+    Call,
+    CallRecord,
+    Method,
+    MethodArgs,
+    MethodArgsError,
+    MethodContext,
+    Outcome,
+    SampleState,
+)
 
-# name -> "module:Class"; modules are imported on demand.
+# name -> "module:Class"; modules are imported on demand. Adding a method: one module, one line.
 REGISTRY: dict[str, str] = {
     "darkforest": "df_ray.methods.darkforest:DarkForest",
     "single": "df_ray.methods.single:SingleAgent",
@@ -24,14 +35,33 @@ REGISTRY: dict[str, str] = {
 }
 
 
-def get_method(name: str, **args) -> Method:
+class UnknownMethodError(KeyError):
+    """No method of that name; the message lists the registered ones."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+def register_method(name: str, target: str) -> None:
+    """Register a method class ("module:Class") under ``name`` (a plugin's one line)."""
+    REGISTRY[name] = target
+
+
+def method_class(name: str) -> type[Method]:
     try:
         target = REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown method {name!r}; available: {sorted(REGISTRY)}") from None
+    except (KeyError, TypeError):
+        raise UnknownMethodError(f"unknown method {name!r}; available: "
+                                 f"{', '.join(REGISTRY)}") from None
     mod, cls = target.split(":")
-    return getattr(importlib.import_module(mod), cls)(**args)
+    return getattr(importlib.import_module(mod), cls)
 
 
-__all__ = ["REGISTRY", "Call", "CallRecord", "Method", "MethodContext", "Outcome", "SampleState",
-           "get_method"]
+def get_method(name: str, **args) -> Method:
+    """The method ``name`` built from ``args`` (its ``method_args``)."""
+    return method_class(name)(args)
+
+
+__all__ = ["REGISTRY", "Call", "CallRecord", "Method", "MethodArgs", "MethodArgsError",
+           "MethodContext", "Outcome", "SampleState", "UnknownMethodError", "get_method",
+           "method_class", "register_method"]

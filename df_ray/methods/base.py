@@ -2,10 +2,15 @@
 
 A method never talks to an engine. Each round it *plans* the calls a sample needs given what
 the earlier rounds returned (an empty plan means the sample issues no call this round, e.g.
-a lazy coordinator or an early stop); the pipeline runs the planned calls through the
-generation cache and the shared engines and appends the results to the state. After the
-last round `finish` turns the state into an `Outcome`. Everything in the state is JSON, so
-a row can cross Ray Data stages and processes unchanged.
+a lazy coordinator or an early stop); the evaluation driver (``df_ray.evaluation``) runs the
+planned calls through the generation cache and an engine client and appends the results to
+the state. After the last round `finish` turns the state into an `Outcome`. Everything in the
+state is JSON, so a row can cross Ray Data stages and processes unchanged.
+
+A method declares its settings as a pydantic ``Args`` model (``method_args`` in a config):
+unknown keys, wrong types and out-of-range values are refused with the method, the field and
+what is allowed. A method that weighs agents by held-out reliability says so with
+``needs_calibration``; the records it fits on come from ``calibration_observations``.
 """
 
 from __future__ import annotations
@@ -14,8 +19,12 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from df_ray.core.parsing import parse
 from df_ray.core.types import Decision, Observation
 from df_ray.engines.base import ChatRequest, Message, SamplingParams
 from df_ray.tasks.base import Sample, Task
@@ -61,13 +70,20 @@ class SampleState:
         return [c for c in self.calls
                 if (round is None or c.round == round) and (role is None or c.role == role)]
 
-    def to_dict(self) -> dict:
-        return {"sample": asdict(self.sample), "calls": [c.to_dict() for c in self.calls],
-                "data": self.data, "done": self.done}
+    def to_dict(self, *, with_sample: bool = True) -> dict:
+        """The JSON form; without the sample when a row carries it once for every state."""
+        d: dict[str, Any] = {"calls": [c.to_dict() for c in self.calls], "data": self.data,
+                             "done": self.done}
+        if with_sample:
+            d["sample"] = asdict(self.sample)
+        return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> SampleState:
-        return cls(sample=Sample(**d["sample"]), calls=[CallRecord(**c) for c in d["calls"]],
+    def from_dict(cls, d: dict, sample: Sample | None = None) -> SampleState:
+        """From ``to_dict``'s form; ``sample`` when the dict was written without one."""
+        if sample is None:
+            sample = Sample(**d["sample"])
+        return cls(sample=sample, calls=[CallRecord(**c) for c in d["calls"]],
                    data=dict(d.get("data") or {}), done=bool(d.get("done")))
 
 
@@ -140,31 +156,130 @@ class Outcome:
 
     ``final`` is the answer to grade (None: no valid answer); ``agent_observations`` are the
     independent first-round answers (candidate reachability is measured on them);
-    ``decision`` is DarkForest's decision (None for other methods); ``extra`` any further
-    per-sample fields worth keeping (belief, evidence tokens...).
+    ``decision`` is DarkForest's decision (None for other methods); ``coordinator`` the
+    coordinator's parsed answer when one was called (``coordinator_called``), valid or not;
+    ``top_answer`` the belief's top candidate z* (methods with a belief); ``t_cross`` the
+    evidence tokens shown to the coordinator; ``extra`` any further JSON-ready per-sample
+    fields worth keeping (the belief's clusters, votes...).
     """
 
     final: Observation | None
     agent_observations: list[Observation] = field(default_factory=list)
     decision: Decision | None = None
+    coordinator: Observation | None = None
+    coordinator_called: bool = False
+    top_answer: str | None = None
     t_cross: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class MethodArgs(BaseModel):
+    """A method's settings (``method_args``). Subclass it as ``Args`` inside the method, one
+    field per setting, each with a description; unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MethodArgsError(ValueError):
+    """Bad ``method_args``; the message names the method, the field and what is allowed."""
+
+
+_BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+
+
+def _type_name(ann: Any) -> str:
+    """A readable type: ``int``, ``str | None``, ``one of 'a', 'b'``."""
+    origin = get_origin(ann)
+    if origin is Annotated:
+        return _type_name(get_args(ann)[0])
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(ann))
+    if origin in (Union, UnionType):
+        return " | ".join(_type_name(a) for a in get_args(ann))
+    if ann is type(None):
+        return "None"
+    return getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+
+
+def describe_args(args_model: type[MethodArgs], only: Any = None) -> str:
+    """Every field (or those in ``only``): name, type or allowed values with bounds, default,
+    description."""
+    lines = []
+    for name, f in args_model.model_fields.items():
+        if only is not None and name not in only:
+            continue
+        kind = _type_name(f.annotation)
+        for m in f.metadata:
+            kind += "".join(f", {sym} {getattr(m, attr)}" for attr, sym in _BOUNDS
+                            if getattr(m, attr, None) is not None)
+        default = ("required" if f.is_required()
+                    else f"default {f.get_default(call_default_factory=True)!r}")
+        desc = f": {f.description}" if f.description else ""
+        lines.append(f"{name} ({kind}; {default}){desc}")
+    return "; ".join(lines) if lines else "(none)"
+
+
+def validate_args(method: str, args_model: type[MethodArgs], args: Any) -> MethodArgs:
+    """``args`` (a mapping or an Args instance) as the method's Args, or MethodArgsError."""
+    if isinstance(args, args_model):
+        return args
+    args = dict(args or {})
+    unknown = sorted(set(args) - set(args_model.model_fields))
+    if unknown:
+        raise MethodArgsError(f"method {method!r}: unknown method_args {unknown}; allowed: "
+                              f"{describe_args(args_model)}")
+    try:
+        return args_model.model_validate(args)
+    except ValidationError as e:
+        problems, fields = [], set()
+        for err in e.errors():
+            fields.add(err["loc"][0] if err["loc"] else None)
+            loc = ".".join(str(x) for x in err["loc"])
+            msg = err["msg"]
+            ctx = err.get("ctx") or {}
+            if "expected" in ctx:
+                msg += f" (allowed: {ctx['expected']})"
+            problems.append(f"method_args.{loc}: {msg}, got {err.get('input')!r}")
+        raise MethodArgsError(f"method {method!r}: " + "; ".join(problems)
+                              + f". Allowed: {describe_args(args_model, fields)}") from None
+
+
 class Method(ABC):
-    """A coordination method: ``rounds`` rounds of planned calls, then ``finish``."""
+    """A coordination method: ``rounds`` rounds of planned calls, then ``finish``.
+
+    ``Args`` declares its settings; ``self.args`` holds them, validated."""
 
     name: ClassVar[str]
+    Args: ClassVar[type[MethodArgs]] = MethodArgs
+    #: Rounds run over held-out samples to collect calibration records (when needed).
+    calibration_rounds: ClassVar[int] = 1
+    #: Args fields a config may also give as top-level keys (Args field -> config key).
+    config_keys: ClassVar[dict[str, str]] = {}
+    #: Whether a configuration of this method must name a coordinator agent.
+    needs_coordinator: ClassVar[bool] = False
 
-    def __init__(self, **args: Any) -> None:
-        unknown = set(args) - set(self.arg_names())
-        if unknown:
-            raise ValueError(f"method {self.name!r}: unknown method_args {sorted(unknown)}; "
-                             f"allowed: {sorted(self.arg_names())}")
+    def __init__(self, args: MethodArgs | dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if args is not None and kwargs:
+            raise TypeError("pass method args either as one Args/mapping or as keywords")
+        self.args = validate_args(self.name, self.Args, args if args is not None else kwargs)
 
     @classmethod
     def arg_names(cls) -> tuple[str, ...]:
-        return ()
+        return tuple(cls.Args.model_fields)
+
+    @property
+    def needs_calibration(self) -> bool:
+        """Whether this method (with these args) uses a frozen calibration."""
+        return False
+
+    def calibration_observations(self, state: SampleState, ctx: MethodContext
+                                 ) -> list[Observation]:
+        """The observations a held-out sample contributes to a calibration fit, after
+        ``calibration_rounds`` rounds: by default the agents' independent answers."""
+        spec = ctx.task.parse_spec(state.sample)
+        return [Observation.invalid(r.agent, raw="") if r.error
+                else parse(r.text, spec, agent=r.agent)
+                for r in state.records(role="agent")]
 
     @property
     @abstractmethod

@@ -10,7 +10,9 @@ adds on top lands in ``other_tokens`` (or ``coordinator_tokens`` for DarkForest)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import StringConstraints
 
 from df_ray.core import majority_vote, parse, weighted_vote
 from df_ray.core.types import Observation
@@ -22,25 +24,8 @@ AGENT_ROLE = "agent"
 
 # ----------------------------------------------------------------------------- settings
 
-
-def positive_int(method: str, name: str, value: Any, *, minimum: int = 1) -> int:
-    """A method_args integer >= ``minimum`` (bools and floats with a fraction are refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise ValueError(f"method {method!r}: method_args {name} must be an integer >= "
-                         f"{minimum}, got {value!r}")
-    if int(value) < minimum:
-        raise ValueError(f"method {method!r}: method_args {name} must be >= {minimum}, "
-                         f"got {value!r}")
-    return int(value)
-
-
-def optional_agent_id(method: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"method {method!r}: method_args agent must be an agent id, "
-                         f"got {value!r}")
-    return value
+#: An agent id in ``method_args`` (checked against the run's agents when the method plans).
+AgentId = Annotated[str, StringConstraints(strict=True, min_length=1)]
 
 
 def pick_agent(ctx: MethodContext, agent_id: str | None, method: str) -> AgentView:

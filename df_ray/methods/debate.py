@@ -23,17 +23,16 @@ Calls per sample: n x rounds.
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field
 
 from df_ray.engines.base import Message
-from df_ray.methods.base import Call, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.common import (
     independent_calls,
     independent_observations,
     majority,
     obs_summary,
     observations,
-    positive_int,
     records_by_agent,
     vote_counts,
 )
@@ -45,13 +44,13 @@ DEBATE_ROLE = "debate"
 class Debate(Method):
     name = "debate"
 
-    def __init__(self, **args: Any) -> None:
-        super().__init__(**args)
-        self.n_rounds = positive_int(self.name, "rounds", args.get("rounds", 2))
+    class Args(MethodArgs):
+        rounds: int = Field(2, strict=True, ge=1,
+                            description="debate rounds including the independent one")
 
-    @classmethod
-    def arg_names(cls) -> tuple[str, ...]:
-        return ("rounds",)
+    @property
+    def n_rounds(self) -> int:
+        return self.args.rounds
 
     @property
     def rounds(self) -> int:

@@ -52,15 +52,24 @@ import math
 import re
 from typing import Any, ClassVar
 
+from pydantic import Field
+
 from df_ray.core.types import Observation
-from df_ray.methods.base import AgentView, Call, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.base import (
+    AgentView,
+    Call,
+    Method,
+    MethodArgs,
+    MethodContext,
+    Outcome,
+    SampleState,
+)
 from df_ray.methods.common import (
     AGENT_ROLE,
     independent_call,
     independent_observations,
     lead_agent,
     parse_record,
-    positive_int,
     records_by_agent,
     single_final,
 )
@@ -124,20 +133,24 @@ class GraphOfAgents(Method):
     name = "goa"
     pooling: ClassVar[str] = "mean"
 
-    def __init__(self, **args: Any) -> None:
-        super().__init__(**args)
-        self.mp_rounds = positive_int(self.name, "rounds", args.get("rounds", 1))
-        top_k = args.get("top_k")
-        self.top_k = None if top_k is None else positive_int(self.name, "top_k", top_k)
-        thr = args.get("threshold", 0.05)
-        if isinstance(thr, bool) or not isinstance(thr, int | float) or not 0 <= thr < 1:
-            raise ValueError(f"method {self.name!r}: method_args threshold must be a number in "
-                             f"[0, 1), got {thr!r}")
-        self.threshold = float(thr)
+    class Args(MethodArgs):
+        rounds: int = Field(1, strict=True, ge=1, description="message-passing rounds")
+        top_k: int | None = Field(None, strict=True, ge=1,
+                                  description="nodes to select (default: every agent)")
+        threshold: float = Field(0.05, strict=True, ge=0.0, lt=1.0,
+                                 description="edge-score pruning threshold")
 
-    @classmethod
-    def arg_names(cls) -> tuple[str, ...]:
-        return ("rounds", "top_k", "threshold")
+    @property
+    def mp_rounds(self) -> int:
+        return self.args.rounds
+
+    @property
+    def top_k(self) -> int | None:
+        return self.args.top_k
+
+    @property
+    def threshold(self) -> float:
+        return float(self.args.threshold)
 
     @property
     def rounds(self) -> int:

@@ -19,14 +19,13 @@ Calls per sample: n x (L - 1) + 1.
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field
 
-from df_ray.methods.base import Call, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.common import (
     independent_calls,
     independent_observations,
     lead_agent,
-    positive_int,
     records_by_agent,
     single_final,
 )
@@ -39,13 +38,13 @@ AGGREGATOR_ROLE = "aggregator"
 class MixtureOfAgents(Method):
     name = "moa"
 
-    def __init__(self, **args: Any) -> None:
-        super().__init__(**args)
-        self.layers = positive_int(self.name, "layers", args.get("layers", 2), minimum=2)
+    class Args(MethodArgs):
+        layers: int = Field(2, strict=True, ge=2,
+                            description="layers counting the aggregator layer")
 
-    @classmethod
-    def arg_names(cls) -> tuple[str, ...]:
-        return ("layers",)
+    @property
+    def layers(self) -> int:
+        return self.args.layers
 
     @property
     def rounds(self) -> int:

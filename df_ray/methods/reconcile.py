@@ -26,17 +26,16 @@ Calls per sample: at most n x (rounds + 1).
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field
 
 from df_ray.core import recalibrate_reconcile
 from df_ray.core.types import Observation
-from df_ray.methods.base import Call, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.common import (
     independent_calls,
     independent_observations,
     obs_summary,
     parse_record,
-    positive_int,
     records_by_agent,
     weighted,
 )
@@ -55,14 +54,13 @@ def consensus(obs: list[Observation], n_agents: int) -> bool:
 class ReConcile(Method):
     name = "reconcile"
 
-    def __init__(self, **args: Any) -> None:
-        super().__init__(**args)
-        self.discussion_rounds = positive_int(self.name, "rounds", args.get("rounds", 2),
-                                              minimum=0)
+    class Args(MethodArgs):
+        rounds: int = Field(2, strict=True, ge=0,
+                            description="discussion rounds after the initial answers")
 
-    @classmethod
-    def arg_names(cls) -> tuple[str, ...]:
-        return ("rounds",)
+    @property
+    def discussion_rounds(self) -> int:
+        return self.args.rounds
 
     @property
     def rounds(self) -> int:

@@ -18,18 +18,17 @@ the lowest-index agent in config order, then to the smaller key (core ``majority
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field
 
-from df_ray.methods.base import Call, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.common import (
     AGENT_ROLE,
     INDEPENDENT_SLOT,
+    AgentId,
     independent_observations,
     majority,
     observations,
-    optional_agent_id,
     pick_agent,
-    positive_int,
     vote_counts,
 )
 
@@ -39,14 +38,19 @@ SAMPLE_ROLE = "sample"
 class SelfConsistency(Method):
     name = "self_consistency"
 
-    def __init__(self, **args: Any) -> None:
-        super().__init__(**args)
-        self.samples = positive_int(self.name, "samples", args.get("samples", 3))
-        self.agent_id = optional_agent_id(self.name, args.get("agent"))
+    class Args(MethodArgs):
+        samples: int = Field(3, strict=True, ge=1,
+                             description="answers drawn per agent, each with its own seed")
+        agent: AgentId | None = Field(
+            None, description="draw from this agent only (default: every agent)")
 
-    @classmethod
-    def arg_names(cls) -> tuple[str, ...]:
-        return ("samples", "agent")
+    @property
+    def samples(self) -> int:
+        return self.args.samples
+
+    @property
+    def agent_id(self) -> str | None:
+        return self.args.agent
 
     @property
     def rounds(self) -> int:

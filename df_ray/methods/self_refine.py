@@ -25,17 +25,25 @@ Calls per sample: at most 1 + 2T.
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from df_ray.methods.base import Call, CallRecord, Method, MethodContext, Outcome, SampleState
+from pydantic import Field
+
+from df_ray.methods.base import (
+    Call,
+    CallRecord,
+    Method,
+    MethodArgs,
+    MethodContext,
+    Outcome,
+    SampleState,
+)
 from df_ray.methods.common import (
     AGENT_ROLE,
+    AgentId,
     independent_call,
     independent_observations,
-    optional_agent_id,
     parse_record,
     pick_agent,
-    positive_int,
 )
 from df_ray.methods.prompts import self_refine_feedback_prompt, self_refine_refine_prompt
 
@@ -58,15 +66,20 @@ def feedback_says_correct(text: str) -> bool:
 class SelfRefine(Method):
     name = "self_refine"
 
-    def __init__(self, **args: Any) -> None:
-        super().__init__(**args)
-        self.iterations = positive_int(self.name, "iterations", args.get("iterations", 2),
-                                       minimum=0)
-        self.agent_id = optional_agent_id(self.name, args.get("agent"))
+    class Args(MethodArgs):
+        iterations: int = Field(2, strict=True, ge=0,
+                                description="T, the most feedback + refine rounds")
+        agent: AgentId | None = Field(
+            None, description="the agent that generates, critiques and refines "
+                              "(default: the run's first agent)")
 
-    @classmethod
-    def arg_names(cls) -> tuple[str, ...]:
-        return ("iterations", "agent")
+    @property
+    def iterations(self) -> int:
+        return self.args.iterations
+
+    @property
+    def agent_id(self) -> str | None:
+        return self.args.agent
 
     @property
     def rounds(self) -> int:

@@ -9,13 +9,13 @@ same cache entry as that agent's DarkForest generation.
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field
 
-from df_ray.methods.base import Call, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.common import (
+    AgentId,
     independent_call,
     independent_observations,
-    optional_agent_id,
     pick_agent,
 )
 
@@ -23,13 +23,13 @@ from df_ray.methods.common import (
 class SingleAgent(Method):
     name = "single"
 
-    def __init__(self, **args: Any) -> None:
-        super().__init__(**args)
-        self.agent_id = optional_agent_id(self.name, args.get("agent"))
+    class Args(MethodArgs):
+        agent: AgentId | None = Field(
+            None, description="the agent that answers (default: the run's first agent)")
 
-    @classmethod
-    def arg_names(cls) -> tuple[str, ...]:
-        return ("agent",)
+    @property
+    def agent_id(self) -> str | None:
+        return self.args.agent
 
     @property
     def rounds(self) -> int:

@@ -19,10 +19,10 @@ lowest-index agent in config order, then the smaller key (core ``weighted_vote``
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field
 
 from df_ray.core.belief import LAPLACE_PRIOR
-from df_ray.methods.base import Call, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.common import (
     independent_calls,
     independent_observations,
@@ -35,17 +35,17 @@ from df_ray.methods.common import (
 class WeightedVote(Method):
     name = "weighted_vote"
 
-    def __init__(self, **args: Any) -> None:
-        super().__init__(**args)
-        m = args.get("majority", False)
-        if not isinstance(m, bool):
-            raise ValueError(f"method {self.name!r}: method_args majority must be true or "
-                             f"false, got {m!r}")
-        self.majority = m
+    class Args(MethodArgs):
+        majority: bool = Field(False, strict=True,
+                               description="the unweighted plurality vote (no calibration)")
 
-    @classmethod
-    def arg_names(cls) -> tuple[str, ...]:
-        return ("majority",)
+    @property
+    def majority(self) -> bool:
+        return self.args.majority
+
+    @property
+    def needs_calibration(self) -> bool:
+        return not self.majority
 
     @property
     def rounds(self) -> int:

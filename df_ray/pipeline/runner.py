@@ -10,42 +10,30 @@ leaves no half runs, and its rerun skips finished configurations and replays cac
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import sys
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from df_ray.config import ConfigError, RunConfig, SweepConfig
-from df_ray.core import (
-    Calibration,
-    CalibrationMismatchError,
-    CalibrationRecord,
-    Observation,
-    find_calibration,
-    fit_calibration,
-    load_calibration,
-)
-from df_ray.core.calibration import calibration_filename
-from df_ray.engines.spec import EngineSpec
-from df_ray.methods import get_method
-from df_ray.methods.base import SampleState
-from df_ray.pipeline.metrics import MetricsAccumulator
-from df_ray.tasks import get_task
+from df_ray.core import Calibration
+from df_ray.evaluation.calibration import check_calibration, fit_and_save, resolve_calibration
+from df_ray.evaluation.context import load_samples
+from df_ray.evaluation.driver import record_from_dict
+from df_ray.pipeline.graph import MAX_BATCHES_IN_FLIGHT, stage_plan, stream_batches
+from df_ray.pipeline.lifecycle import EngineLifecycle, shared_backbones
+from df_ray.pipeline.results import RESULT_SCHEMA, ResultsFile
 from df_ray.tasks.base import Sample
 
 log = logging.getLogger(__name__)
 
-NEEDS_CALIBRATION = ("darkforest", "weighted_vote")
+__all__ = ["MAX_BATCHES_IN_FLIGHT", "RESULT_SCHEMA", "RunResult", "Runner", "init_ray",
+           "load_samples", "pipeline_groups", "preflight", "run_sweep", "samples_key",
+           "shared_backbones", "stage_plan"]
 
 
 @dataclass
@@ -87,25 +75,6 @@ def init_ray(address: str | None = None) -> None:
     ctx.print_on_execution_start = False
 
 
-def shared_backbones(configs: Sequence[RunConfig]) -> dict[str, EngineSpec]:
-    """The union of the configurations' backbones; one name must mean one engine."""
-    out: dict[str, EngineSpec] = {}
-    for cfg in configs:
-        for name, spec in cfg.backbones.items():
-            if name in out and out[name] != spec:
-                raise ConfigError(f"backbone {name!r} is defined differently in two "
-                                  f"configurations of the sweep ({cfg.name!r}); a sweep shares "
-                                  "its engines, so give different engines different names")
-            out[name] = spec
-    return out
-
-
-def load_samples(cfg: RunConfig, split: str | None = None, limit: int | None = None) -> list[Sample]:
-    task = get_task(cfg.benchmark)
-    return task.load(split or cfg.split, source=cfg.source,
-                     limit=limit if limit is not None else cfg.limit, seed=cfg.seed)
-
-
 def samples_key(cfg: RunConfig) -> tuple:
     """What decides a configuration's samples: configurations with equal keys share them."""
     return (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.seed)
@@ -115,161 +84,63 @@ def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
     """Everything that can fail without an engine fails here: data, calibration files, methods."""
     loaded: dict[tuple, list[Sample]] = {}
     for cfg in configs:
-        get_method(cfg.method, **cfg.method_args)  # unknown method args are rejected here
+        cfg.build_method()  # method_args are checked by the config; build once more here
         key = samples_key(cfg)
         if key not in loaded:
             samples = load_samples(cfg)
             if not samples:
                 raise ConfigError(f"{cfg.name}: the {cfg.benchmark} {cfg.split} split is empty")
             loaded[key] = samples
-        if cfg.method in NEEDS_CALIBRATION and cfg.calibration.path:
-            load_calibration(cfg.calibration.path, agents=cfg.agent_ids(), benchmark=cfg.benchmark,
-                             identities=cfg.agent_identities())
-        elif (cfg.method in NEEDS_CALIBRATION and cfg.ablation != "no_calibration"
-              and not cfg.calibration.auto_fit
-              and find_calibration(cfg.calibration.dir, cfg.benchmark, cfg.agent_ids(),
-                                   cfg.agent_identities()) is None):
-            raise ConfigError(
-                f"{cfg.name}: no calibration file for {cfg.benchmark} with agents "
-                f"{cfg.agent_ids()} as configured (backbone models, sampling, prompts) in "
-                f"{cfg.calibration.dir!r}, and calibration.auto_fit is off; "
-                "set calibration.auto_fit: true or calibration.path")
+        check_calibration(cfg)
     return loaded
-
-
-RESULT_SCHEMA = pa.schema([
-    ("sample_id", pa.string()), ("correct", pa.bool_()), ("scores", pa.string()),
-    ("final_answer", pa.string()), ("decision_source", pa.string()), ("trusted", pa.bool_()),
-    ("overridden", pa.bool_()), ("coordinator_called", pa.bool_()),
-    ("coordinator_answer", pa.string()), ("coordinator_correct", pa.bool_()),
-    ("top_answer", pa.string()), ("coordinator_agrees", pa.bool_()),
-    ("any_agent_correct", pa.bool_()), ("n_calls", pa.int64()), ("n_fresh_calls", pa.int64()),
-    ("n_errors", pa.int64()), ("agent_tokens", pa.int64()), ("coordinator_tokens", pa.int64()),
-    ("other_tokens", pa.int64()), ("total_tokens", pa.int64()), ("t_cross", pa.int64()),
-    ("detail", pa.string()),
-])
 
 
 class Runner:
     """Runs configurations over one pool of engines (started lazily, once)."""
 
-    def __init__(self, backbones: dict[str, EngineSpec], tracker=None,
+    def __init__(self, backbones: dict, tracker=None,
                  progress: Callable[[str], None] = _say) -> None:
         self.backbones = backbones
         self.tracker = tracker
         self.say = progress
-        self._pool = None
+        self.engines = EngineLifecycle(backbones, say=progress)
 
     @property
     def pool(self):
-        if self._pool is None:
-            from df_ray.pipeline.engine_pool import EnginePool
-
-            self.say(f"starting engines: {', '.join(f'{n} ({s.kind}: {s.model} x{s.replicas})' for n, s in self.backbones.items())}")
-            t = time.time()
-            self._pool = EnginePool(self.backbones)
-            self._pool.wait_ready()
-            self.say(f"engines ready in {time.time() - t:.1f}s")
-        return self._pool
+        return self.engines.pool
 
     def shutdown(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        self.engines.shutdown()
 
     # ------------------------------------------------------------------ calibration
     def calibration_for(self, cfg: RunConfig) -> Calibration | None:
-        if cfg.method not in NEEDS_CALIBRATION or cfg.ablation == "no_calibration":
-            return None
-        agents, identities = cfg.agent_ids(), cfg.agent_identities()
-        if cfg.calibration.path:
-            return load_calibration(cfg.calibration.path, agents=agents, benchmark=cfg.benchmark,
-                                    identities=identities)
-        found = find_calibration(cfg.calibration.dir, cfg.benchmark, agents, identities)
-        if found is not None:
-            try:
-                return load_calibration(found, agents=agents, benchmark=cfg.benchmark,
-                                        identities=identities)
-            except CalibrationMismatchError:
-                pass
-        if not cfg.calibration.auto_fit:
-            raise ConfigError(f"no calibration for {cfg.benchmark} / {agents}")
-        return self.fit(cfg)
+        """The configuration's calibration (its method's capability); a missing one is
+        fitted through the pipeline when calibration.auto_fit allows it."""
+        return resolve_calibration(cfg, self.fit)
 
     def fit(self, cfg: RunConfig) -> Calibration:
         samples = load_samples(cfg, split="calibration", limit=cfg.calibration.limit)
         self.say(f"no calibration file matches {cfg.benchmark} with agents {cfg.agent_ids()}: "
                  f"fitting one on {len(samples)} held-out samples")
         records = []
-        for row in self._stream([(cfg, None)], samples, agents_only=True):
+        for row in self._stream([(cfg, None)], samples, for_calibration=True):
             if len(records) % max(1, len(samples) // 10) == 0:
                 self.say(f"calibration: {len(records)}/{len(samples)} samples")
-            detail = json.loads(row["detail"])
-            obs = tuple(Observation(**{k: o[k] for k in ("agent", "answer", "confidence", "valid",
-                                                         "quality", "raw")})
-                        for o in detail["observations"])
-            correct = {}
-            for o in obs:
-                if o.valid:
-                    correct[o.answer] = bool(detail["agent_correct"].get(o.agent, False))
-            records.append(CalibrationRecord(sample_id=row["sample_id"], observations=obs,
-                                             correct=correct))
-        identities = cfg.agent_identities()
-        cal = fit_calibration(records, agents=cfg.agent_ids(), benchmark=cfg.benchmark,
-                              gamma=cfg.gamma, identities=identities)
-        out = Path(cfg.calibration.dir) / calibration_filename(cfg.benchmark, cfg.agent_ids())
-        if out.exists():
-            # That name holds the calibration of other agents with these ids (another model,
-            # other sampling): keep it, and name this one by its identities too.
-            tag = hashlib.sha256(json.dumps(identities, sort_keys=True).encode()).hexdigest()[:8]
-            out = out.with_name(f"{out.stem}-{tag}.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        cal.save(out)
-        self.say(f"calibration saved to {out}")
-        return cal
+            records.append(record_from_dict(json.loads(row["record"])))
+        return fit_and_save(cfg, records, say=self.say)
 
     # ------------------------------------------------------------------ running
     def _stream(self, members: Sequence[tuple[RunConfig, Calibration | None]],
-                samples: Sequence[Sample], agents_only: bool = False):
-        """Yield graded result rows as they come out of the pipeline."""
-        for batch in self._stream_batches(members, samples, agents_only):
+                samples: Sequence[Sample], for_calibration: bool = False):
+        """Yield output rows (dicts) as they come out of the pipeline."""
+        for batch in self._stream_batches(members, samples, for_calibration):
             yield from batch.to_pylist()
 
     def _stream_batches(self, members: Sequence[tuple[RunConfig, Calibration | None]],
-                        samples: Sequence[Sample], agents_only: bool = False):
-        """Yield graded result batches (pyarrow tables) as they come out of the pipeline.
-
-        ``members`` are configurations over the same samples and cache root: one pipeline
-        carries them all, each row holding one state per configuration, so the stages start
-        once, a call that several configurations make is made once (the first configuration
-        pays, the others read it as cached) and a configuration that needs no engine call
-        costs only its CPU work. Each output row names its configuration (``config``).
-        """
-        import ray
-
-        from df_ray.pipeline.stages import GradeStage, RoundStage
-
-        pool = self.pool
-        lead = members[0][0]
-        rounds = 1 if agents_only else max(
-            get_method(c.method, **c.method_args).rounds for c, _ in members)
-        rows = [{"sample_id": s.id,
-                 "state": json.dumps([SampleState(s).to_dict()] * len(members))}
-                for s in samples]
-        n_blocks = max(1, min(len(rows), (len(rows) + lead.batch_size - 1) // lead.batch_size))
-        ds = ray.data.from_items(rows, override_num_blocks=n_blocks)
-        common = {"configs": [c.model_dump_json() for c, _ in members],
-                  "calibrations": [cal.to_dict() if cal else None for _, cal in members],
-                  "handles": pool.handles, "agents_only": agents_only}
-        actors, calls = stage_plan(lead, n_blocks)
-        compute = ray.data.ActorPoolStrategy(size=actors, max_concurrent_calls_per_actor=calls,
-                                             enable_true_multi_threading=calls > 1)
-        stage = {"batch_size": lead.batch_size, "num_cpus": 0.25, "batch_format": "numpy",
-                 "compute": compute}
-        for r in range(rounds):
-            ds = ds.map_batches(RoundStage, fn_constructor_kwargs={"round": r, **common}, **stage)
-        ds = ds.map_batches(GradeStage, fn_constructor_kwargs=common, **stage)
-        yield from ds.iter_batches(batch_size=64, batch_format="pyarrow")
+                        samples: Sequence[Sample], for_calibration: bool = False):
+        """Yield output batches (pyarrow tables): ``df_ray.pipeline.graph.stream_batches``
+        over this runner's engines."""
+        yield from stream_batches(self.pool.handles, members, samples, for_calibration)
 
     def run(self, cfg: RunConfig, samples: Sequence[Sample] | None = None,
             sweep: str = "sweep") -> RunResult:
@@ -300,7 +171,7 @@ class Runner:
         members = [(cfgs[i], self.calibration_for(cfgs[i])) for i in todo]
         for cfg, _ in members:
             self.say(f"{cfg.name}: {cfg.method} on {len(samples)} {cfg.benchmark} samples")
-        outs = [_ResultsFile(cfg, sweep) for cfg, _ in members]
+        outs = [ResultsFile(cfg, sweep) for cfg, _ in members]
         t0 = time.time()
         try:
             for table in self._stream_batches(members, samples):
@@ -331,65 +202,6 @@ class Runner:
                 run_id = self.tracker.log_run(cfg, metrics, path, calibration)
             out[i] = RunResult(cfg, metrics, str(path), run_id)
         return [out[i] for i in range(len(cfgs))]
-
-
-class _ResultsFile:
-    """One configuration's graded rows: metrics accumulated, rows streamed to a temporary
-    Parquet file that becomes ``samples.parquet`` once every sample is in."""
-
-    def __init__(self, cfg: RunConfig, sweep: str) -> None:
-        self.cfg = cfg
-        self.dir = Path(cfg.results_dir) / _safe(sweep) / f"{_safe(cfg.name)}-{cfg.fingerprint()}"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        # Each writer its own temporary file: concurrent runs of one configuration never
-        # truncate each other's (the last rename wins, and every renamed file is whole).
-        self.tmp = self.dir / f".samples-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet.tmp"
-        self.acc = MetricsAccumulator()
-        self.writer: pq.ParquetWriter | None = None
-
-    def add(self, table: pa.Table) -> None:
-        for row in table.to_pylist():
-            self.acc.add(row)
-        table = table.select(RESULT_SCHEMA.names).cast(RESULT_SCHEMA)
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.tmp, RESULT_SCHEMA)
-        self.writer.write_table(table)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
-
-    def commit(self) -> Path:
-        path = self.dir / "samples.parquet"
-        if not self.tmp.exists():  # no sample at all: an empty, well-formed file
-            pq.write_table(RESULT_SCHEMA.empty_table(), self.tmp)
-        os.replace(self.tmp, path)
-        return path
-
-
-def stage_plan(cfg: RunConfig, n_blocks: int) -> tuple[int, int]:
-    """Stage actors per round and batches each works on at once.
-
-    A round needs enough batches in flight to keep every replica of its busiest backbone full
-    (``replicas * max_batch_size`` requests) plus one to overlap the CPU work, and never more
-    than there are blocks. A batch in flight mostly waits on engines, so the batches share
-    ``cfg.concurrency`` actors as threads: every actor is a process start (seconds on a small
-    machine, paid once per stage per configuration), a thread is free.
-    """
-    need = max(-(-spec.replicas * spec.max_batch_size // cfg.batch_size) + 1
-               for spec in cfg.backbones.values())
-    in_flight = max(1, min(max(cfg.concurrency, min(need, MAX_BATCHES_IN_FLIGHT)), n_blocks))
-    actors = min(cfg.concurrency, in_flight)
-    return actors, -(-in_flight // actors)
-
-
-#: Upper bound on the batches one stage works on at once (over all its actors).
-MAX_BATCHES_IN_FLIGHT = 64
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80]
 
 
 def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = "default",

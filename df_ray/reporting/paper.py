@@ -1,4 +1,4 @@
-"""The DarkForest paper's numbers (DESIGN.md section 4) as data, to print beside ours.
+"""The DarkForest paper's numbers (docs/method.md §8) as data, to print beside ours.
 
 Accuracies are percentages, tokens are prompt + completion tokens per sample (all calls).
 Method keys are df_ray method names. FinQA's headline accuracy is execution accuracy;

@@ -159,6 +159,6 @@ def to_markdown(table: pd.DataFrame) -> str:
         parts.append("\n".join(lines))
     note = (f"Accuracy: the benchmark's headline metric, 95% percentile bootstrap CI over samples. "
             f"p: exact McNemar test against the reference DarkForest run ('ref') on the samples "
-            f"both answered; * marks p < {ALPHA}. Paper numbers: DESIGN.md section 4 (DarkForest's "
+            f"both answered; * marks p < {ALPHA}. Paper numbers: docs/method.md §8 (DarkForest's "
             f"only beside its default settings).")
     return "\n\n".join(parts) + "\n\n" + note + "\n"

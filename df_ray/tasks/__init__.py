@@ -1,7 +1,8 @@
 """The six benchmarks behind one protocol (see ``df_ray.tasks.base.Task``).
 
-``get_task(name, **options) -> Task`` builds a benchmark by name; ``TASKS`` lists the names.
-Modules are imported lazily so that importing the registry stays cheap.
+``get_task(name, **options) -> Task`` builds a benchmark by name. ``REGISTRY`` is the one
+place a benchmark is listed (name -> "module:Class"; adding one: one module, one line);
+``TASKS`` is its names. Modules are imported lazily so that importing the registry stays cheap.
 """
 
 from __future__ import annotations
@@ -11,16 +12,16 @@ from typing import Any
 
 from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split, Task
 
-TASKS: tuple[str, ...] = ("math", "humaneval", "mmlu_pro", "gpqa", "finqa", "legalbench")
-
-_CLASSES = {
-    "math": ("df_ray.tasks.math", "MathTask"),
-    "humaneval": ("df_ray.tasks.humaneval", "HumanEvalTask"),
-    "mmlu_pro": ("df_ray.tasks.mmlu_pro", "MMLUProTask"),
-    "gpqa": ("df_ray.tasks.gpqa", "GPQATask"),
-    "finqa": ("df_ray.tasks.finqa", "FinQATask"),
-    "legalbench": ("df_ray.tasks.legalbench", "LegalBenchTask"),
+REGISTRY: dict[str, str] = {
+    "math": "df_ray.tasks.math:MathTask",
+    "humaneval": "df_ray.tasks.humaneval:HumanEvalTask",
+    "mmlu_pro": "df_ray.tasks.mmlu_pro:MMLUProTask",
+    "gpqa": "df_ray.tasks.gpqa:GPQATask",
+    "finqa": "df_ray.tasks.finqa:FinQATask",
+    "legalbench": "df_ray.tasks.legalbench:LegalBenchTask",
 }
+
+TASKS: tuple[str, ...] = tuple(REGISTRY)
 
 
 class UnknownTaskError(KeyError):
@@ -33,11 +34,11 @@ class UnknownTaskError(KeyError):
 def get_task(name: str, **options: Any) -> Task:
     """The benchmark ``name`` (one of ``TASKS``); ``options`` go to its constructor."""
     key = name.strip().lower().replace("-", "_") if isinstance(name, str) else name
-    if key not in _CLASSES:
-        raise UnknownTaskError(f"unknown task {name!r}; valid names: {', '.join(TASKS)}")
-    module, cls = _CLASSES[key]
+    if key not in REGISTRY:
+        raise UnknownTaskError(f"unknown task {name!r}; valid names: {', '.join(REGISTRY)}")
+    module, cls = REGISTRY[key].split(":")
     return getattr(importlib.import_module(module), cls)(**options)
 
 
-__all__ = ["TASKS", "DataSchemaError", "Grade", "Sample", "Split", "Task", "UnknownTaskError",
+__all__ = ["REGISTRY", "TASKS", "DataSchemaError", "Grade", "Sample", "Split", "Task", "UnknownTaskError",
            "get_task"]

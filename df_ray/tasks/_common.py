@@ -19,8 +19,6 @@ from typing import Any
 
 from df_ray.tasks.base import DataSchemaError, Sample
 
-CONFIDENCE_LINE = "Confidence: <a number from 0 to 1: how likely your final answer is correct>"
-
 _MISSING = object()
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+from df_ray.tasks.prompts import answer_instruction
 
 DSL_HELP = """\
 Write the answer as a program in this language: a comma-separated list of steps
@@ -128,16 +129,15 @@ class FinQATask:
         return ParseSpec(kind="finqa", table=table)
 
     def answer_instructions(self) -> str:
-        return ("End with the line 'Answer: <program>' where <program> is the calculation in "
-                "the program language (e.g. 'Answer: subtract(5829, 5735), divide(#0, 5735)'), "
-                "then a final line 'Confidence: <0 to 1>'.")
+        return answer_instruction(
+            "Give the line 'Answer: <program>' where <program> is the calculation in the "
+            "program language (e.g. 'Answer: subtract(5829, 5735), divide(#0, 5735)').")
 
     def agent_prompt(self, sample: Sample) -> str:
         return ("Read the following excerpt of a financial report and answer the question.\n\n"
                 f"{sample.question}\n\n{DSL_HELP}\n\n"
-                "Reason step by step. Then give your final answer on a line of the form "
-                "'Answer: <program>'.\n"
-                f"End with a final line '{C.CONFIDENCE_LINE}'.")
+                + answer_instruction("Reason step by step. Then give your final answer on a "
+                                     "line of the form 'Answer: <program>'."))
 
     def gold_key(self, sample: Sample) -> str | None:
         from df_ray.core.parsing.finqa import program_key

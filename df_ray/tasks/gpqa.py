@@ -29,6 +29,7 @@ from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.base import Grade, Sample, Split
 from df_ray.tasks.mmlu_pro import grade_letter, render_options
+from df_ray.tasks.prompts import answer_instruction
 
 HUB = "Idavidrein/gpqa"
 HUB_PAGE = "https://huggingface.co/datasets/Idavidrein/gpqa"
@@ -133,15 +134,14 @@ class GPQATask:
         return ParseSpec(kind="choice", n_options=4)
 
     def answer_instructions(self) -> str:
-        return ("End with the line 'Answer: X' where X is A, B, C or D, then a final line "
-                "'Confidence: <0 to 1>'.")
+        return answer_instruction("Give the line 'Answer: X' where X is A, B, C or D.")
 
     def agent_prompt(self, sample: Sample) -> str:
         return ("Answer the following multiple-choice science question.\n\n"
                 f"{sample.question}\n\n"
-                "Reason step by step. Then give your final answer on a line of the form "
-                "'Answer: X' where X is one of A, B, C, D.\n"
-                f"End with a final line '{C.CONFIDENCE_LINE}'.")
+                + answer_instruction("Reason step by step. Then give your final answer on a "
+                                     "line of the form 'Answer: X' where X is one of "
+                                     "A, B, C, D."))
 
     def gold_key(self, sample: Sample) -> str | None:
         return sample.gold

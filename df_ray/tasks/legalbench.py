@@ -43,6 +43,7 @@ from pathlib import Path
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+from df_ray.tasks.prompts import answer_instruction
 
 HUB = "nguha/legalbench"
 PARQUET_REVISION = "refs/convert/parquet"
@@ -169,17 +170,17 @@ class LegalBenchTask:
         return ParseSpec(kind="label", labels=tuple(sample.meta["labels"]))
 
     def answer_instructions(self) -> str:
-        return ("End with the line 'Answer: <label>' where <label> is exactly one of the "
-                "allowed labels, then a final line 'Confidence: <0 to 1>'.")
+        return answer_instruction("Give the line 'Answer: <label>' where <label> is exactly "
+                                  "one of the allowed labels.")
 
     def agent_prompt(self, sample: Sample) -> str:
         task = sample.meta["legalbench_task"]
         instr = INSTRUCTIONS.get(task, "Answer the following legal classification question.")
         labels = ", ".join(sample.meta["labels"])
         return (f"{instr}\n\n{sample.question}\n\nAllowed labels: {labels}\n\n"
-                "Reason step by step. Then give your final answer on a line of the form "
-                "'Answer: <label>' using exactly one of the allowed labels.\n"
-                f"End with a final line '{C.CONFIDENCE_LINE}'.")
+                + answer_instruction("Reason step by step. Then give your final answer on a "
+                                     "line of the form 'Answer: <label>' using exactly one of "
+                                     "the allowed labels."))
 
     def gold_key(self, sample: Sample) -> str | None:
         try:

@@ -34,6 +34,7 @@ from typing import Any
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+from df_ray.tasks.prompts import answer_instruction
 
 MATH500 = "HuggingFaceH4/MATH-500"
 HENDRYCKS = "EleutherAI/hendrycks_math"
@@ -140,13 +141,13 @@ class MathTask:
         return ParseSpec(kind="math")
 
     def answer_instructions(self) -> str:
-        return ("Put your final answer in \\boxed{} (only the final answer, simplified, in "
-                "LaTeX), then end with a line 'Confidence: <0 to 1>'.")
+        return answer_instruction("Put your final answer in \\boxed{} (only the final answer, "
+                                  "simplified, in LaTeX).")
 
     def agent_prompt(self, sample: Sample) -> str:
         return (f"Solve the following math problem.\n\n{sample.question}\n\n"
-                "Reason step by step. Then give your final answer as \\boxed{<answer>}.\n"
-                f"End with a final line '{C.CONFIDENCE_LINE}'.")
+                + answer_instruction("Reason step by step. Then give your final answer as "
+                                     "\\boxed{<answer>}."))
 
     def gold_key(self, sample: Sample) -> str | None:
         try:

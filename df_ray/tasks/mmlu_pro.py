@@ -23,6 +23,7 @@ import re
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+from df_ray.tasks.prompts import answer_instruction
 
 HUB = "TIGER-Lab/MMLU-Pro"
 _INLINE = re.compile(r"\(([A-Z])\)\s")
@@ -106,17 +107,17 @@ class MMLUProTask:
         return ParseSpec(kind="choice", n_options=int(sample.meta.get("n_options", 10)))
 
     def answer_instructions(self) -> str:
-        return ("End with the line 'Answer: X' where X is the letter of the correct option, "
-                "then a final line 'Confidence: <0 to 1>'.")
+        return answer_instruction("Give the line 'Answer: X' where X is the letter of the "
+                                  "correct option.")
 
     def agent_prompt(self, sample: Sample) -> str:
         n = int(sample.meta.get("n_options", 10))
         letters = C.letters(n)
         return ("Answer the following multiple-choice question.\n\n"
                 f"{sample.question}\n\n"
-                "Reason step by step. Then give your final answer on a line of the form "
-                f"'Answer: X' where X is one of {', '.join(letters)}.\n"
-                f"End with a final line '{C.CONFIDENCE_LINE}'.")
+                + answer_instruction("Reason step by step. Then give your final answer on a "
+                                     "line of the form 'Answer: X' where X is one of "
+                                     f"{', '.join(letters)}."))
 
     def gold_key(self, sample: Sample) -> str | None:
         return sample.gold

@@ -13,12 +13,11 @@ from df_ray.core.calibration import (
     CalibrationRecord,
     PairStats,
     PatternStats,
-    calibration_filename,
-    find_calibration,
     fit_calibration,
     load_calibration,
 )
 from df_ray.core.types import Observation
+from df_ray.evaluation.calibration import calibration_filename, find_calibration
 
 Obs = Observation
 AGENTS = ("a", "b", "c")

@@ -1,8 +1,5 @@
-"""An in-process driver for methods: the pipeline's round loop without Ray.
-
-``drive(method, samples, ctx, engine)``: for every round, plan each live sample's calls, answer
-them with the scripted engine, append the records (the state goes through its JSON form
-between rounds, as it does between Ray Data stages), then ``finish`` each sample.
+"""Methods on the scripted engine through the evaluation driver (``df_ray.evaluation``), the
+same round loop the Ray stages run, in this process: ``run_method(name, script, args)``.
 
 Agents a1..a3 (a4 when a test asks for four) run on models m1..m3 (m4), the coordinator on mc; the ``Script`` responder answers
 per (model, phase), the phase read from the prompt's text, so a test says "a2's debate
@@ -11,7 +8,6 @@ answer is C" in one line.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,23 +17,15 @@ import pytest
 from df_ray.config import RunConfig
 from df_ray.engines.base import ChatRequest
 from df_ray.engines.scripted import ScriptedEngine, last_user_content, whitespace_tokens
+from df_ray.evaluation import Driver, Member, PlannedCall, build_context
 from df_ray.methods import get_method
-from df_ray.methods.base import (
-    Call,
-    CallRecord,
-    Method,
-    MethodContext,
-    Outcome,
-    SampleState,
-    agent_view,
-)
+from df_ray.methods.base import Call, Outcome, SampleState
 from df_ray.methods.prompts import (
     DEBATE_HEADER,
     MOA_AGGREGATE,
     RECONCILE_INTRO,
     VERDICT_CORRECT,
 )
-from df_ray.tasks import get_task
 from df_ray.tasks.base import Sample
 
 AGENTS = ("a1", "a2", "a3")
@@ -70,15 +58,6 @@ def config(*, agents: Sequence[str] = AGENTS, coordinator: bool = True,
     }
     d.update(over)
     return RunConfig.model_validate(d)
-
-
-def make_context(cfg: RunConfig, calibration: Any = None) -> MethodContext:
-    return MethodContext(task=get_task(cfg.benchmark),
-                         agents=[agent_view(cfg, a.id) for a in cfg.agents],
-                         coordinator=agent_view(cfg, cfg.coordinator.id) if cfg.coordinator else None,
-                         settings=cfg, calibration=calibration,
-                         count_tokens=lambda agent, text: whitespace_tokens(text),
-                         run_seed=cfg.seed)
 
 
 # ----------------------------------------------------------------------------- responder
@@ -131,21 +110,24 @@ class Script:
         return val(request) if callable(val) else val
 
 
-# ----------------------------------------------------------------------------- driver
+# ----------------------------------------------------------------------------- runs
 
 
 @dataclass
 class Run:
+    """What a driver run left: final states, outcomes and every planned call."""
+
     states: list[SampleState]
     outcomes: list[Outcome]
-    planned: list[tuple[int, str, Call]]  # (round, sample id, call)
+    planned: list[PlannedCall]
     engine: ScriptedEngine
 
     def calls(self, sample_id: str | None = None, *, round: int | None = None,
               role: str | None = None) -> list[Call]:
-        return [c for r, s, c in self.planned
-                if (sample_id is None or s == sample_id) and (round is None or r == round)
-                and (role is None or c.role == role)]
+        return [p.call for p in self.planned
+                if (sample_id is None or self.states[p.row].sample.id == sample_id)
+                and (round is None or p.round == round)
+                and (role is None or p.call.role == role)]
 
     def n_calls(self, sample_id: str | None = None) -> int:
         return len(self.calls(sample_id))
@@ -159,32 +141,6 @@ class Run:
         return self.states[0]
 
 
-def drive(method: Method, samples: Sequence[Sample], ctx: MethodContext,
-          engine: ScriptedEngine) -> Run:
-    states = [SampleState(sample=s) for s in samples]
-    planned: list[tuple[int, str, Call]] = []
-    for rnd in range(method.rounds):
-        for st in states:
-            if st.done:
-                continue
-            calls = method.plan(rnd, st, ctx)
-            if not calls:
-                continue
-            comps = engine.generate([c.request for c in calls])
-            for call, comp in zip(calls, comps, strict=True):
-                planned.append((rnd, st.sample.id, call))
-                st.calls.append(CallRecord(
-                    round=rnd, role=call.role, agent=call.agent, key=call.request.key(),
-                    text=comp.text, prompt_tokens=comp.prompt_tokens,
-                    completion_tokens=comp.completion_tokens, error=comp.error))
-        states = [SampleState.from_dict(json.loads(json.dumps(st.to_dict()))) for st in states]
-    outcomes = [method.finish(st, ctx) for st in states]
-    # Outcomes must be JSON-friendly where the pipeline stores them.
-    for o in outcomes:
-        json.dumps(o.extra, default=str)
-    return Run(states, outcomes, planned, engine)
-
-
 @pytest.fixture
 def run_method():
     """run_method(name, script, method_args=..., samples=..., cfg=..., calibration=...)."""
@@ -195,9 +151,13 @@ def run_method():
             engine: ScriptedEngine | None = None) -> Run:
         cfg = cfg or config(method=name)
         method = get_method(name, **dict(method_args or {}))
-        ctx = make_context(cfg, calibration)
+        ctx = build_context(cfg, calibration, lambda agent, text: whitespace_tokens(text))
         engine = engine or ScriptedEngine("scripted", script)
-        run = drive(method, samples or [make_sample()], ctx, engine)
+        driver = Driver([Member(method, ctx)], engine, keep_plan=True)
+        rows = driver.run(samples or [make_sample()])
+        finished = driver.outcomes(rows)
+        run = Run([states[0] for states in rows], [o for _, o, _ in finished], driver.planned,
+                  engine)
         bound = method.max_calls_per_sample(ctx)
         for st in run.states:
             assert bound is None or len(st.calls) <= bound

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from df_ray.config import METHODS
+from df_ray.evaluation import build_context
 from df_ray.methods import REGISTRY, get_method
-from tests.methods.conftest import AGENTS, Script, answer, config, make_context
+from tests.methods.conftest import AGENTS, Script, answer, config
 
 # Agents that never agree and critiques that never approve: every method runs to its maximum.
 DISAGREE = {
@@ -59,7 +60,7 @@ def test_calls_per_sample(run_method, name, args, expected):
     assert run.n_calls() == expected
     assert len(run.state.calls) == expected
     method = get_method(name, **args)
-    assert method.max_calls_per_sample(make_context(config(method=name))) == expected
+    assert method.max_calls_per_sample(build_context(config(method=name))) == expected
     # Every method reports the independent first answers of the agents it asked.
     assert run.outcome.agent_observations
     assert {o.agent for o in run.outcome.agent_observations} <= set(AGENTS)
@@ -80,7 +81,7 @@ def test_goa_counts_with_four_agents(run_method):
         cfg = config(method=name, agents=("a1", "a2", "a3", "a4"))
         run = run_method(name, Script(table), cfg=cfg)
         assert run.n_calls() == expected, name
-        assert get_method(name).max_calls_per_sample(make_context(cfg)) == expected
+        assert get_method(name).max_calls_per_sample(build_context(cfg)) == expected
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

@@ -1,0 +1,130 @@
+"""Calibration as the evaluation layer sees it: which configurations need one, where its
+frozen file is found, and how a missing one is fitted from a method's held-out records.
+
+The core (``df_ray.core.calibration``) counts and looks up; this module holds the file
+policy: ``<calibration.dir>/<benchmark>-<hash of the agent ids>.json`` matched by content
+(benchmark, agent set, agent identities), an explicit ``calibration.path``, or a fit on the
+benchmark's calibration split when ``calibration.auto_fit`` allows it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from df_ray.core.calibration import (
+    Calibration,
+    CalibrationMismatchError,
+    CalibrationRecord,
+    fit_calibration,
+    load_calibration,
+)
+
+
+def calibration_filename(benchmark: str, agents: Sequence[str]) -> str:
+    """``<benchmark>-<8 hex of sha256 over the sorted agent ids>.json``; order-insensitive."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", benchmark).strip("_") or "benchmark"
+    digest = hashlib.sha256("\n".join(sorted(agents)).encode("utf-8")).hexdigest()[:8]
+    return f"{slug}-{digest}.json"
+
+
+
+def find_calibration(directory: str | Path, benchmark: str, agents: Sequence[str],
+                     identities: Mapping[str, Mapping[str, Any]] | None = None) -> Path | None:
+    """The calibration file in ``directory`` fitted for this benchmark and agent set, or None.
+
+    Files are matched by content, not by name: the canonical name
+    (:func:`calibration_filename`) is tried first, then the others newest ``fitted_at`` first
+    (ties by file name). Unreadable or foreign JSON files are skipped.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    canonical = directory / calibration_filename(benchmark, agents)
+    candidates: list[tuple[int, str, str, Path]] = []
+    for path in directory.glob("*.json"):
+        try:
+            cal = load_calibration(path)
+        except (OSError, ValueError):
+            continue
+        if cal.matches(agents=agents, benchmark=benchmark, identities=identities):
+            first = 0 if path.name == canonical.name else 1
+            # newest first: invert the ISO timestamp's ordering via a negated sort later
+            candidates.append((first, cal.fitted_at, path.name, path))
+    if not candidates:
+        return None
+    candidates.sort(key=lambda c: c[2])              # ties: file name ascending
+    candidates.sort(key=lambda c: c[1], reverse=True)  # newest fitted_at first
+    candidates.sort(key=lambda c: c[0])              # canonical name first
+    return candidates[0][3]
+
+
+def needs_calibration(cfg: Any) -> bool:
+    """Whether the configuration's method (with its args) uses a frozen calibration."""
+    return cfg.build_method().needs_calibration
+
+
+def check_calibration(cfg: Any) -> None:
+    """Fail before any engine starts when the configuration's calibration cannot be had: an
+    explicit file that does not belong to it, or no matching file with auto_fit off."""
+    from df_ray.config import ConfigError
+
+    if not needs_calibration(cfg):
+        return
+    if cfg.calibration.path:
+        load_calibration(cfg.calibration.path, agents=cfg.agent_ids(), benchmark=cfg.benchmark,
+                         identities=cfg.agent_identities())
+    elif (not cfg.calibration.auto_fit
+          and find_calibration(cfg.calibration.dir, cfg.benchmark, cfg.agent_ids(),
+                               cfg.agent_identities()) is None):
+        raise ConfigError(
+            f"{cfg.name}: no calibration file for {cfg.benchmark} with agents "
+            f"{cfg.agent_ids()} as configured (backbone models, sampling, prompts) in "
+            f"{cfg.calibration.dir!r}, and calibration.auto_fit is off; "
+            "set calibration.auto_fit: true or calibration.path")
+
+
+def resolve_calibration(cfg: Any, fit: Callable[[Any], Calibration]) -> Calibration | None:
+    """The configuration's calibration: None when its method needs none, else the explicit
+    file, else a matching file in ``calibration.dir``, else ``fit(cfg)`` when auto_fit."""
+    from df_ray.config import ConfigError
+
+    if not needs_calibration(cfg):
+        return None
+    agents, identities = cfg.agent_ids(), cfg.agent_identities()
+    if cfg.calibration.path:
+        return load_calibration(cfg.calibration.path, agents=agents, benchmark=cfg.benchmark,
+                                identities=identities)
+    found = find_calibration(cfg.calibration.dir, cfg.benchmark, agents, identities)
+    if found is not None:
+        try:
+            return load_calibration(found, agents=agents, benchmark=cfg.benchmark,
+                                    identities=identities)
+        except CalibrationMismatchError:
+            pass
+    if not cfg.calibration.auto_fit:
+        raise ConfigError(f"no calibration for {cfg.benchmark} / {agents}")
+    return fit(cfg)
+
+
+def fit_and_save(cfg: Any, records: Iterable[CalibrationRecord],
+                 say: Callable[[str], None] = lambda m: None) -> Calibration:
+    """Fit a calibration for the configuration's agents from held-out records and freeze it
+    under ``calibration.dir`` (a name that holds other agents' file gets an identity tag)."""
+    identities = cfg.agent_identities()
+    cal = fit_calibration(list(records), agents=cfg.agent_ids(), benchmark=cfg.benchmark,
+                          gamma=cfg.gamma, identities=identities)
+    out = Path(cfg.calibration.dir) / calibration_filename(cfg.benchmark, cfg.agent_ids())
+    if out.exists():
+        # That name holds the calibration of other agents with these ids (another model,
+        # other sampling): keep it, and name this one by its identities too.
+        tag = hashlib.sha256(json.dumps(identities, sort_keys=True).encode()).hexdigest()[:8]
+        out = out.with_name(f"{out.stem}-{tag}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cal.save(out)
+    say(f"calibration saved to {out}")
+    return cal

@@ -1,0 +1,36 @@
+"""A method's context built from a run configuration: its task, agents and calibration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from df_ray.methods.base import MethodContext, agent_view
+from df_ray.tasks import get_task
+from df_ray.tasks.base import Sample
+
+
+def build_context(cfg: Any, calibration: Any = None,
+                  count_tokens: Callable[[str, str], int] | None = None) -> MethodContext:
+    """The MethodContext of a RunConfig. ``count_tokens(agent_id, text)`` counts with the
+    agent's engine tokenizer; without one, whitespace-separated words are counted."""
+    return MethodContext(
+        task=get_task(cfg.benchmark),
+        agents=[agent_view(cfg, a.id) for a in cfg.agents],
+        coordinator=agent_view(cfg, cfg.coordinator.id) if cfg.coordinator else None,
+        settings=cfg,
+        calibration=calibration,
+        count_tokens=count_tokens or _words,
+        run_seed=cfg.seed,
+    )
+
+
+def load_samples(cfg: Any, split: str | None = None, limit: int | None = None) -> list[Sample]:
+    """The configuration's samples (its split unless ``split``; its limit unless ``limit``)."""
+    task = get_task(cfg.benchmark)
+    return task.load(split or cfg.split, source=cfg.source,
+                     limit=limit if limit is not None else cfg.limit, seed=cfg.seed)
+
+
+def _words(agent: str, text: str) -> int:
+    return len(text.split())

@@ -1,0 +1,252 @@
+"""The evaluation driver: one loop that runs methods' rounds over a batch of samples.
+
+A *row* is one sample and one state per *member* (a configuration: a method, its context and
+how many rounds it runs); a batch is a list of rows. Each round the driver asks every live
+member's method for the calls its sample needs, answers from what the row already holds (a
+call another member made in an earlier round), then from the generation cache, then sends
+the rest to the engine client, once per distinct request (the first member to ask pays, the
+others read it as cached), persists the new completions and appends the call records.
+After the last round ``finish`` scores every state (``ResultRow``) or, for a calibration
+pass, turns it into a calibration record.
+
+The same driver runs inside a Ray Data stage (``df_ray.pipeline.stages``), in the tests and
+in a plain Python process (``df_ray.evaluate``): the engine client is anything with
+``generate(requests) -> completions``, the cache anything with ``get``/``put_many``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from df_ray.core import CalibrationRecord
+from df_ray.engines.base import ChatRequest, Completion
+from df_ray.evaluation.context import build_context
+from df_ray.evaluation.scoring import ResultRow, score, score_outcome
+from df_ray.methods.base import Call, CallRecord, Method, MethodContext, Outcome, SampleState
+from df_ray.tasks.base import Sample
+
+
+class EngineClient(Protocol):
+    """What the driver needs of engines: a batch of requests in, one completion each out."""
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]: ...
+
+
+class CallCache(Protocol):
+    """What the driver needs of a generation cache (``df_ray.pipeline.cache``)."""
+
+    def __contains__(self, key: str) -> bool: ...
+
+    def get(self, key: str) -> Completion | None: ...
+
+    def put_many(self, items: Any) -> None: ...
+
+
+@dataclass
+class Member:
+    """One configuration the driver serves: a method, its context and its rounds.
+    ``calibration``: a calibration pass (only ``method.calibration_rounds`` rounds)."""
+
+    method: Method
+    ctx: MethodContext
+    calibration: bool = False
+
+    @property
+    def rounds(self) -> int:
+        return self.method.calibration_rounds if self.calibration else self.method.rounds
+
+    @classmethod
+    def from_config(cls, cfg: Any, calibration: Any = None,
+                    count_tokens: Callable[[str, str], int] | None = None, *,
+                    for_calibration: bool = False) -> Member:
+        """A RunConfig's member; ``calibration`` is the frozen Calibration it uses (if any)."""
+        return cls(cfg.build_method(), build_context(cfg, calibration, count_tokens),
+                   for_calibration)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCall:
+    round: int
+    row: int
+    member: int
+    call: Call
+
+
+Row = list[SampleState]
+
+
+@dataclass
+class Driver:
+    """Runs the members' rounds for batches of rows (see the module docstring).
+
+    ``refresh``: called before the cache is asked for a call the row does not hold, so a
+    cache shared with other writers can list their new parts (``GenerationCache.refresh``)."""
+
+    members: Sequence[Member]
+    engine: EngineClient
+    cache: CallCache | None = None
+    refresh: Callable[[], None] | None = None
+    planned: list[PlannedCall] = field(default_factory=list)
+    keep_plan: bool = False
+
+    @property
+    def rounds(self) -> int:
+        return max(m.rounds for m in self.members)
+
+    def new_rows(self, samples: Sequence[Sample]) -> list[Row]:
+        return [[SampleState(s) for _ in self.members] for s in samples]
+
+    # ------------------------------------------------------------------ one round
+    def run_round(self, round: int, rows: Sequence[Row]) -> None:
+        planned: list[PlannedCall] = []
+        for i, states in enumerate(rows):
+            for m, (member, st) in enumerate(zip(self.members, states, strict=True)):
+                if st.done or round >= member.rounds:
+                    continue
+                for call in member.method.plan(round, st, member.ctx):
+                    planned.append(PlannedCall(round, i, m, call))
+        if not planned:
+            return
+        if self.keep_plan:
+            self.planned.extend(planned)
+        keys = [p.call.request.key() for p in planned]
+        # Calls another member already made for this sample in an earlier round (they ride in
+        # the row; another stage's cache writes may not be listed yet).
+        known: dict[int, dict[str, Completion]] = {}
+        for i in {p.row for p in planned}:
+            known[i] = {c.key: Completion(c.text, c.prompt_tokens, c.completion_tokens)
+                        for st in rows[i] for c in st.calls if c.error is None}
+        cache = self.cache
+        if (cache is not None and self.refresh is not None
+                and any(k not in cache and k not in known[p.row]
+                        for k, p in zip(keys, planned, strict=True))):
+            self.refresh()
+        results: list[Completion | None] = [None] * len(planned)
+        cached = [False] * len(planned)
+        todo: dict[str, list[int]] = {}
+        for j, p in enumerate(planned):
+            hit = known[p.row].get(keys[j])
+            if hit is None and cache is not None:
+                hit = cache.get(keys[j])
+            if hit is not None:
+                results[j], cached[j] = hit, True
+            else:
+                todo.setdefault(keys[j], []).append(j)
+        if todo:
+            reqs = [planned[js[0]].call.request for js in todo.values()]
+            comps = self.engine.generate(reqs)
+            if cache is not None:
+                cache.put_many(zip(reqs, comps, strict=True))
+            for js, comp in zip(todo.values(), comps, strict=True):
+                for n, j in enumerate(js):
+                    results[j] = comp
+                    cached[j] = n > 0  # a duplicate within the batch costs nothing
+        for j, p in enumerate(planned):
+            comp = results[j]
+            assert comp is not None
+            rows[p.row][p.member].calls.append(CallRecord(
+                round=round, role=p.call.role, agent=p.call.agent, key=keys[j], text=comp.text,
+                prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens,
+                cached=cached[j], error=comp.error))
+
+    # ------------------------------------------------------------------ the end
+    def finish(self, rows: Sequence[Row]) -> list[tuple[int, ResultRow]]:
+        """(member index, graded row) for every state of every row, row by row."""
+        return [(m, score(st, member.method, member.ctx))
+                for states in rows
+                for m, (member, st) in enumerate(zip(self.members, states, strict=True))]
+
+    def outcomes(self, rows: Sequence[Row]) -> list[tuple[int, Outcome, ResultRow]]:
+        """(member index, outcome, graded row) for every state of every row."""
+        out = []
+        for states in rows:
+            for m, (member, st) in enumerate(zip(self.members, states, strict=True)):
+                outcome = member.method.finish(st, member.ctx)
+                out.append((m, outcome, score_outcome(st, outcome, member.ctx)))
+        return out
+
+    def calibration_records(self, rows: Sequence[Row]) -> list[tuple[int, CalibrationRecord]]:
+        """(member index, calibration record) for every state of every row."""
+        return [(m, calibration_record(st, member.method, member.ctx))
+                for states in rows
+                for m, (member, st) in enumerate(zip(self.members, states, strict=True))]
+
+    # ------------------------------------------------------------------ in process
+    def run(self, samples: Sequence[Sample]) -> list[Row]:
+        """Every round over ``samples`` in this process. Between rounds the rows go through
+        their encoded form, as they do between Ray Data stages."""
+        rows = self.new_rows(samples)
+        for r in range(self.rounds):
+            self.run_round(r, rows)
+            rows = [decode_row(**encode_row(states)) for states in rows]
+        return rows
+
+
+def calibration_record(state: SampleState, method: Method, ctx: MethodContext
+                       ) -> CalibrationRecord:
+    """A held-out sample's record: the method's calibration observations and, per answer,
+    whether the task grades it correct."""
+    obs = tuple(method.calibration_observations(state, ctx))
+    correct: dict[str, bool] = {}
+    for o in obs:
+        if o.valid and o.answer is not None and o.answer not in correct:
+            correct[o.answer] = bool(ctx.task.grade(state.sample, o).correct)
+    return CalibrationRecord(sample_id=state.sample.id, observations=obs, correct=correct)
+
+
+def record_to_dict(rec: CalibrationRecord) -> dict[str, Any]:
+    return {"sample_id": rec.sample_id,
+            "observations": [{"agent": o.agent, "answer": o.answer, "confidence": o.confidence,
+                              "valid": o.valid, "quality": o.quality}
+                             for o in rec.observations],
+            "correct": dict(rec.correct or {})}
+
+
+def record_from_dict(d: dict[str, Any]) -> CalibrationRecord:
+    from df_ray.core.types import Observation
+
+    return CalibrationRecord(sample_id=d["sample_id"],
+                             observations=tuple(Observation(**o) for o in d["observations"]),
+                             correct=d["correct"])
+
+
+# ----------------------------------------------------------------------------- rows
+
+
+def encode_row(states: Row) -> dict[str, str]:
+    """A row as two JSON columns: ``sample``, the sample once, and ``state``
+    (``encode_states``)."""
+    return {"sample": encode_sample(states[0].sample), "state": encode_states(states)}
+
+
+def encode_states(states: Row) -> str:
+    """Each member's state without the sample; a completion several members hold (the
+    independent answers every DarkForest variant shares) is written once, by request key."""
+    texts: dict[str, str] = {}
+    out = []
+    for st in states:
+        d = st.to_dict(with_sample=False)
+        for c in d["calls"]:
+            if texts.setdefault(c["key"], c["text"]) == c["text"]:
+                del c["text"]
+        out.append(d)
+    return json.dumps({"texts": texts, "states": out})
+
+
+def encode_sample(sample: Sample) -> str:
+    return json.dumps({"id": sample.id, "task": sample.task, "question": sample.question,
+                       "gold": sample.gold, "meta": sample.meta})
+
+
+def decode_row(sample: str, state: str) -> Row:
+    s = Sample(**json.loads(sample))
+    d = json.loads(state)
+    texts = d["texts"]
+    for st in d["states"]:
+        for c in st["calls"]:
+            if "text" not in c:
+                c["text"] = texts[c["key"]]
+    return [SampleState.from_dict(st, s) for st in d["states"]]

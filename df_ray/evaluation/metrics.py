@@ -1,0 +1,101 @@
+"""Run metrics, accumulated row by row (``ResultRow`` columns) so the driver's memory does not
+grow with the run.
+
+Definitions (per sample, averaged over samples unless noted):
+- accuracy: the benchmark's headline metric; ``accuracy_se`` = sqrt(p(1-p)/n).
+- tokens_*: prompt + completion tokens of every call, split by role; ``t_cross`` the evidence
+  tokens DarkForest shows its coordinator (coordinator tokenizer).
+- llm_calls: calls issued per sample (cached or not); fresh_calls: calls an engine served in
+  this run (total, not per sample).
+- reachability: share of samples where at least one agent's independent answer was right.
+- trusted_rate: share where the guardrail trusted z*.
+- override_rate: share where the guardrail overrode a coordinator that disagreed with z*.
+  correct_override_rate: overrides where z* was right and the coordinator wrong;
+  wrong_override_rate: overrides where z* was wrong and the coordinator right (both shares of
+  all samples). With a lazy coordinator no override can be observed.
+- coordinator_agreement: among samples whose coordinator was called and a belief existed, the
+  share where its answer equalled z*.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from df_ray.evaluation.scoring import SUMMED
+
+
+@dataclass
+class MetricsAccumulator:
+    n: int = 0
+    correct: int = 0
+    score_sums: dict[str, float] = field(default_factory=dict)
+    sums: dict[str, float] = field(default_factory=dict)
+    trusted: int = 0
+    overridden: int = 0
+    correct_override: int = 0
+    wrong_override: int = 0
+    reach: int = 0
+    coord_called: int = 0
+    coord_agree: int = 0
+    coord_agree_n: int = 0
+    errors_samples: int = 0
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        self.n += 1
+        self.correct += bool(row["correct"])
+        scores = row["scores"]
+        if isinstance(scores, str):
+            scores = json.loads(scores)
+        for k, v in (scores or {}).items():
+            self.score_sums[k] = self.score_sums.get(k, 0.0) + float(v)
+        for k in SUMMED:
+            self.sums[k] = self.sums.get(k, 0.0) + float(row[k] or 0)
+        self.trusted += bool(row["trusted"])
+        self.reach += bool(row["any_agent_correct"])
+        if row["n_errors"]:
+            self.errors_samples += 1
+        if row["coordinator_called"]:
+            self.coord_called += 1
+        if row.get("coordinator_agrees") is not None:
+            self.coord_agree_n += 1
+            self.coord_agree += bool(row["coordinator_agrees"])
+        if row["overridden"]:
+            self.overridden += 1
+            cc = row.get("coordinator_correct")
+            if row["correct"] and cc is False:
+                self.correct_override += 1
+            elif not row["correct"] and cc is True:
+                self.wrong_override += 1
+
+    def result(self) -> dict[str, float]:
+        n = max(self.n, 1)
+        p = self.correct / n
+        out = {
+            "n_samples": float(self.n),
+            "accuracy": p,
+            "accuracy_se": math.sqrt(p * (1 - p) / n) if self.n else 0.0,
+            "tokens_per_sample": self.sums.get("total_tokens", 0.0) / n,
+            "agent_tokens_per_sample": self.sums.get("agent_tokens", 0.0) / n,
+            "coordinator_tokens_per_sample": self.sums.get("coordinator_tokens", 0.0) / n,
+            "other_tokens_per_sample": self.sums.get("other_tokens", 0.0) / n,
+            "t_cross_per_sample": self.sums.get("t_cross", 0.0) / n,
+            "llm_calls_per_sample": self.sums.get("n_calls", 0.0) / n,
+            "fresh_calls": self.sums.get("n_fresh_calls", 0.0),
+            "failed_calls": self.sums.get("n_errors", 0.0),
+            "samples_with_errors": float(self.errors_samples),
+            "reachability": self.reach / n,
+            "trusted_rate": self.trusted / n,
+            "override_rate": self.overridden / n,
+            "correct_override_rate": self.correct_override / n,
+            "wrong_override_rate": self.wrong_override / n,
+            "coordinator_call_rate": self.coord_called / n,
+            "coordinator_agreement": (self.coord_agree / self.coord_agree_n
+                                      if self.coord_agree_n else float("nan")),
+        }
+        for k, v in self.score_sums.items():
+            out[k] = v / n
+        return out

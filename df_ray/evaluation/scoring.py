@@ -1,0 +1,141 @@
+"""Scoring: a finished sample becomes one graded ``ResultRow``.
+
+``ResultRow`` is the one schema of a graded sample: the pipeline's result columns, the
+Parquet schema of ``samples.parquet`` (``arrow_schema``) and the per-sample values the run
+metrics add up (``SUMMED``) are all derived from its fields.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from df_ray.core.types import Observation
+from df_ray.methods.base import Method, MethodContext, Outcome, SampleState
+
+
+def _col(kind: str, *, summed: bool = False, doc: str = "") -> Any:
+    return field(metadata={"arrow": kind, "summed": summed, "doc": doc})
+
+
+@dataclass(slots=True)
+class ResultRow:
+    """One sample of one configuration, graded."""
+
+    sample_id: str = _col("string")
+    correct: bool = _col("bool", doc="the benchmark's headline metric")
+    scores: str = _col("string", doc="JSON: every metric the benchmark reports")
+    final_answer: str | None = _col("string")
+    decision_source: str | None = _col("string", doc="guardrail, coordinator or belief")
+    trusted: bool = _col("bool")
+    overridden: bool = _col("bool")
+    coordinator_called: bool = _col("bool")
+    coordinator_answer: str | None = _col("string")
+    coordinator_correct: bool | None = _col("bool")
+    top_answer: str | None = _col("string", doc="the belief's z*")
+    coordinator_agrees: bool | None = _col("bool")
+    any_agent_correct: bool = _col("bool", doc="candidate reachability")
+    n_calls: int = _col("int64", summed=True)
+    n_fresh_calls: int = _col("int64", summed=True)
+    n_errors: int = _col("int64", summed=True)
+    agent_tokens: int = _col("int64", summed=True)
+    coordinator_tokens: int = _col("int64", summed=True)
+    other_tokens: int = _col("int64", summed=True)
+    total_tokens: int = _col("int64", summed=True)
+    t_cross: int = _col("int64", summed=True)
+    detail: str = _col("string", doc="JSON: observations, grades, the outcome's extra, calls")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: The result columns, in order.
+RESULT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ResultRow))
+#: The integer columns the run metrics sum over samples.
+SUMMED: tuple[str, ...] = tuple(f.name for f in fields(ResultRow) if f.metadata["summed"])
+
+
+def arrow_schema(extra: tuple[tuple[str, str], ...] = ()):
+    """The Parquet schema of result rows (plus ``extra`` (name, kind) columns)."""
+    import pyarrow as pa
+
+    kinds = {"string": pa.string(), "bool": pa.bool_(), "int64": pa.int64()}
+    return pa.schema([(f.name, kinds[f.metadata["arrow"]]) for f in fields(ResultRow)]
+                     + [(name, kinds[kind]) for name, kind in extra])
+
+
+def score(state: SampleState, method: Method, ctx: MethodContext) -> ResultRow:
+    """Finish a sample (``method.finish``) and grade it: the final answer, each agent's
+    independent answer and the coordinator's; token and call accounting."""
+    return score_outcome(state, method.finish(state, ctx), ctx)
+
+
+def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> ResultRow:
+    task = ctx.task
+    sample = state.sample
+    grades: dict[Any, Any] = {}
+
+    def grade_obs(o: Observation | None):
+        if o is None or not o.valid:
+            return task.grade(sample, None)
+        if o.answer not in grades:
+            grades[o.answer] = task.grade(sample, o)
+        return grades[o.answer]
+
+    final_grade = grade_obs(outcome.final)
+    agent_correct = {o.agent: bool(grade_obs(o).correct)
+                     for o in outcome.agent_observations if o.valid}
+    d = outcome.decision
+    coord = outcome.coordinator
+    coord_answer = coord.answer if coord is not None and coord.valid else None
+    coord_correct = None
+    if coord_answer is not None:
+        coord_correct = bool(grade_obs(coord).correct)
+    elif outcome.coordinator_called:
+        coord_correct = False
+    top = outcome.top_answer
+    tokens = {"agent": 0, "coordinator": 0, "other": 0}
+    for c in state.calls:
+        tokens[c.role if c.role in tokens else "other"] += c.prompt_tokens + c.completion_tokens
+    detail = {
+        "observations": [_obs_dict(o) for o in outcome.agent_observations],
+        "agent_correct": agent_correct,
+        "final": _obs_dict(outcome.final) if outcome.final else None,
+        "coordinator": _obs_dict(coord) if coord is not None else None,
+        "extra": outcome.extra,
+        "calls": [{"round": c.round, "role": c.role, "agent": c.agent, "cached": c.cached,
+                   "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
+                   "error": c.error} for c in state.calls],
+    }
+    return ResultRow(
+        sample_id=sample.id,
+        correct=bool(final_grade.correct),
+        scores=json.dumps(final_grade.scores),
+        final_answer=outcome.final.answer if outcome.final else None,
+        decision_source=d.source if d else None,
+        trusted=bool(d.trusted) if d else False,
+        overridden=bool(d.overridden) if d else False,
+        coordinator_called=bool(outcome.coordinator_called),
+        coordinator_answer=coord_answer,
+        coordinator_correct=coord_correct,
+        top_answer=top,
+        coordinator_agrees=((coord_answer == top)
+                            if (outcome.coordinator_called and top is not None) else None),
+        any_agent_correct=any(agent_correct.values()),
+        n_calls=len(state.calls),
+        n_fresh_calls=sum(1 for c in state.calls if not c.cached and c.error is None),
+        n_errors=sum(1 for c in state.calls if c.error),
+        agent_tokens=tokens["agent"],
+        coordinator_tokens=tokens["coordinator"],
+        other_tokens=tokens["other"],
+        total_tokens=sum(tokens.values()),
+        t_cross=int(outcome.t_cross),
+        detail=json.dumps(detail, default=str),
+    )
+
+
+def _obs_dict(o: Observation) -> dict[str, Any]:
+    return {"agent": o.agent, "answer": o.answer, "confidence": o.confidence, "valid": o.valid,
+            "quality": o.quality, "extracted": (o.extracted or "")[:2000],
+            "raw": o.raw[:4000]}

@@ -1,0 +1,57 @@
+"""Engine lifecycle: which engines a job needs, started once on first use, stopped at the end.
+
+Importing this module imports no Ray; the pool (``df_ray.pipeline.engine_pool``) is
+imported when the engines start.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from df_ray.config import ConfigError, RunConfig
+from df_ray.engines.spec import EngineSpec
+
+
+def shared_backbones(configs: Sequence[RunConfig]) -> dict[str, EngineSpec]:
+    """The union of the configurations' backbones; one name must mean one engine."""
+    out: dict[str, EngineSpec] = {}
+    for cfg in configs:
+        for name, spec in cfg.backbones.items():
+            if name in out and out[name] != spec:
+                raise ConfigError(f"backbone {name!r} is defined differently in two "
+                                  f"configurations of the sweep ({cfg.name!r}); a sweep shares "
+                                  "its engines, so give different engines different names")
+            out[name] = spec
+    return out
+
+
+class EngineLifecycle:
+    """A job's engines: the union of its configurations' backbones, started on first use
+    (once, whatever the number of configurations) and shut down at the end."""
+
+    def __init__(self, backbones: Mapping[str, EngineSpec],
+                 say: Callable[[str], None] = lambda m: None) -> None:
+        self.backbones = dict(backbones)
+        self.say = say
+        self._pool: Any = None
+
+    @property
+    def pool(self) -> Any:
+        if self._pool is None:
+            listing = ", ".join(f"{n} ({s.kind}: {s.model} x{s.replicas})"
+                                for n, s in self.backbones.items())
+            self.say(f"starting engines: {listing}")
+            t = time.time()
+            from df_ray.pipeline.engine_pool import EnginePool
+
+            self._pool = EnginePool(self.backbones)
+            self._pool.wait_ready()
+            self.say(f"engines ready in {time.time() - t:.1f}s")
+        return self._pool
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None

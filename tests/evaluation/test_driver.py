@@ -1,0 +1,158 @@
+"""The evaluation driver without Ray: every method on the scripted engine, configurations
+fused in one driver, the result schema, calibration records and ``df_ray.evaluate``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+import df_ray
+from df_ray.config import METHODS, RunConfig
+from df_ray.engines.scripted import ScriptedEngine
+from df_ray.evaluation import Driver, Member, MetricsAccumulator, ResultRow, arrow_schema
+from df_ray.evaluation.driver import decode_row, encode_row
+from df_ray.evaluation.scoring import RESULT_COLUMNS, SUMMED
+from tests.methods.conftest import config, make_sample
+from tests.methods.responders import respond
+
+SCRIPT = "tests.methods.responders:respond"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mmlu_pro.json"
+SAMPLES = [make_sample(f"q{i}") for i in range(3)]
+# With every agent answering B (the responder): calls per sample of each method.
+EXPECTED_CALLS = {"darkforest": 4, "single": 1, "self_consistency": 9, "weighted_vote": 3,
+                  "debate": 6, "reconcile": 3, "moa": 4, "goa_max": 10, "goa_mean": 12,
+                  "self_refine": 5}
+
+
+def _members(methods=METHODS):
+    return [Member.from_config(config(method=m)) for m in methods]
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_runs_on_the_driver(name):
+    driver = Driver(_members([name]), ScriptedEngine("scripted", respond))
+    rows = driver.run(SAMPLES)
+    graded = driver.finish(rows)
+    assert [r.sample_id for _, r in graded] == [s.id for s in SAMPLES]
+    for _, r in graded:
+        assert r.correct and r.final_answer == "B"
+        assert r.n_calls == EXPECTED_CALLS[name]
+        assert r.total_tokens == r.agent_tokens + r.coordinator_tokens + r.other_tokens > 0
+        json.loads(r.detail)
+
+
+def test_fused_members_share_calls_and_equal_members_run_alone():
+    engine = ScriptedEngine("scripted", respond)
+    fused = Driver(_members(), engine)
+    rows = fused.finish(fused.run(SAMPLES))
+    fused_calls = engine.n_calls
+    alone = {}
+    total = 0
+    for m, name in enumerate(METHODS):
+        e = ScriptedEngine("scripted", respond)
+        d = Driver(_members([name]), e)
+        alone[m] = [r for _, r in d.finish(d.run(SAMPLES))]
+        total += e.n_calls
+    assert fused_calls < total  # the independent answers are asked for once
+    for m, r in rows:
+        twin = next(a for a in alone[m] if a.sample_id == r.sample_id)
+        a, b = r.to_dict(), twin.to_dict()
+        for key in ("n_fresh_calls", "detail"):  # who paid for a shared call differs
+            a.pop(key), b.pop(key)
+        assert a == b, METHODS[m]
+
+
+def test_a_row_carries_its_sample_once():
+    driver = Driver(_members(["darkforest", "single", "debate"]),
+                    ScriptedEngine("scripted", respond))
+    rows = driver.run(SAMPLES[:1])
+    enc = encode_row(rows[0])
+    assert SAMPLES[0].question not in enc["state"]
+    assert enc["sample"].count(SAMPLES[0].question.split("\n")[0]) == 1
+    back = decode_row(**enc)
+    assert [st.to_dict() for st in back] == [st.to_dict() for st in rows[0]]
+
+
+def test_result_row_is_the_one_schema():
+    assert tuple(f.name for f in fields(ResultRow)) == RESULT_COLUMNS
+    assert arrow_schema().names == list(RESULT_COLUMNS)
+    acc = MetricsAccumulator()
+    driver = Driver(_members(["darkforest"]), ScriptedEngine("scripted", respond))
+    for _, r in driver.finish(driver.run(SAMPLES)):
+        acc.add(r.to_dict())
+    m = acc.result()
+    assert m["n_samples"] == 3 and m["accuracy"] == 1.0
+    assert m["llm_calls_per_sample"] == 4 and set(SUMMED) <= set(RESULT_COLUMNS)
+
+
+def test_outcome_carries_coordinator_and_top_answer():
+    driver = Driver(_members(["darkforest"]), ScriptedEngine("scripted", respond))
+    ((_, outcome, row),) = driver.outcomes(driver.run(SAMPLES[:1]))
+    assert outcome.coordinator is not None and outcome.coordinator.answer == "B"
+    assert outcome.coordinator_called and outcome.top_answer == "B"
+    assert (row.coordinator_answer, row.top_answer, row.coordinator_agrees) == ("B", "B", True)
+    assert "coordinator_called" not in outcome.extra
+
+
+@pytest.mark.parametrize("name", ["darkforest", "weighted_vote"])
+def test_calibration_records_come_from_the_method(name):
+    member = Member.from_config(config(method=name, ablation="full"), for_calibration=True)
+    assert member.method.needs_calibration and member.rounds == 1
+    driver = Driver([member], ScriptedEngine("scripted", respond))
+    recs = driver.calibration_records(driver.run(SAMPLES))
+    assert len(recs) == 3
+    for _, rec in recs:
+        assert [o.agent for o in rec.observations] == ["a1", "a2", "a3"]
+        assert rec.correct == {"B": True}
+
+
+def test_needs_calibration_is_a_method_capability():
+    assert not config(method="darkforest", ablation="no_calibration").build_method().needs_calibration
+    assert config(method="darkforest", ablation="full").build_method().needs_calibration
+    assert not config(method="weighted_vote", method_args={"majority": True}
+                      ).build_method().needs_calibration
+    assert not config(method="debate").build_method().needs_calibration
+
+
+def test_evaluate_a_config_in_process(tmp_path):
+    cfg = RunConfig.model_validate({
+        "benchmark": "mmlu_pro", "source": str(FIXTURE), "limit": 2,
+        "backbones": {f"b{i}": {"kind": "scripted", "model": f"m{i}", "script": SCRIPT}
+                      for i in (1, 2, "c")},
+        "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2)],
+        "coordinator": {"id": "coord", "backbone": "bc"},
+        "method_args": {"lazy": True, "ablation": "no_calibration"},
+        "results_dir": str(tmp_path / "results"), "cache_root": str(tmp_path / "cache"),
+    })
+    ev = df_ray.evaluate(cfg)
+    assert len(ev.rows) == 2 and ev.metrics["n_samples"] == 2
+    assert all(r.final_answer == "B" for r in ev.rows)
+    assert ev.outcomes[0].decision is not None and ev.outcomes[0].decision.trusted
+    assert all(not r.coordinator_called for r in ev.rows)  # lazy: trusted, no coordinator call
+
+
+def test_evaluate_the_pieces_in_process():
+    engines = {a: ScriptedEngine(f"m-{a}", respond) for a in ("a1", "a2", "a3", "coordinator")}
+    ev = df_ray.evaluate(("darkforest", "mmlu_pro", engines), SAMPLES[:2])
+    assert [r.final_answer for r in ev.rows] == ["B", "B"]
+    assert ev.metrics["llm_calls_per_sample"] == 4
+    ev = df_ray.evaluate(("single", "mmlu_pro", {"a1": engines["a1"]}), SAMPLES[:1])
+    assert ev.rows[0].n_calls == 1 and ev.accuracy == 1.0
+
+
+def test_evaluate_fits_a_missing_calibration_in_process(tmp_path):
+    cfg = RunConfig.model_validate({
+        "benchmark": "mmlu_pro", "source": str(FIXTURE), "limit": 2,
+        "backbones": {f"b{i}": {"kind": "scripted", "model": f"m{i}", "script": SCRIPT}
+                      for i in (1, 2, "c")},
+        "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2)],
+        "coordinator": {"id": "coord", "backbone": "bc"},
+        "calibration": {"dir": str(tmp_path / "cal"), "limit": 2},
+        "cache_root": str(tmp_path / "cache"),
+    })
+    ev = df_ray.evaluate(cfg)
+    assert len(list((tmp_path / "cal").glob("*.json"))) == 1
+    assert [r.final_answer for r in ev.rows] == ["B", "B"]
