@@ -16,8 +16,10 @@ seeded order.
 Grading: the answer is the code the agent wrote (``Observation.extracted``). If it defines
 the entry-point function at top level it is appended after the prompt (so the prompt's
 imports and helper functions stay available and the new definition wins); otherwise it is
-taken as the function body and appended to the prompt. The program, the problem's
-``test`` and ``check(<entry_point>)`` run in ``df_ray.tasks.sandbox.run_untrusted``.
+taken as the function body and appended to the prompt. That program runs in
+``df_ray.sandbox.run_tests``; the problem's prompt (trusted helpers such as ``poly`` or
+``encode_cyclic``), its ``test`` and ``check(<entry_point>)`` run in a separate process that
+calls the program's entry point as data over a pipe, so a program cannot forge the verdict.
 """
 
 from __future__ import annotations
@@ -93,10 +95,14 @@ class HumanEvalTask:
     kind = "code"
 
     def __init__(self, *, calibration_size: int = 40, timeout_s: float = 10.0,
-                 memory_mb: int = 1024):
+                 memory_mb: int = 1024, isolation: str | None = None):
+        from df_ray.sandbox import check_level
+
         self.calibration_size = calibration_size
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
+        #: ``strict`` | ``best_effort``; None: ``$DF_RAY_SANDBOX_ISOLATION`` or strict.
+        self.isolation = check_level(isolation) if isolation is not None else None
 
     def _all(self, source: str | None) -> list[Sample]:
         if source == PACKAGE_SOURCE:
@@ -153,10 +159,12 @@ class HumanEvalTask:
         return self.run_tests(sample, code)
 
     def run_tests(self, sample: Sample, code: str) -> Grade:
-        from df_ray.tasks.sandbox import run_untrusted
+        from df_ray.sandbox import run_tests
 
-        res = run_untrusted(test_program(sample, code), timeout_s=self.timeout_s,
-                            memory_mb=self.memory_mb)
+        res = run_tests(build_program(sample, code), tests=sample.meta["test"],
+                        entry_point=sample.meta["entry_point"], prelude=sample.meta["prompt"],
+                        timeout_s=self.timeout_s, memory_mb=self.memory_mb,
+                        isolation=self.isolation)
         ok = res.status == "passed"
         detail = res.status if ok else f"{res.status}: {res.detail}; {res.stderr[-500:]}"
         return Grade(ok, {"pass@1": float(ok)}, detail)

@@ -1,0 +1,599 @@
+"""Sandbox launcher: the first process inside the sandbox (standard library only).
+
+Run by :mod:`df_ray.sandbox.runner` as ``python -I -S -B launcher.py RESULT_FD``. Its input
+comes on stdin as length-prefixed frames: a JSON header (limits, mode, uid), the untrusted
+program, and (in ``tests`` mode) the trusted test harness. Under bubblewrap it is PID 1 of
+the sandbox's PID namespace: the kernel ignores signals sent to it from inside, and when it
+exits every process in the namespace is killed.
+
+Process layout in ``tests`` mode::
+
+    launcher (non-dumpable; holds RESULT_FD; reads the tests only after P is forked)
+      ├─ P: the untrusted program, then a loop that calls the entry point for T
+      └─ T: the tests: calls a proxy of the entry point over two pipes, compares in its
+            own memory
+
+The verdict is decided by the launcher after T has exited: ``passed`` only when T exited
+normally with status 0. T runs no untrusted code: arguments and return values cross the
+pipes as data (:func:`encode` / :func:`decode`: exact built-in types only, no pickle), so no
+object from the program, no ``__eq__`` of the program's, and no frame of T's is reachable
+by it. P never holds RESULT_FD, never sees the tests (they are read into the launcher after
+P was forked, and P's stdin is /dev/null before the program starts), and can forge nothing
+but its own answers. Killing or stopping T only makes the verdict ``failed``/``timeout``.
+
+In ``program`` mode there is no T: the launcher reports how P ended (its exit status, with
+``SystemExit`` codes accepted only when their type is exactly ``int``). A program chooses
+its own exit status, so this mode reports, it does not grade.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import resource
+import signal
+import sys
+
+MAX_FRAME = 32 * 1024 * 1024
+MAX_DEPTH = 100
+MAX_INT_HEX = 100_000
+SETUP_ERROR = 70
+
+# ----------------------------------------------------------------------------- framing
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks = []
+    while n > 0:
+        b = os.read(fd, min(n, 1 << 20))
+        if not b:
+            raise EOFError("pipe closed")
+        chunks.append(b)
+        n -= len(b)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int, limit: int = MAX_FRAME) -> bytes:
+    n = int.from_bytes(_read_exact(fd, 4), "big")
+    if n > limit:
+        raise ValueError(f"frame of {n} bytes exceeds {limit}")
+    return _read_exact(fd, n)
+
+
+def write_frame(fd: int, data: bytes) -> None:
+    data = len(data).to_bytes(4, "big") + data
+    while data:
+        n = os.write(fd, data)
+        data = data[n:]
+
+
+# ----------------------------------------------------------------------------- data codec
+# JSON with tagged containers; numbers never appear as JSON numbers (ints travel as hex,
+# floats as repr), so decoding allocates nothing the limits do not bound.
+
+
+def encode(x, depth: int = 0):
+    if depth > MAX_DEPTH:
+        raise ValueError("value nested too deeply")
+    t = type(x)
+    if x is None or t is bool or t is str:
+        return x
+    if t is int:
+        return {"i": format(x, "x")}
+    if t is float:
+        return {"f": repr(x)}
+    if t is list:
+        return [encode(v, depth + 1) for v in x]
+    if t is tuple:
+        return {"t": [encode(v, depth + 1) for v in x]}
+    if t is dict:
+        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in x.items()]}
+    if t is set:
+        return {"s": [encode(v, depth + 1) for v in x]}
+    if t is frozenset:
+        return {"z": [encode(v, depth + 1) for v in x]}
+    if t is bytes:
+        return {"b": x.hex()}
+    if t is complex:
+        return {"c": [repr(x.real), repr(x.imag)]}
+    raise TypeError(f"values of type {t.__name__} cannot cross the sandbox boundary")
+
+
+def decode(x, depth: int = 0):
+    if depth > MAX_DEPTH:
+        raise ValueError("value nested too deeply")
+    t = type(x)
+    if x is None or t is bool or t is str:
+        return x
+    if t is list:
+        return [decode(v, depth + 1) for v in x]
+    if t is not dict or len(x) != 1:
+        raise ValueError(f"malformed value of type {t.__name__}")
+    (tag, v), = x.items()
+    if tag == "i" and type(v) is str and len(v) <= MAX_INT_HEX:
+        return int(v, 16)
+    if tag == "f" and type(v) is str and len(v) < 64:
+        return float(v)
+    if tag == "b" and type(v) is str:
+        return bytes.fromhex(v)
+    if tag == "c" and type(v) is list and len(v) == 2 and all(type(p) is str for p in v):
+        return complex(float(v[0]), float(v[1]))
+    if type(v) is not list:
+        raise ValueError(f"malformed {tag!r} value")
+    if tag == "t":
+        return tuple(decode(e, depth + 1) for e in v)
+    if tag == "s":
+        return {decode(e, depth + 1) for e in v}
+    if tag == "z":
+        return frozenset(decode(e, depth + 1) for e in v)
+    if tag == "d":
+        out = {}
+        for kv in v:
+            if type(kv) is not list or len(kv) != 2:
+                raise ValueError("malformed dict item")
+            out[decode(kv[0], depth + 1)] = decode(kv[1], depth + 1)
+        return out
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+def dumps(x) -> bytes:
+    return json.dumps(encode(x), separators=(",", ":")).encode()
+
+
+def loads(b: bytes):
+    return decode(json.loads(b.decode("utf-8"), parse_int=str, parse_float=str,
+                             parse_constant=str))
+
+
+# ----------------------------------------------------------------------------- child setup
+
+
+def _limits(cfg: dict) -> None:
+    def setl(which: int, value: int) -> None:
+        try:
+            _soft, hard = resource.getrlimit(which)
+            if hard != resource.RLIM_INFINITY:
+                value = min(value, hard)
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass
+
+    mem = int(cfg["memory_mb"]) * 1024 * 1024
+    setl(resource.RLIMIT_AS, mem)
+    setl(resource.RLIMIT_DATA, mem)
+    setl(resource.RLIMIT_CPU, int(cfg["cpu_s"]))
+    setl(resource.RLIMIT_FSIZE, int(cfg["file_size_mb"]) * 1024 * 1024)
+    setl(resource.RLIMIT_NOFILE, int(cfg["nofile"]))
+    setl(resource.RLIMIT_NPROC, int(cfg["nproc"]))
+    setl(resource.RLIMIT_CORE, 0)
+    setl(resource.RLIMIT_MEMLOCK, 0)
+    setl(resource.RLIMIT_MSGQUEUE, 0)
+
+
+def _become_child(cfg: dict, keep: tuple[int, ...]) -> None:
+    """In a forked child, before any program code: default signals, stdin from /dev/null,
+    every descriptor but 0-2 and ``keep`` closed, limits, the unprivileged uid."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    if devnull != 0:
+        os.dup2(devnull, 0)
+        os.close(devnull)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    keep_sorted = sorted({0, 1, 2, *keep})
+    lo = 3
+    for fd in [*keep_sorted[3:], 1 << 16]:
+        if fd > lo:
+            os.closerange(lo, min(fd, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+        lo = fd + 1
+    os.environ.clear()
+    os.environ.update(cfg.get("env", {}))
+    _limits(cfg)
+    uid = cfg.get("uid")
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(int(uid))
+        os.setuid(int(uid))
+        if os.getuid() != int(uid) or os.geteuid() != int(uid):
+            raise OSError("uid drop did not take effect")
+
+
+def _set_nondumpable() -> bool:
+    """PR_SET_DUMPABLE 0: no process of the same uid may ptrace this one or open its
+    ``/proc/<pid>/mem`` or ``fd/``."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+    except (OSError, AttributeError):
+        return False
+
+
+def _become_subreaper() -> bool:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+
+# ----------------------------------------------------------------------------- best_effort
+# Python-level guards, installed only where the kernel layers are missing (best_effort
+# without bubblewrap). Bypassable; the kernel layers are the guarantee.
+
+_BLOCKED_EVENTS = frozenset({
+    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+    "os.kill", "os.killpg", "subprocess.Popen", "pty.spawn", "socket.__new__",
+    "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
+    "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.call_function", "sqlite3.connect",
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents", "os.chroot", "os.setuid",
+    "os.setgid", "sys.remote_exec", "sys.settrace", "sys.setprofile",
+})
+_BLOCKED_MODULES = frozenset({
+    "ctypes", "_ctypes", "subprocess", "_posixsubprocess", "multiprocessing", "sqlite3",
+    "_sqlite3", "_multiprocessing", "socket", "_socket", "pty", "resource", "signal",
+    "faulthandler", "ssl", "_ssl", "asyncio", "concurrent",
+})
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+_PATH_EVENTS = {
+    "os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.mkdir": ((0,), (2,)),
+    "os.rename": ((0, 1), (2, 3)), "os.link": ((0, 1), (2, 3)), "os.symlink": ((1,), (2,)),
+    "os.chmod": ((0,), (2,)), "os.chown": ((0,), (3,)), "os.truncate": ((0,), ()),
+    "os.utime": ((0,), (3,)), "os.mkfifo": ((0,), (2,)), "os.mknod": ((0,), (3,)),
+    "os.setxattr": ((0,), ()), "os.removexattr": ((0,), ()),
+    "shutil.copyfile": ((1,), ()), "shutil.copytree": ((1,), ()), "shutil.move": ((0, 1), ()),
+    "shutil.rmtree": ((0,), ()),
+}
+
+
+def _install_hooks(workdir: str, read_roots) -> None:
+    realpath = os.path.realpath
+    fsdecode = os.fsdecode
+    read_ok = (*[realpath(r) for r in read_roots], workdir)
+    exact = frozenset({"/dev/null", "/dev/urandom", "/dev/random", "/dev/zero"})
+
+    def inside(p, roots):
+        try:
+            rp = realpath(p)
+        except Exception:
+            return False
+        return any(rp == r or rp.startswith(r.rstrip("/") + "/") for r in roots)
+
+    def deny(event, detail=""):
+        raise PermissionError(f"sandbox: {event} is not allowed {detail}".rstrip())
+
+    def hook(event, args):
+        if event in _BLOCKED_EVENTS:
+            deny(event)
+        if event == "import":
+            mod = args[0] if args else ""
+            if isinstance(mod, str) and mod.split(".")[0] in _BLOCKED_MODULES:
+                deny(event, mod)
+            return
+        if event == "open":
+            path, mode, flags = ([*list(args), None, None, None])[:3]
+            if path is None or isinstance(path, int):
+                return
+            p = fsdecode(path)
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & _WRITE_FLAGS)
+            if writing:
+                if not inside(p, (workdir,)):
+                    deny("writing", p)
+            elif not (realpath(p) in exact or inside(p, read_ok)):
+                deny("reading", p)
+            return
+        if event in ("os.listdir", "os.scandir"):
+            path = args[0] if args else "."
+            if isinstance(path, int):
+                return
+            if not inside(fsdecode(path) if path is not None else ".", read_ok):
+                deny(event)
+            return
+        spec = _PATH_EVENTS.get(event)
+        if spec is not None:
+            paths, dirfds = spec
+            for i in dirfds:  # CPython reports "no dir_fd" as None or -1
+                if i < len(args) and args[i] is not None and args[i] != -1:
+                    deny(event, "(relative to a directory descriptor)")
+            for i in paths:
+                if i >= len(args):
+                    continue
+                p = args[i]
+                if p is None or isinstance(p, int):
+                    if event in ("os.truncate", "os.chmod", "os.utime", "os.chown"):
+                        continue  # an open descriptor: opening it was checked
+                    deny(event, "(by file descriptor)")
+                if not inside(fsdecode(p), (workdir,)):
+                    deny(event, fsdecode(p))
+
+    sys.addaudithook(hook)
+
+
+# ----------------------------------------------------------------------------- P
+
+
+def _exit_code(e: SystemExit) -> int:
+    code = e.code
+    if code is None:
+        return 0
+    if type(code) is int:  # exactly int: a subclass could pretend to equal anything
+        return code if 0 <= code <= 255 else 1
+    try:
+        sys.stderr.write(f"{code!s:.200}\n")
+    except BaseException:
+        pass
+    return 1
+
+
+def _flush() -> None:
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+
+
+def run_program(source: str, cfg: dict, req_r: int | None, resp_w: int | None) -> None:
+    _exit = os._exit
+    write = write_frame
+    read = read_frame
+    status = 1
+    try:
+        code = compile(source, "solution.py", "exec", dont_inherit=True)
+        del source
+        if cfg.get("hooks"):
+            _install_hooks(cfg["workdir"], cfg.get("read_roots", ()))
+    except SyntaxError:
+        import traceback
+
+        traceback.print_exc(limit=0)
+        _flush()
+        _exit(1)
+    glb = {"__name__": "__main__", "__builtins__": builtins, "__file__": "solution.py"}
+    entry = cfg.get("entry_point")
+    del cfg
+    try:
+        exec(code, glb)
+        status = 0
+    except SystemExit as e:
+        status = _exit_code(e)
+    except BaseException:
+        try:
+            import traceback
+
+            traceback.print_exc(limit=20)
+        except BaseException:
+            pass
+    _flush()
+    if req_r is None or resp_w is None or status != 0:
+        _exit(status)
+    # Serve the tests: one call per request frame, until T closes its end.
+    fn = glb.get(entry)
+    try:
+        write(resp_w, b'{"ready":' + (b"true" if callable(fn) else b"false") + b"}")
+    except OSError:
+        _exit(1)
+    while True:
+        try:
+            req = read(req_r)
+        except (EOFError, OSError, ValueError):
+            _flush()
+            _exit(0)
+        try:
+            args, kwargs = loads(req)
+            out = b'{"ok":' + dumps(fn(*args, **kwargs)) + b"}"
+        except BaseException as e:  # the candidate's exception, reported as data
+            try:
+                msg = f"{type(e).__name__}: {e}"[:2000]
+            except BaseException:
+                msg = "exception"
+            out = json.dumps({"error": msg}).encode()
+        try:
+            write(resp_w, out)
+        except OSError:
+            _exit(1)
+
+
+# ----------------------------------------------------------------------------- T
+
+
+class CandidateError(Exception):
+    """The program raised, returned something that cannot be compared, or went away."""
+
+
+def run_tests(harness: dict, req_w: int, resp_r: int) -> None:
+    def call(*args, **kwargs):
+        try:
+            write_frame(req_w, dumps([list(args), kwargs]))
+            raw = read_frame(resp_r)
+        except (EOFError, OSError) as e:
+            raise CandidateError(f"the program went away: {e}") from None
+        msg = json.loads(raw.decode("utf-8"), parse_int=str, parse_float=str,
+                         parse_constant=str)
+        if type(msg) is not dict or len(msg) != 1:
+            raise CandidateError("malformed reply")
+        if "error" in msg:
+            raise CandidateError(str(msg["error"])[:2000])
+        if "ok" not in msg:
+            raise CandidateError("malformed reply")
+        return decode(msg["ok"])
+
+    try:
+        hello = json.loads(read_frame(resp_r, 1024).decode())
+    except (EOFError, OSError, ValueError):
+        sys.stderr.write("tests: the program ended before the tests could call it\n")
+        _flush()
+        os._exit(1)
+    if hello != {"ready": True}:
+        sys.stderr.write(f"tests: the program does not define {harness['entry_point']}\n")
+        _flush()
+        os._exit(1)
+    entry = harness["entry_point"]
+    call.__name__ = call.__qualname__ = entry
+    glb = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        exec(compile(harness.get("prelude", ""), "prompt.py", "exec"), glb)
+        glb[entry] = call
+        exec(compile(harness["tests"], "tests.py", "exec"), glb)
+        exec(compile(harness.get("call", f"check({entry})"), "call.py", "exec"), glb)
+    except BaseException:
+        try:
+            import traceback
+
+            sys.stderr.write("tests: failed\n")
+            traceback.print_exc(limit=8)
+        except BaseException:
+            pass
+        _flush()
+        os._exit(1)
+    _flush()
+    os._exit(0)
+
+
+# ----------------------------------------------------------------------------- launcher
+
+
+def _kill_descendants(me: int) -> None:
+    """Outside a PID namespace: SIGKILL and reap every process left under the launcher."""
+    import time
+
+    end = time.monotonic() + 5.0
+    while time.monotonic() < end:
+        kids = []
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return
+        for name in names:
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2:].split()
+            if len(fields) > 1 and int(fields[1]) == me:
+                kids.append(int(name))
+        if not kids:
+            return
+        for kid in kids:
+            try:
+                os.kill(kid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                time.sleep(0.01)
+                break
+
+
+def _describe(status: int | None) -> dict:
+    if status is None:
+        return {"exited": None}
+    if os.WIFEXITED(status):
+        return {"exited": os.WEXITSTATUS(status)}
+    if os.WIFSIGNALED(status):
+        return {"signal": os.WTERMSIG(status)}
+    return {"exited": None}
+
+
+def main() -> None:
+    result_fd = int(sys.argv[1])
+    try:
+        cfg = json.loads(read_frame(0, 1 << 20))
+        program = read_frame(0).decode("utf-8")
+        if cfg.get("nondumpable", True) and not _set_nondumpable():
+            raise OSError("prctl(PR_SET_DUMPABLE) failed")
+        os.chdir(cfg["workdir"])
+    except BaseException as e:
+        sys.stderr.write(f"sandbox setup error: {e!r}\n")
+        os._exit(SETUP_ERROR)
+    pid1 = os.getpid() == 1
+    if not pid1:
+        _become_subreaper()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    tests_mode = cfg["mode"] == "tests"
+    req_r = req_w = resp_r = resp_w = None
+    if tests_mode:
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+    _flush()
+    p_pid = os.fork()
+    if p_pid == 0:
+        try:
+            os.close(result_fd)
+            keep = (req_r, resp_w) if tests_mode else ()
+            if tests_mode:
+                os.close(req_w)  # type: ignore[arg-type]
+                os.close(resp_r)  # type: ignore[arg-type]
+            _become_child(cfg, keep)  # type: ignore[arg-type]
+        except BaseException as e:
+            sys.stderr.write(f"sandbox setup error: {e!r}\n")
+            _flush()
+            os._exit(SETUP_ERROR)
+        run_program(program, cfg, req_r, resp_w)
+        os._exit(SETUP_ERROR)  # not reached
+    del program
+    t_pid = None
+    if tests_mode:
+        os.close(req_r)  # type: ignore[arg-type]
+        os.close(resp_w)  # type: ignore[arg-type]
+        try:
+            harness = json.loads(read_frame(0))  # only now: P never held the tests
+        except BaseException as e:
+            sys.stderr.write(f"sandbox setup error: {e!r}\n")
+            os._exit(SETUP_ERROR)
+        os.close(0)
+        t_pid = os.fork()
+        if t_pid == 0:
+            try:
+                os.close(result_fd)
+                _become_child(cfg, (req_w, resp_r))  # type: ignore[arg-type]
+            except BaseException as e:
+                sys.stderr.write(f"sandbox setup error: {e!r}\n")
+                _flush()
+                os._exit(SETUP_ERROR)
+            run_tests(harness, req_w, resp_r)  # type: ignore[arg-type]
+            os._exit(SETUP_ERROR)  # not reached
+        os.close(req_w)  # type: ignore[arg-type]
+        os.close(resp_r)  # type: ignore[arg-type]
+    else:
+        os.close(0)
+    # Reap until the deciding child has exited (as PID 1, orphans come here too).
+    decider = t_pid if tests_mode else p_pid
+    statuses: dict[int, int] = {}
+    while decider not in statuses:
+        try:
+            pid, st = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid in (p_pid, t_pid):
+            statuses[pid] = st
+    report = {"mode": cfg["mode"], "decider": _describe(statuses.get(decider)),
+              "program": _describe(statuses.get(p_pid))}
+    try:
+        os.write(result_fd, (json.dumps(report) + "\n").encode())
+        os.close(result_fd)
+    except OSError:
+        pass
+    if not pid1:
+        _kill_descendants(os.getpid())
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""Isolation levels, the layers each needs, and how they are obtained on this machine.
+
+``strict`` (the default) runs a program only under bubblewrap with every kernel layer:
+user and mount namespaces (a fresh root holding the interpreter and system libraries
+read-only, its own ``/proc``, a private ``/tmp`` and work dir, nothing else of the host),
+PID, network, IPC and UTS namespaces, no capabilities, an unprivileged uid and a
+per-sandbox process limit. When any of it is missing the sandbox refuses to run (status
+``error``, with what is missing and how to enable it): it never degrades silently.
+
+``best_effort`` (explicit only) uses the strict plan where it works and otherwise what is
+there: ``unshare`` for network/PID namespaces, the uid drop when root, rlimits and
+Python-level audit hooks. The result's ``isolation`` tuple and the run's MLflow tags say
+which layers were active.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Literal
+
+Level = Literal["strict", "best_effort"]
+LEVELS: tuple[str, ...] = ("strict", "best_effort")
+ENV_LEVEL = "DF_RAY_SANDBOX_ISOLATION"
+
+#: The kernel layers ``strict`` requires (``userns`` when the evaluator is not root; as root
+#: the uid is a pool uid, one per concurrent sandbox).
+STRICT_LAYERS = ("mountns", "pidns", "netns", "ipcns", "utsns", "nocaps", "uid", "nproc")
+
+INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; "
+                "Fedora/RHEL: dnf install bubblewrap; or run scripts/setup.sh as root)")
+
+#: First uid of the pool a root evaluator gives its sandboxes (one uid per concurrent
+#: sandbox, so RLIMIT_NPROC is a per-sandbox process limit).
+UID_BASE = int(os.environ.get("DF_RAY_SANDBOX_UID_BASE", "1900000000"))
+UID_SLOTS = 4096
+
+#: Inside the sandbox.
+WORKDIR = "/work"
+LAUNCHER_PATH = "/.sandbox/launcher.py"
+
+# System directories holding the interpreter's shared libraries (bound read-only).
+SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The configured isolation level cannot be had on this machine."""
+
+
+def default_level() -> str:
+    v = os.environ.get(ENV_LEVEL, "").strip() or "strict"
+    if v not in LEVELS:
+        raise SandboxUnavailable(f"{ENV_LEVEL}={v!r}: expected one of {', '.join(LEVELS)}")
+    return v
+
+
+def check_level(level: str | None) -> str:
+    level = level or default_level()
+    if level not in LEVELS:
+        raise ValueError(f"sandbox isolation {level!r}: expected one of {', '.join(LEVELS)}")
+    return level
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The base interpreter that runs inside the sandbox (never a venv: no site-packages)."""
+
+    executable: str
+    prefixes: tuple[str, ...]
+    version: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    level: str
+    backend: Literal["bwrap", "unshare", "plain"]
+    interpreter: Interpreter | None
+    layers: tuple[str, ...] = ()
+    root: bool = False  # evaluator is root: a pool uid per sandbox
+    bwrap: str | None = None
+    unshare: tuple[str, ...] | None = None
+    error: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+
+_lock = threading.Lock()
+_interp_cache: dict[str, Interpreter | str] = {}
+_plan_cache: dict[tuple[str, str], Plan] = {}
+
+
+def resolve_interpreter(python: str | None = None) -> Interpreter | str:
+    """Ask ``python`` (default: this one) for its base installation. Returns an error
+    string when it cannot be run."""
+    py = python or sys.executable
+    with _lock:
+        if py in _interp_cache:
+            return _interp_cache[py]
+    probe = ("import json, os, sys\n"
+             "exe = getattr(sys, '_base_executable', None) or sys.executable\n"
+             "pre = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)})\n"
+             "print(json.dumps({'exe': os.path.realpath(exe), 'prefixes': pre,\n"
+             "                  'version': '%d.%d' % sys.version_info[:2]}))\n")
+    try:
+        r = subprocess.run([py, "-I", "-S", "-c", probe], capture_output=True, text=True,
+                           timeout=30, env={"PATH": "/usr/bin:/bin"})
+        info = json.loads(r.stdout)
+        exe = info["exe"]
+        prefixes = tuple(info["prefixes"])
+        if not any(exe == p or exe.startswith(p.rstrip("/") + "/") for p in prefixes):
+            # a copied venv binary: use the base installation's own
+            cand = os.path.join(prefixes[0], "bin", f"python{info['version']}")
+            exe = cand if os.path.exists(cand) else exe
+        out: Interpreter | str = Interpreter(exe, prefixes, info["version"])
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, IndexError) as e:
+        out = f"cannot run the interpreter {py}: {e}"
+    with _lock:
+        _interp_cache[py] = out
+    return out
+
+
+def _bwrap_usable() -> tuple[str | None, str]:
+    exe = shutil.which("bwrap") or next(
+        (p for p in ("/usr/bin/bwrap", "/usr/local/bin/bwrap") if os.access(p, os.X_OK)), None)
+    if exe is None:
+        return None, "bubblewrap (bwrap) is not installed"
+    try:
+        h = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"bwrap cannot run: {e}"
+    missing = [f for f in ("--as-pid-1", "--disable-userns", "--file", "--cap-drop")
+               if f not in h.stdout + h.stderr]
+    if missing:
+        return None, (f"bwrap at {exe} is too old (lacks {' '.join(missing)}; "
+                      "bubblewrap 0.8 or newer is needed)")
+    return exe, ""
+
+
+def _unshare_usable() -> tuple[str, ...] | None:
+    exe = shutil.which("unshare")
+    if not exe or not sys.platform.startswith("linux"):
+        return None
+    for extra in ((), ("--map-root-user",)):
+        cmd = (exe, *extra, "--net", "--pid", "--fork", "--kill-child")
+        try:
+            r = subprocess.run([*cmd, "true"], capture_output=True, timeout=10,
+                               env={"PATH": "/usr/bin:/bin"})
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if r.returncode == 0:
+            return cmd
+    return None
+
+
+def plan(level: str | None = None, python: str | None = None) -> Plan:
+    """How programs will be run at ``level`` with ``python``; probed once per process.
+
+    A strict plan that cannot be had comes back with ``error`` set (the runner then
+    refuses every program with that message)."""
+    level = check_level(level)
+    key = (level, python or sys.executable)
+    with _lock:
+        if key in _plan_cache:
+            return _plan_cache[key]
+    p = _make_plan(level, python)
+    with _lock:
+        _plan_cache[key] = p
+    return p
+
+
+def reset_cache() -> None:
+    with _lock:
+        _plan_cache.clear()
+        _interp_cache.clear()
+
+
+def _make_plan(level: str, python: str | None) -> Plan:
+    interp = resolve_interpreter(python)
+    if isinstance(interp, str):
+        return Plan(level, "plain", None, error=interp)
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    disabled = os.environ.get("DF_RAY_SANDBOX_NO_BWRAP", "") not in ("", "0")
+    bwrap, why = (None, "bubblewrap disabled by DF_RAY_SANDBOX_NO_BWRAP") if disabled \
+        else _bwrap_usable()
+    if not sys.platform.startswith("linux"):
+        bwrap, why = None, f"kernel namespaces need Linux (this is {sys.platform})"
+    if bwrap is not None:
+        layers = STRICT_LAYERS if root else ("userns", *STRICT_LAYERS)
+        cand = Plan(level, "bwrap", interp, layers, root=root, bwrap=bwrap)
+        from df_ray.sandbox.runner import probe_plan  # noqa: PLC0415
+
+        err = probe_plan(cand)
+        if err is None:
+            return cand
+        why = err
+    if level == "strict":
+        return Plan(level, "bwrap", interp, error=(
+            f"sandbox isolation 'strict' is not available: {why}. To enable it: "
+            f"{INSTALL_HINT}; unprivileged evaluators also need user namespaces "
+            "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces>0, and "
+            "no AppArmor restriction on them). Or choose sandbox.isolation: best_effort "
+            "explicitly (weaker: see the README's sandbox section)."))
+    unshare = _unshare_usable()
+    layers = ["rlimits", "audit-hook"]
+    if unshare:
+        layers += ["netns", "pidns"]
+    notes = (f"strict unavailable: {why}",)
+    backend = "unshare" if unshare else "plain"
+    if root:
+        from df_ray.sandbox.runner import probe_plan  # noqa: PLC0415
+
+        cand = Plan(level, backend, interp, (*layers, "uid"), root=True, unshare=unshare,
+                    notes=notes)
+        if probe_plan(cand) is None:
+            return cand
+        notes = (*notes, "uid drop unavailable: the interpreter is not readable by other users")
+    return Plan(level, backend, interp, tuple(layers), root=root, unshare=unshare, notes=notes)
