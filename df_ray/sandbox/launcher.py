@@ -29,6 +29,7 @@ its own exit status, so this mode reports, it does not grade.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import os
 import resource
@@ -324,10 +325,8 @@ def _exit_code(e: SystemExit) -> int:
         return 0
     if type(code) is int:  # exactly int: a subclass could pretend to equal anything
         return code if 0 <= code <= 255 else 1
-    try:
+    with contextlib.suppress(BaseException):
         sys.stderr.write(f"{code!s:.200}\n")
-    except BaseException:
-        pass
     return 1
 
 
@@ -484,10 +483,8 @@ def _kill_descendants(me: int) -> None:
         if not kids:
             return
         for kid in kids:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(kid, signal.SIGKILL)
-            except OSError:
-                pass
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)

@@ -191,7 +191,7 @@ def _make_plan(level: str, python: str | None) -> Plan:
     if bwrap is not None:
         layers = STRICT_LAYERS if root else ("userns", *STRICT_LAYERS)
         cand = Plan(level, "bwrap", interp, layers, root=root, bwrap=bwrap)
-        from df_ray.sandbox.runner import probe_plan  # noqa: PLC0415
+        from df_ray.sandbox.runner import probe_plan
 
         err = probe_plan(cand)
         if err is None:
@@ -211,7 +211,7 @@ def _make_plan(level: str, python: str | None) -> Plan:
     notes = (f"strict unavailable: {why}",)
     backend = "unshare" if unshare else "plain"
     if root:
-        from df_ray.sandbox.runner import probe_plan  # noqa: PLC0415
+        from df_ray.sandbox.runner import probe_plan
 
         cand = Plan(level, backend, interp, (*layers, "uid"), root=True, unshare=unshare,
                     notes=notes)

@@ -1,0 +1,131 @@
+"""Isolation levels fail closed; correct programs run; limits hold."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+
+import pytest
+
+from df_ray.sandbox import plan, policy, run_tests, run_untrusted
+
+strict_only = pytest.mark.skipif(plan("strict").error is not None,
+                                 reason="strict sandbox unavailable (install bubblewrap)")
+
+
+@pytest.fixture
+def no_bwrap(monkeypatch):
+    monkeypatch.setenv("DF_RAY_SANDBOX_NO_BWRAP", "1")
+    policy.reset_cache()
+    yield
+    monkeypatch.delenv("DF_RAY_SANDBOX_NO_BWRAP")
+    policy.reset_cache()
+
+
+def test_strict_refuses_when_its_layers_are_missing(no_bwrap):
+    res = run_tests("def f(x):\n    return x * 2\n", tests="def check(c):\n    assert c(2) == 4\n",
+                    entry_point="f", isolation="strict")
+    assert res.status == "error"
+    assert "strict" in res.detail and "bubblewrap" in res.detail
+    assert run_untrusted("print(1)\n").status == "error"  # strict is the default
+
+
+def test_best_effort_is_explicit_and_says_what_it_has(no_bwrap):
+    res = run_tests("def f(x):\n    return x * 2\n", tests="def check(c):\n    assert c(2) == 4\n",
+                    entry_point="f", isolation="best_effort")
+    assert res.status == "passed", res
+    assert res.level == "best_effort"
+    assert "audit-hook" in res.isolation and "mountns" not in res.isolation
+
+
+def test_unknown_level_and_environment_default(monkeypatch):
+    with pytest.raises(ValueError):
+        run_untrusted("print(1)\n", isolation="lax")
+    monkeypatch.setenv(policy.ENV_LEVEL, "best_effort")
+    assert policy.default_level() == "best_effort"
+
+
+@strict_only
+def test_correct_programs_are_not_refused():
+    code = ("import os, tempfile, threading\n"
+            "os.mkdir('d')\nopen('d/x', 'w').write('1')\nos.utime('d/x')\nos.utime('d/x', (1, 1))\n"
+            "os.rename('d/x', 'd/y')\nos.chmod('d/y', 0o600)\nos.remove('d/y')\nos.rmdir('d')\n"
+            "with tempfile.TemporaryDirectory() as t:\n    open(os.path.join(t, 'a'), 'w').write('a')\n"
+            "with tempfile.NamedTemporaryFile() as f:\n    f.write(b'x')\n"
+            "import collections, hashlib, heapq, json, math, random, re, string, typing, fractions\n"
+            "print(os.getcwd(), hashlib.md5(b'x').hexdigest())\n")
+    res = run_untrusted(code)
+    assert res.status == "passed", res
+    assert res.level == "strict" and "mountns" in res.isolation
+
+
+@strict_only
+def test_limits_hold():
+    t0 = time.monotonic()
+    assert run_untrusted("while True:\n    pass\n", timeout_s=2).status == "timeout"
+    assert time.monotonic() - t0 < 10
+    assert run_untrusted("x = bytearray(100 * 1024 ** 3)\n").status == "failed"
+    res = run_untrusted("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", timeout_s=5)
+    assert res.status in ("failed", "timeout") and len(res.stdout) <= 64 * 1024 + 100
+    res = run_untrusted("open('big', 'wb').write(b'x' * (200 * 1024 * 1024))\n", timeout_s=10)
+    assert res.status == "failed"
+
+
+def _has_private_ancestor(path: str) -> bool:
+    p = os.path.dirname(path)
+    while p not in ("/", ""):
+        if not os.stat(p).st_mode & stat.S_IXOTH:
+            return True
+        p = os.path.dirname(p)
+    return False
+
+
+@strict_only
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root-evaluator scenario")
+def test_root_evaluator_with_the_interpreter_in_a_private_home():
+    interp = policy.resolve_interpreter()
+    assert not isinstance(interp, str)
+    if not _has_private_ancestor(interp.executable):
+        pytest.skip(f"{interp.executable} has no 0700 ancestor here")
+    res = run_untrusted("import os\nprint(os.getuid(), os.getgid(), os.getgroups())\n")
+    assert res.status == "passed", res
+    uid = int(res.stdout.split()[0])
+    assert uid >= policy.UID_BASE  # a pool uid, never root, never a real user's
+
+
+@strict_only
+def test_concurrent_sandboxes_get_distinct_uids_as_root():
+    if os.geteuid() != 0:
+        pytest.skip("pool uids are for root evaluators")
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as ex:
+        res = list(ex.map(lambda _: run_untrusted("import os, time\nprint(os.getuid())\n"
+                                                   "time.sleep(1)\n"), range(4)))
+    uids = {r.stdout.strip() for r in res}
+    assert len(uids) == 4, res
+
+
+def test_codec_round_trips_and_rejects_objects():
+    sys.path.insert(0, os.path.dirname(policy.__file__))
+    try:
+        import launcher as L
+    finally:
+        sys.path.pop(0)
+    v = [1, -2**200, 1.5, float("inf"), "s", None, True, (1, 2), {1: [2]}, {3}, frozenset({4}),
+         b"x", 1 + 2j]
+    assert L.loads(L.dumps(v)) == v
+    with pytest.raises(TypeError):
+        L.dumps(object())
+
+    class Sub(int):
+        pass
+
+    with pytest.raises(TypeError):
+        L.dumps(Sub(3))
+    with pytest.raises(ValueError):
+        L.loads(b'{"x": 1}')
+    with pytest.raises((ValueError, RecursionError)):
+        L.loads(b"[" * 5000 + b"]" * 5000)
