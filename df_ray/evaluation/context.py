@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from df_ray.methods.base import MethodContext, agent_view
-from df_ray.tasks import get_task
+from df_ray.tasks import task_for
 from df_ray.tasks.base import Sample
 
 
@@ -15,7 +15,7 @@ def build_context(cfg: Any, calibration: Any = None,
     """The MethodContext of a RunConfig. ``count_tokens(agent_id, text)`` counts with the
     agent's engine tokenizer; without one, whitespace-separated words are counted."""
     return MethodContext(
-        task=get_task(cfg.benchmark),
+        task=task_for(cfg),
         agents=[agent_view(cfg, a.id) for a in cfg.agents],
         coordinator=agent_view(cfg, cfg.coordinator.id) if cfg.coordinator else None,
         settings=cfg,
@@ -27,7 +27,7 @@ def build_context(cfg: Any, calibration: Any = None,
 
 def load_samples(cfg: Any, split: str | None = None, limit: int | None = None) -> list[Sample]:
     """The configuration's samples (its split unless ``split``; its limit unless ``limit``)."""
-    task = get_task(cfg.benchmark)
+    task = task_for(cfg)
     return task.load(split or cfg.split, source=cfg.source,
                      limit=limit if limit is not None else cfg.limit, seed=cfg.seed)
 

@@ -40,5 +40,15 @@ def get_task(name: str, **options: Any) -> Task:
     return getattr(importlib.import_module(module), cls)(**options)
 
 
+def task_for(cfg: Any) -> Task:
+    """The benchmark of a run configuration, with the options the configuration sets
+    (HumanEval: the sandbox's isolation level)."""
+    options: dict[str, Any] = {}
+    sandbox = getattr(cfg, "sandbox", None)
+    if cfg.benchmark == "humaneval" and sandbox is not None:
+        options["isolation"] = sandbox.isolation
+    return get_task(cfg.benchmark, **options)
+
+
 __all__ = ["REGISTRY", "TASKS", "DataSchemaError", "Grade", "Sample", "Split", "Task", "UnknownTaskError",
-           "get_task"]
+           "get_task", "task_for"]

@@ -100,6 +100,8 @@ class Tracker:
 
         tags = {FINGERPRINT_TAG: cfg.fingerprint(), "df_ray.method": cfg.method,
                 "df_ray.benchmark": cfg.benchmark, "df_ray.kind": "configuration"}
+        if cfg.benchmark == "humaneval":
+            tags["df_ray.sandbox.isolation"] = cfg.sandbox.isolation
         if self.parent_id:
             tags[PARENT_TAG] = self.parent_id
         run = self.client.create_run(self.experiment_id, run_name=cfg.name, tags=tags)
