@@ -189,7 +189,11 @@ def _make_plan(level: str, python: str | None) -> Plan:
     if not sys.platform.startswith("linux"):
         bwrap, why = None, f"kernel namespaces need Linux (this is {sys.platform})"
     if bwrap is not None:
+        from df_ray.sandbox import seccomp
+
         layers = STRICT_LAYERS if root else ("userns", *STRICT_LAYERS)
+        if seccomp.build() is not None:
+            layers = (*layers, "seccomp")
         cand = Plan(level, "bwrap", interp, layers, root=root, bwrap=bwrap)
         from df_ray.sandbox.runner import probe_plan
 

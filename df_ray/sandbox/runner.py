@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from df_ray.sandbox import policy
+from df_ray.sandbox import policy, seccomp
 from df_ray.sandbox.policy import Plan
 
 SandboxStatus = Literal["passed", "failed", "timeout", "error"]
@@ -89,7 +89,8 @@ class _UidSlot:
 # ----------------------------------------------------------------------------- argv
 
 
-def _bwrap_argv(plan: Plan, limits: Limits, launcher_fd: int, result_fd: int) -> list[str]:
+def _bwrap_argv(plan: Plan, limits: Limits, launcher_fd: int, result_fd: int,
+                seccomp_fd: int = -1) -> list[str]:
     assert plan.bwrap and plan.interpreter
     a = [plan.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
          "--unshare-cgroup-try", "--as-pid-1", "--die-with-parent", "--new-session",
@@ -123,6 +124,8 @@ def _bwrap_argv(plan: Plan, limits: Limits, launcher_fd: int, result_fd: int) ->
                     made.add(anc)
             a += ["--ro-bind", rp, rp]
             bound.append(rp)
+    if seccomp_fd >= 0:
+        a += ["--add-seccomp-fd", str(seccomp_fd)]
     a += ["--proc", "/proc", "--dev", "/dev",
           "--size", str(limits.tmpfs_mb * 1024 * 1024), "--perms", "1777", "--tmpfs", "/tmp",
           "--size", str(limits.tmpfs_mb * 1024 * 1024), "--perms", "1777",
@@ -201,7 +204,7 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
     assert plan.interpreter is not None
     slot = _UidSlot() if plan.root and "uid" in plan.layers else None
     root = Path(tempfile.mkdtemp(prefix="df_ray_sandbox_"))
-    r_fd = w_fd = launcher_fd = -1
+    r_fd = w_fd = launcher_fd = seccomp_fd = -1
     try:
         if plan.backend == "bwrap":
             workdir = policy.WORKDIR
@@ -229,8 +232,16 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
             payload += _frame(json.dumps(harness).encode())
         r_fd, w_fd = os.pipe()
         launcher_fd = os.open(LAUNCHER, os.O_RDONLY)
+        pass_fds = [w_fd, launcher_fd]
         if plan.backend == "bwrap":
-            argv = _bwrap_argv(plan, limits, launcher_fd, w_fd)
+            if "seccomp" in plan.layers:
+                bpf = seccomp.build()
+                assert bpf is not None
+                seccomp_fd, sw = os.pipe()
+                os.write(sw, bpf)  # a few hundred bytes: fits the pipe's buffer
+                os.close(sw)
+                pass_fds.append(seccomp_fd)
+            argv = _bwrap_argv(plan, limits, launcher_fd, w_fd, seccomp_fd)
             cwd = "/"
         else:
             argv = [*(plan.unshare or ()), plan.interpreter.executable, "-I", "-S", "-B",
@@ -243,7 +254,7 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
                 proc = subprocess.Popen(
                     argv, stdin=subprocess.PIPE, stdout=out_f, stderr=err_f, cwd=cwd,
                     env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                    pass_fds=(w_fd, launcher_fd), start_new_session=True, close_fds=True)
+                    pass_fds=tuple(pass_fds), start_new_session=True, close_fds=True)
             except OSError as e:
                 return SandboxResult("error", None, "", "", time.monotonic() - start,
                                      f"could not start the sandbox: {e}", plan.layers,
@@ -303,7 +314,7 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
         who = "tests" if mode == "tests" else "program"
         return result("failed", f"{who}: {_why(decider)}")
     finally:
-        for fd in (r_fd, w_fd, launcher_fd):
+        for fd in (r_fd, w_fd, launcher_fd, seccomp_fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)

@@ -309,3 +309,27 @@ def test_an_honest_program_passes_and_a_wrong_one_fails():
     assert res.status == "failed" and "AssertionError" in res.stderr
     assert _grade("def g(x):\n    return 4\n").status == "failed"
     assert _grade("def f(x):\n    raise ValueError('no')\n").status == "failed"
+
+
+def test_namespaces_ptrace_and_keyrings_are_refused():
+    """Whatever the evaluator's uid: no nested namespace (the way back to capabilities), no
+    ptrace, no keyrings; ordinary fork, threads and subprocesses still work."""
+    code = """
+import ctypes, os, threading, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+print('unshare', libc.unshare(0x10000000 | 0x00020000))
+print('ptrace', libc.ptrace(16, 1, 0, 0))
+print('setns', libc.setns(os.open('/proc/self/ns/net', os.O_RDONLY), 0))
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+print('sub', subprocess.run(['/usr/bin/true']).returncode)
+"""
+    res = run_untrusted(code)
+    assert res.status == "passed", res
+    assert "unshare -1" in res.stdout and "ptrace -1" in res.stdout, res.stdout
+    assert "sub 0" in res.stdout
+    if "seccomp" in res.isolation:
+        assert "setns -1" in res.stdout
