@@ -83,14 +83,13 @@ def build(machine: str | None = None) -> bytes | None:
               "kill": len(prog) + 3}
     prog += [(_RET, 0, 0, RET_ALLOW), (_RET, 0, 0, _ret_errno(EPERM)),
              (_RET, 0, 0, _ret_errno(ENOSYS)), (_RET, 0, 0, RET_KILL)]
-    out = []
-    for i, (code, jt, jf, k) in enumerate(prog):
-        def rel(x: object) -> int:
-            if isinstance(x, str):
-                off = labels[x] - i - 1
-                assert 0 <= off < 256
-                return off
-            return int(x)  # type: ignore[arg-type]
+    def rel(x: object, at: int) -> int:
+        if isinstance(x, str):
+            off = labels[x] - at - 1
+            assert 0 <= off < 256
+            return off
+        return int(x)  # type: ignore[call-overload]
 
-        out.append(struct.pack("<HBBI", code, rel(jt), rel(jf), k))
+    out = [struct.pack("<HBBI", code, rel(jt, i), rel(jf, i), k)
+           for i, (code, jt, jf, k) in enumerate(prog)]
     return b"".join(out)
