@@ -85,6 +85,12 @@ def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
     loaded: dict[tuple, list[Sample]] = {}
     for cfg in configs:
         cfg.build_method()  # method_args are checked by the config; build once more here
+        if cfg.benchmark == "humaneval":  # generated code runs only at its isolation level
+            from df_ray.sandbox import plan as sandbox_plan
+
+            refused = sandbox_plan(cfg.sandbox.isolation).error
+            if refused:
+                raise ConfigError(f"{cfg.name}: {refused}")
         key = samples_key(cfg)
         if key not in loaded:
             samples = load_samples(cfg)
