@@ -129,3 +129,29 @@ def test_codec_round_trips_and_rejects_objects():
         L.loads(b'{"x": 1}')
     with pytest.raises((ValueError, RecursionError)):
         L.loads(b"[" * 5000 + b"]" * 5000)
+
+
+def _pool_processes() -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                uid = os.stat(f"/proc/{name}").st_uid
+            except OSError:
+                continue
+            if policy.UID_BASE <= uid < policy.UID_BASE + policy.UID_SLOTS:
+                out.append(int(name))
+    return out
+
+
+@strict_only
+def test_nothing_outlives_the_sandbox():
+    daemon = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n"
+              "    if os.fork() == 0:\n        time.sleep(100)\n    os._exit(0)\n")
+    assert run_untrusted(daemon + "time.sleep(100)\n", timeout_s=2).status == "timeout"
+    res = run_tests(daemon + "def f(x):\n    return x * 2\n",
+                    tests="def check(c):\n    assert c(2) == 4\n", entry_point="f")
+    assert res.status == "passed", res
+    if os.geteuid() == 0:
+        time.sleep(0.5)
+        assert _pool_processes() == []
