@@ -10,12 +10,12 @@ import re
 import pytest
 
 from df_ray.config import RunConfig
-from df_ray.engines.scripted import ScriptedEngine, last_user_content
+from df_ray.engines.scripted import last_user_content
 from df_ray.experiments import POOL
 from df_ray.methods import get_method
 from df_ray.tasks.base import Sample
 from df_ray.tasks.finqa import DSL_HELP
-from tests.methods.conftest import Script, answer, config, drive, make_context, make_sample
+from tests.methods.conftest import Script, answer, config, make_sample
 
 # ----------------------------------------------------------------------------- decision rows
 
@@ -26,14 +26,15 @@ def _agree(letter: str = "B") -> Script:
 
 def test_belief_only_makes_no_coordinator_call(run_method):
     cfg = config(belief_only=True)
+    assert cfg.build_method().args.belief_only is True  # the top-level key reaches the method
     run = run_method("darkforest", Script({("a1", "independent"): answer("B"),
                                            ("a2", "independent"): answer("C"),
                                            ("a3", "independent"): answer("D")}),
-                     cfg=cfg)
+                     {"belief_only": True}, cfg=cfg)
     assert run.calls(role="coordinator") == []
     assert run.n_calls() == 3
     assert run.outcome.t_cross == 0
-    assert run.outcome.extra["coordinator_called"] is False
+    assert run.outcome.coordinator_called is False
     assert run.outcome.final is not None and run.outcome.final.answer == "B"  # z*: tie -> a1
     coordinator_tokens = sum(c.prompt_tokens + c.completion_tokens
                              for c in run.state.calls if c.role == "coordinator")
@@ -41,13 +42,14 @@ def test_belief_only_makes_no_coordinator_call(run_method):
 
 
 def test_belief_only_with_no_valid_answer_answers_nothing(run_method):
-    run = run_method("darkforest", Script(default="no idea"), cfg=config(belief_only=True))
+    run = run_method("darkforest", Script(default="no idea"), {"belief_only": True},
+                     cfg=config(belief_only=True))
     assert run.calls(role="coordinator") == [] and run.outcome.final is None
 
 
 def test_lazy_coordinator_skip_has_no_call_and_no_evidence(run_method):
     # Three agreeing agents: the guardrail trusts z*, so the lazy coordinator is skipped.
-    lazy = run_method("darkforest", _agree(), cfg=config(lazy_coordinator=True))
+    lazy = run_method("darkforest", _agree(), {"lazy": True}, cfg=config(lazy_coordinator=True))
     assert lazy.calls(role="coordinator") == [] and lazy.n_calls() == 3
     assert lazy.outcome.t_cross == 0
     eager = run_method("darkforest", _agree(), cfg=config())
@@ -60,7 +62,7 @@ def test_lazy_coordinator_is_called_when_the_belief_is_uncertain(run_method):
                                            ("a2", "independent"): answer("C"),
                                            ("a3", "independent"): answer("D"),
                                            ("coord", "coordinator"): answer("C")}),
-                     cfg=config(lazy_coordinator=True))
+                     {"lazy": True}, cfg=config(lazy_coordinator=True))
     assert len(run.calls(role="coordinator")) == 1 and run.outcome.t_cross > 0
 
 
@@ -138,12 +140,9 @@ def _later_prompts(run) -> list[str]:
 
 
 @pytest.mark.parametrize(("method", "args"), INTERACTIVE)
-def test_finqa_table_and_dsl_reach_every_later_prompt(method, args):
-    cfg = _cfg("finqa", method)
-    ctx = make_context(cfg)
-    run = drive(get_method(method, **args), [FINQA], ctx,
-                ScriptedEngine("scripted", _disagree if method != "darkforest"
-                               else _fin_answer()))
+def test_finqa_table_and_dsl_reach_every_later_prompt(run_method, method, args):
+    run = run_method(method, _disagree if method != "darkforest" else _fin_answer(), args,
+                     samples=[FINQA], cfg=_cfg("finqa", method))
     prompts = _later_prompts(run)
     assert prompts, method
     for p in prompts:
@@ -152,11 +151,9 @@ def test_finqa_table_and_dsl_reach_every_later_prompt(method, args):
 
 
 @pytest.mark.parametrize(("method", "args"), INTERACTIVE)
-def test_legalbench_instruction_and_labels_reach_every_later_prompt(method, args):
-    cfg = _cfg("legalbench", method)
-    run = drive(get_method(method, **args), [LEGAL], make_context(cfg),
-                ScriptedEngine("scripted", _disagree if method != "darkforest"
-                               else _legal_answer))
+def test_legalbench_instruction_and_labels_reach_every_later_prompt(run_method, method, args):
+    run = run_method(method, _disagree if method != "darkforest" else _legal_answer, args,
+                     samples=[LEGAL], cfg=_cfg("legalbench", method))
     prompts = _later_prompts(run)
     assert prompts
     for p in prompts:
@@ -165,19 +162,17 @@ def test_legalbench_instruction_and_labels_reach_every_later_prompt(method, args
 
 
 @pytest.mark.parametrize(("method", "args"), INTERACTIVE)
-def test_options_reach_every_later_prompt(method, args):
-    cfg = _cfg("mmlu_pro", method)
-    run = drive(get_method(method, **args), [MC], make_context(cfg),
-                ScriptedEngine("scripted", _disagree))
+def test_options_reach_every_later_prompt(run_method, method, args):
+    run = run_method(method, _disagree, args, samples=[MC], cfg=_cfg("mmlu_pro", method))
     for p in _later_prompts(run):
         assert "(B) 4" in p and "(D) 6" in p, (method, p[:300])
 
 
-def test_self_refine_feedback_is_task_specific():
+def test_self_refine_feedback_is_task_specific(run_method):
     from df_ray.methods.prompts import FEEDBACK_FOCUS
 
-    run = drive(get_method("self_refine", iterations=1), [FINQA], make_context(
-        _cfg("finqa", "self_refine")), ScriptedEngine("scripted", _disagree))
+    run = run_method("self_refine", _disagree, {"iterations": 1}, samples=[FINQA],
+                     cfg=_cfg("finqa", "self_refine"))
     fb = [last_user_content(c.request) for c in run.calls(role="feedback")]
     assert fb and FEEDBACK_FOCUS["finqa"] in fb[0]
 
@@ -202,7 +197,7 @@ def _pool_config(method: str) -> RunConfig:
         "backbones": {n: {"pool": n, "kind": "scripted"} for n in POOL}})
 
 
-def test_goa_node_sampling_picks_top_k_of_the_six_pool_models():
+def test_goa_node_sampling_picks_top_k_of_the_six_pool_models(run_method):
     cfg = _pool_config("goa_mean")
     assert len(cfg.agents) == 6 and all(a.description for a in cfg.agents)
     seen = {}
@@ -227,8 +222,7 @@ def test_goa_node_sampling_picks_top_k_of_the_six_pool_models():
             return "[0.5, 0.5]"
         return answer("B", 0.7)
 
-    run = drive(get_method("goa_mean"), [MC], make_context(cfg),
-                ScriptedEngine("scripted", meta_llm))
+    run = run_method("goa_mean", meta_llm, samples=[MC], cfg=cfg)
     prompt = seen["prompt"]
     assert "Choose the 3 models" in prompt
     for m in POOL.values():
@@ -241,7 +235,7 @@ def test_goa_node_sampling_picks_top_k_of_the_six_pool_models():
     assert run.outcome.final is not None and run.outcome.final.answer == "B"
 
 
-def test_goa_unusable_selection_falls_back_to_the_first_top_k():
+def test_goa_unusable_selection_falls_back_to_the_first_top_k(run_method):
     cfg = _pool_config("goa_max")
 
     def meta_llm(request):
@@ -252,6 +246,5 @@ def test_goa_unusable_selection_falls_back_to_the_first_top_k():
             return "[0.5, 0.5]"
         return answer("B", 0.7)
 
-    run = drive(get_method("goa_max"), [MC], make_context(cfg),
-                ScriptedEngine("scripted", meta_llm))
+    run = run_method("goa_max", meta_llm, samples=[MC], cfg=cfg)
     assert run.outcome.extra["nodes"] == list(POOL)[:3]
