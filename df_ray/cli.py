@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import sys
 from importlib import resources
@@ -29,32 +30,30 @@ EMBEDDED = ({"kind": "embedded", "model": "smollm2-135m-instruct", "n_ctx": 2048
 
 def miniature(sweep: SweepConfig, limit: int = 3) -> SweepConfig:
     """The same experiment on the embedded CPU models: every backbone becomes one of the two
-    packaged models (alternating, so agents stay heterogeneous), a few samples, short answers.
-    Methods, ablations, grids and agent sets are kept as they are."""
-    def swap(d: dict) -> dict:
-        d = dict(d)
-        if "backbones" in d:
-            d["backbones"] = {name: dict(EMBEDDED[i % 2])
-                              for i, name in enumerate(sorted(d["backbones"]))}
-        for key in ("agents",):
-            if key in d:
-                d[key] = [{**a, "max_tokens": min(int(a.get("max_tokens", 128)), 128)}
-                          for a in d[key]]
-        if isinstance(d.get("coordinator"), dict):
-            d["coordinator"] = {**d["coordinator"],
-                                "max_tokens": min(int(d["coordinator"].get("max_tokens", 128)), 128)}
-        return d
+    packaged models (alternating over the sweep's backbone names, so agents stay
+    heterogeneous), a few samples, short answers. Methods, ablations, grids, compositions and
+    agent sets are kept as they are (configurations are expanded first)."""
+    configs = sweep.expand()
+    names = sorted({b for c in configs for b in c.backbones})
+    engine = {name: dict(EMBEDDED[i % 2]) for i, name in enumerate(names)}
 
-    base = swap(sweep.base)
-    base["limit"] = limit
-    base["calibration"] = {**base.get("calibration", {}), "limit": limit}
-    base["batch_size"] = 4
-    base["concurrency"] = 1
-    runs = [swap(r) for r in sweep.runs]
-    for r in runs:
-        r.pop("limit", None)
-    out = SweepConfig.model_validate({**sweep.model_dump(), "name": sweep.name + "-mini",
-                                      "base": base, "runs": runs})
+    def cap(a: dict) -> dict:
+        return {**a, "max_tokens": min(int(a.get("max_tokens", 128)), 128)}
+
+    runs = []
+    for c in configs:
+        d = c.model_dump(mode="json")
+        d["backbones"] = {n: engine[n] for n in d["backbones"]}
+        d["agents"] = [cap(a) for a in d["agents"]]
+        if d.get("coordinator"):
+            d["coordinator"] = cap(d["coordinator"])
+        d["limit"] = limit
+        d["calibration"] = {**d["calibration"], "limit": limit}
+        d["batch_size"] = 4
+        d["concurrency"] = 1
+        runs.append(d)
+    out = SweepConfig.model_validate({"name": sweep.name + "-mini", "base": runs[0],
+                                      "runs": runs, "fuse": sweep.fuse})
     out.expand()
     return out
 
@@ -78,15 +77,23 @@ def load_with_overrides(path: str | None, overrides: list[str], limit: int | Non
         overrides = [*overrides, f"tracking.experiment={experiment}"]
     if not overrides and limit is None:
         return sweep
-    base = dict(sweep.base)
+    base = copy.deepcopy(sweep.base)
+    runs = copy.deepcopy(sweep.runs)
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set guardrail.tau_p=0.8")
         k, v = item.split("=", 1)
-        _set_dotted(base, k.strip(), _parse_value(v))
+        k = k.strip()
+        _set_dotted(base, k, _parse_value(v))
+        for r in runs:  # a run that sets the field itself gets the override too
+            if k.split(".")[0] in r:
+                _set_dotted(r, k, _parse_value(v))
     if limit is not None:
         base["limit"] = limit
-    sweep = SweepConfig.model_validate({**sweep.model_dump(), "base": base})
+        for r in runs:
+            if "limit" in r:
+                r["limit"] = limit
+    sweep = SweepConfig.model_validate({**sweep.model_dump(), "base": base, "runs": runs})
     sweep.expand()
     return sweep
 
@@ -132,8 +139,69 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_sources(items: list[str] | None) -> dict[str, str]:
+    """``--source BENCHMARK=PATH`` options as a mapping."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--source {item!r}: expected BENCHMARK=PATH, e.g. "
+                              "--source finqa=/data/finqa")
+        k, v = item.split("=", 1)
+        out[k.strip().lower().replace("-", "_")] = v.strip()
+    return out
+
+
+def with_sources(sweep: SweepConfig, sources: dict[str, str]) -> SweepConfig:
+    """The sweep with every configuration of a benchmark in ``sources`` reading that source."""
+    if not sources:
+        return sweep
+    runs = []
+    for cfg in sweep.expand():
+        d = cfg.model_dump(mode="json")
+        if cfg.benchmark in sources:
+            d["source"] = sources[cfg.benchmark]
+        runs.append(d)
+    out = SweepConfig.model_validate({"name": sweep.name, "base": runs[0], "runs": runs,
+                                      "fuse": sweep.fuse})
+    out.expand()
+    return out
+
+
+def check_data(configs, load: bool) -> list[str]:
+    """Problems with the configurations' data, each saying what to fetch; [] when all is
+    there. Local sources must exist; with ``load`` every distinct test split is loaded."""
+    from df_ray.pipeline.runner import samples_key
+    from df_ray.tasks import data_location
+
+    problems: list[str] = []
+    seen: set[tuple] = set()
+    for cfg in configs:
+        key = samples_key(cfg)
+        if key in seen:
+            continue
+        seen.add(key)
+        where, hint = data_location(cfg.benchmark, cfg.source)
+        if load:
+            from df_ray.pipeline.runner import load_samples
+
+            try:
+                n = len(load_samples(cfg))
+                print(f"  data {cfg.benchmark} ({where}): {n} {cfg.split} samples")
+                continue
+            except Exception as e:
+                problems.append(f"{cfg.benchmark}: cannot load {where}: {e}; {hint}")
+                continue
+        local = where.startswith("local ")
+        if local and not Path(where[len("local "):]).exists():
+            problems.append(f"{cfg.benchmark}: {where[len('local '):]} does not exist; {hint}")
+        else:
+            print(f"  data {cfg.benchmark}: {where}")
+    return problems
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     sweep = load_with_overrides(args.config, args.set or [], None)
+    sweep = with_sources(sweep, parse_sources(args.source))
     configs = sweep.expand()
     for c in configs:  # every method built from its Args, as the run will
         try:
@@ -143,7 +211,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"{args.config or demo_config_path()}: valid, {len(configs)} configuration(s)")
     for c in configs:
         print(f"  {c.name}: {c.method} on {c.benchmark} ({c.fingerprint()})")
-    return 0
+    problems = check_data(configs, load=args.data)
+    for p in problems:
+        print(f"df-ray: data missing: {p}", file=sys.stderr)
+    return 2 if problems else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("validate", help="validate a config without starting anything")
     v.add_argument("--config")
     v.add_argument("--set", action="append", metavar="KEY=VALUE")
+    v.add_argument("--source", action="append", metavar="BENCHMARK=PATH",
+                   help="read a benchmark from a local file or folder in every configuration")
+    v.add_argument("--data", action="store_true",
+                   help="also load every test split (hub or local), not only check paths")
     v.set_defaults(fn=cmd_validate)
     from df_ray.reporting.report import add_arguments, run_from_args
 

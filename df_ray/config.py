@@ -28,6 +28,8 @@ from pydantic import (
 
 from df_ray.core import BeliefConfig
 from df_ray.engines.spec import EngineSpec, one_of
+from df_ray.experiments.compositions import UnknownCompositionError, composition
+from df_ray.experiments.pool import POOL, UnknownBackboneError, card_of, engine_spec
 from df_ray.methods import REGISTRY as METHOD_REGISTRY
 from df_ray.methods import MethodArgsError, method_class
 from df_ray.methods.base import Method, validate_args
@@ -63,6 +65,9 @@ class AgentConfig(_Strict):
     max_tokens: int = Field(512, ge=1, le=32768)
     seed: int = 0
     system_prompt: str | None = None
+    #: What the agent's backbone is good at (a model card): GoA's node sampling shows it to
+    #: its meta-LLM. Filled from the pool for pool backbones; not part of the agent's identity.
+    description: str | None = None
 
 
 #: DarkForest's guardrail thresholds (also accepted as the top-level ``guardrail`` key).
@@ -98,22 +103,36 @@ class SandboxSettings(_Strict):
 
 
 class RunConfig(_Strict):
-    """One configuration: one MLflow run."""
+    """One configuration: one MLflow run.
+
+    Backbones come from the pool (``df_ray.experiments.pool``): an agent or coordinator whose
+    ``backbone`` is a pool name needs no ``backbones`` entry; ``backbones[name]`` may be a
+    pool name, or ``{pool: <name>, revision: <commit>, ...}`` to pin or re-route one.
+    ``composition`` names a per-benchmark agent set (``df_ray.experiments.compositions``)
+    and fills ``agents`` and ``coordinator`` where the configuration does not give them
+    (a partial ``coordinator`` mapping, e.g. only ``backbone``, overrides the composition's).
+    """
 
     name: str = "run"
     benchmark: str
     split: Literal["test", "calibration"] = "test"
     source: str | None = None
+    #: A revision (commit, tag or branch) of the benchmark's hub data set, to pin it.
+    data_revision: str | None = None
+    composition: str | None = None
     limit: int | None = Field(None, ge=1)
     seed: int = 0
     method: str = "darkforest"
     #: The method's settings, checked against its ``Args`` (``df_ray.methods``).
     method_args: dict[str, Any] = Field(default_factory=dict)
-    backbones: dict[str, EngineSpec]
+    backbones: dict[str, EngineSpec] = Field(default_factory=dict)
     agents: list[AgentConfig] = Field(min_length=1)
     coordinator: AgentConfig | None = None
+    #: DarkForest's "belief only" decision (Table 2): the final answer is z*, no coordinator
+    #: is called and no coordinator token is spent.
+    belief_only: bool = False
     # DarkForest's knobs, also accepted in method_args (disclosure, guardrail, lazy,
-    # ablation, gamma); kept here so that every configuration logs them alike.
+    # ablation, gamma, belief_only); kept here so that every configuration logs them alike.
     disclosure: Disclosure = "strict"
     guardrail: GuardrailArgs = GuardrailArgs()
     lazy_coordinator: bool = False
@@ -187,6 +206,48 @@ class RunConfig(_Strict):
                 raise ValueError(str(e)) from None
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_pool(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        d = dict(data)
+        if d.get("composition") is not None:
+            try:
+                comp = composition(str(d["composition"]))
+            except UnknownCompositionError as e:
+                raise ValueError(f"composition: {e}") from None
+            if "agents" not in d:
+                d["agents"] = comp["agents"]
+            coord = d.get("coordinator", ...)
+            if coord is ...:
+                d["coordinator"] = comp["coordinator"]
+            elif isinstance(coord, dict) and "id" not in coord:
+                d["coordinator"] = {**comp["coordinator"], **coord}
+        members = [a for a in [*(d.get("agents") or []), d.get("coordinator")]
+                   if isinstance(a, dict)]
+        backbones = dict(d.get("backbones") or {})
+        for a in members:
+            b = a.get("backbone")
+            if isinstance(b, str) and b not in backbones and b in POOL:
+                backbones[b] = None
+        try:
+            d["backbones"] = {n: engine_spec(v, n) for n, v in backbones.items()}
+        except UnknownBackboneError as e:
+            raise ValueError(f"backbones: {e}") from None
+        described = []
+        for a in d.get("agents") or []:
+            if isinstance(a, dict) and a.get("description") is None:
+                spec = d["backbones"].get(a.get("backbone"))
+                model = spec.get("model") if isinstance(spec, dict) else getattr(spec, "model", None)
+                card = card_of(model) if isinstance(model, str) else None
+                if card is not None:
+                    a = {**a, "description": card}
+            described.append(a)
+        if "agents" in d:
+            d["agents"] = described
+        return d
+
     @field_validator("backbones")
     @classmethod
     def _some_backbone(cls, v: dict[str, EngineSpec]) -> dict[str, EngineSpec]:
@@ -205,7 +266,7 @@ class RunConfig(_Strict):
             if a.backbone not in self.backbones:
                 raise ValueError(
                     f"agent {a.id!r}: backbone {a.backbone!r} is not defined; "
-                    f"defined backbones: {names}"
+                    f"defined backbones: {names}; pool backbones: {sorted(POOL)}"
                 )
         if method_class(self.method).needs_coordinator and self.coordinator is None:
             raise ValueError(f"coordinator: the {self.method} method needs a coordinator agent")

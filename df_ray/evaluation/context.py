@@ -25,11 +25,21 @@ def build_context(cfg: Any, calibration: Any = None,
     )
 
 
+#: The seed every benchmark split is drawn with. A run's ``seed`` changes sampling (agent
+#: seeds derive from it through the agents' own), never which samples are in a split.
+SPLIT_SEED = 0
+
+
 def load_samples(cfg: Any, split: str | None = None, limit: int | None = None) -> list[Sample]:
-    """The configuration's samples (its split unless ``split``; its limit unless ``limit``)."""
+    """The configuration's samples (its split unless ``split``; its limit unless ``limit``),
+    the hub data at the configuration's ``data_revision`` when it pins one. The split never
+    depends on the run seed."""
+    from df_ray.tasks._common import pinned_revision
+
     task = task_for(cfg)
-    return task.load(split or cfg.split, source=cfg.source,
-                     limit=limit if limit is not None else cfg.limit, seed=cfg.seed)
+    with pinned_revision(getattr(cfg, "data_revision", None)):
+        return task.load(split or cfg.split, source=cfg.source,
+                         limit=limit if limit is not None else cfg.limit, seed=SPLIT_SEED)
 
 
 def _words(agent: str, text: str) -> int:

@@ -17,6 +17,7 @@ in a plain Python process (``df_ray.evaluate``): the engine client is anything w
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -100,14 +101,21 @@ class Driver:
         return [[SampleState(s) for _ in self.members] for s in samples]
 
     # ------------------------------------------------------------------ one round
-    def run_round(self, round: int, rows: Sequence[Row]) -> None:
+    def run_round(self, round: int, rows: Sequence[Row],
+                  busy: list[list[float]] | None = None) -> None:
+        """One round over ``rows``. ``busy[row][member]``, when given, accumulates the seconds
+        spent on each member: planning its calls, and the engine time of the calls it paid
+        for (a call shared with a later member is charged to the first, as its tokens are)."""
         planned: list[PlannedCall] = []
         for i, states in enumerate(rows):
             for m, (member, st) in enumerate(zip(self.members, states, strict=True)):
                 if st.done or round >= member.rounds:
                     continue
+                t = time.perf_counter()
                 for call in member.method.plan(round, st, member.ctx):
                     planned.append(PlannedCall(round, i, m, call))
+                if busy is not None:
+                    busy[i][m] += time.perf_counter() - t
         if not planned:
             return
         if self.keep_plan:
@@ -137,7 +145,12 @@ class Driver:
                 todo.setdefault(keys[j], []).append(j)
         if todo:
             reqs = [planned[js[0]].call.request for js in todo.values()]
+            t = time.perf_counter()
             comps = self.engine.generate(reqs)
+            if busy is not None:
+                share = (time.perf_counter() - t) / len(reqs)
+                for js in todo.values():
+                    busy[planned[js[0]].row][planned[js[0]].member] += share
             if cache is not None:
                 cache.put_many(zip(reqs, comps, strict=True))
             for js, comp in zip(todo.values(), comps, strict=True):
@@ -153,11 +166,18 @@ class Driver:
                 cached=cached[j], error=comp.error))
 
     # ------------------------------------------------------------------ the end
-    def finish(self, rows: Sequence[Row]) -> list[tuple[int, ResultRow]]:
-        """(member index, graded row) for every state of every row, row by row."""
-        return [(m, score(st, member.method, member.ctx))
-                for states in rows
-                for m, (member, st) in enumerate(zip(self.members, states, strict=True))]
+    def finish(self, rows: Sequence[Row], busy: list[list[float]] | None = None
+               ) -> list[tuple[int, ResultRow]]:
+        """(member index, graded row) for every state of every row, row by row;
+        ``busy[row][member]``, when given, accumulates the seconds spent grading."""
+        out = []
+        for i, states in enumerate(rows):
+            for m, (member, st) in enumerate(zip(self.members, states, strict=True)):
+                t = time.perf_counter()
+                out.append((m, score(st, member.method, member.ctx)))
+                if busy is not None:
+                    busy[i][m] += time.perf_counter() - t
+        return out
 
     def outcomes(self, rows: Sequence[Row]) -> list[tuple[int, Outcome, ResultRow]]:
         """(member index, outcome, graded row) for every state of every row."""

@@ -97,6 +97,8 @@ class AgentView:
     sampling: SamplingParams
     seed: int
     system_prompt: str | None = None
+    #: The backbone's model card (what it is good at), when the config gives one.
+    description: str | None = None
 
 
 def agent_view(cfg: Any, agent_id: str) -> AgentView:
@@ -106,7 +108,8 @@ def agent_view(cfg: Any, agent_id: str) -> AgentView:
     return AgentView(id=a.id, model=spec.model, revision=spec.revision,
                      sampling=SamplingParams(temperature=a.temperature, top_p=a.top_p,
                                              max_tokens=a.max_tokens),
-                     seed=a.seed, system_prompt=a.system_prompt)
+                     seed=a.seed, system_prompt=a.system_prompt,
+                     description=getattr(a, "description", None))
 
 
 @dataclass

@@ -4,7 +4,12 @@ and a deterministic guardrail (docs/method.md).
 Round 0: every agent answers the question alone (no agent sees another's output).
 Round 1: the answers are parsed and turned into a belief; the coordinator sees only what the
 disclosure policy lets through. A lazy coordinator is skipped when the guardrail already
-trusts z* (it could not change the outcome). n + 1 calls per sample at most.
+trusts z* (it could not change the outcome), and then no evidence is disclosed (T_cross 0).
+With ``belief_only`` (Table 2's "belief only" row) the coordinator is never called: the final
+answer is z*, T_cross and the coordinator's tokens are 0. n + 1 calls per sample at most.
+
+The coordinator sees the whole task (``problem_statement``: FinQA's table and program
+language, LegalBench's instruction and labels, a question's options), then the evidence.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from df_ray.core.disclosure import POLICIES
 from df_ray.core.types import Belief, Observation
 from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.prompts import coordinator_prompt
+from df_ray.tasks.base import problem_statement
 
 Disclosure = Literal[POLICIES]  # type: ignore[valid-type]
 Ablation = Literal[BeliefConfig.ABLATIONS]  # type: ignore[valid-type]
@@ -76,11 +82,13 @@ class DarkForest(Method):
         ablation: Ablation = Field("full", description="which belief factors are switched off")
         gamma: float = Field(0.5, ge=0.0, le=1.0,
                              description="strength of the independence discount")
+        belief_only: bool = Field(False, description="the paper's belief-only decision "
+                                                     "(Table 2): z* without a coordinator call")
 
     #: Args fields also accepted as top-level config keys (Args field -> config key).
     config_keys: ClassVar[dict[str, str]] = {
         "disclosure": "disclosure", "guardrail": "guardrail", "lazy": "lazy_coordinator",
-        "ablation": "ablation", "gamma": "gamma"}
+        "ablation": "ablation", "gamma": "gamma", "belief_only": "belief_only"}
 
     needs_coordinator = True
 
@@ -107,19 +115,25 @@ class DarkForest(Method):
             return [Call("agent", a.id, ctx.request(a, prompt, sample=sample, slot="independent"))
                     for a in ctx.agents]
         if round == 1:
+            if self.args.belief_only:
+                # Table 2's belief-only decision: nothing is shown to anyone, no call.
+                state.data["t_cross"] = 0
+                return []
             obs = observations_from_state(state, ctx)
             belief = self._belief(obs, ctx)
             guard = self.guardrail(ctx)
             coord = ctx.coordinator
             assert coord is not None
+            if self.args.lazy and not needs_coordinator(belief, guard):
+                # Skipped: no evidence crosses to a coordinator, so T_cross is 0.
+                state.data["coordinator_skipped"] = True
+                state.data["t_cross"] = 0
+                return []
             evidence = disclose(belief, obs, self.args.disclosure,
                                 count_tokens=lambda t: ctx.count_tokens(coord.id, t),
                                 guardrail=guard)
             state.data["t_cross"] = evidence.tokens
-            if self.args.lazy and not needs_coordinator(belief, guard):
-                state.data["coordinator_skipped"] = True
-                return []
-            user = coordinator_prompt(sample.question, evidence.text,
+            user = coordinator_prompt(problem_statement(ctx.task, sample), evidence.text,
                                       ctx.task.answer_instructions())
             return [Call("coordinator", coord.id,
                          ctx.request(coord, user, sample=sample, slot="coordinator"))]

@@ -16,7 +16,9 @@ the paper; the reference GSM scorer counts an unparseable answer as correct, a b
 copy.
 
 method_args:
-    rounds: debate rounds including the independent one (default 2).
+    rounds: debate rounds including the independent one (default 2; Du et al. 2023 report
+        their main results with 3 agents and 2 rounds, which our three-agent compositions
+        match).
 
 Calls per sample: n x rounds.
 """

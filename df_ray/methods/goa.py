@@ -5,9 +5,12 @@ Agents are nodes of a graph built per question; messages pass along its edges; t
 read out by pooling. Stages, one pipeline round each:
 
 0. **Node sampling** (1 call): the meta-LLM (the run's coordinator agent, else the first
-   agent) picks the ``top_k`` agents most relevant to the question from their descriptions
-   (agent id and backbone). With ``top_k`` >= n (the default) every agent is a node; the call
-   is still made and paid for, as in the reference. With fewer, the reply's indices are used
+   agent; GoA's is Qwen2.5-7B-Instruct) picks the ``top_k`` agents most relevant to the
+   question from their model cards (``AgentConfig.description``, filled from the backbone
+   pool, ``df_ray.experiments.pool``). As GoA runs, the agents are the whole six-model pool
+   (composition ``pool``) and ``top_k`` is 3, so each question gets its own three nodes.
+   With ``top_k`` >= n every agent is a node; the call is still made and paid for, as in
+   the reference. With fewer, the reply's indices are used
    (duplicates dropped; an unusable reply falls back to the first ``top_k`` agents, the
    reference's fallback). Nodes keep config order.
 1. **Initial answers** (k calls): each node answers with reasoning, answer and confidence (the
@@ -43,7 +46,10 @@ answers + 3 scoring + 2 source-to-target + 1 target-to-source = 10); mean
 1 + k + k + R*(2k-2) + 1 (3 agents, 1 round: 1 + 3 + 3 + 2 + 2 + 1 pooling = 12).
 
 method_args: ``rounds`` (message-passing rounds, default 1), ``top_k`` (nodes to select,
-default every agent), ``threshold`` (edge-score pruning threshold, default 0.05).
+default 3, GoA's; ``null``: every agent), ``threshold`` (edge-score pruning threshold,
+default 0.05). These defaults are GoA's reference code's (``top_k`` 3, threshold 0.05,
+1 round; it samples at temperature 0.7 with max_tokens 800, the agents' settings in our
+compositions).
 """
 
 from __future__ import annotations
@@ -80,7 +86,10 @@ from df_ray.methods.prompts import (
     goa_source_to_target_prompt,
     goa_target_to_source_prompt,
 )
+from df_ray.tasks.base import problem_statement
 
+#: GoA's defaults (UNITES-Lab/GoA): 3 nodes per question, edge threshold 0.05, 1 round.
+DEFAULT_TOP_K = 3
 SELECT_ROLE = "selector"
 SCORE_ROLE = "scorer"
 S2T_ROLE = "source_to_target"
@@ -135,10 +144,11 @@ class GraphOfAgents(Method):
 
     class Args(MethodArgs):
         rounds: int = Field(1, strict=True, ge=1, description="message-passing rounds")
-        top_k: int | None = Field(None, strict=True, ge=1,
-                                  description="nodes to select (default: every agent)")
+        top_k: int | None = Field(DEFAULT_TOP_K, strict=True, ge=1,
+                                  description="nodes the meta-LLM selects per question "
+                                              "(GoA's 3; null: every agent)")
         threshold: float = Field(0.05, strict=True, ge=0.0, lt=1.0,
-                                 description="edge-score pruning threshold")
+                                 description="edge-score pruning threshold (GoA's 0.05)")
 
     @property
     def mp_rounds(self) -> int:
@@ -226,8 +236,8 @@ class GraphOfAgents(Method):
         task = ctx.task
         if round == 0:
             meta = lead_agent(ctx)
-            cards = [f"agent {a.id} (backbone {a.model})" for a in ctx.agents]
-            user = goa_selection_prompt(sample.question, cards, self._k(ctx))
+            cards = [model_card(a) for a in ctx.agents]
+            user = goa_selection_prompt(problem_statement(ctx.task, sample), cards, self._k(ctx))
             return [Call(SELECT_ROLE, meta.id,
                          ctx.request(meta, user, sample=sample, slot="goa-select"))]
         nodes = self._nodes(state, ctx)
@@ -242,7 +252,7 @@ class GraphOfAgents(Method):
             for a in nodes:
                 others = [(b.id, answers[b.id]) for b in nodes if b.id != a.id]
                 calls.append(Call(SCORE_ROLE, a.id, ctx.request(
-                    a, goa_scoring_prompt(sample.question, others), sample=sample,
+                    a, goa_scoring_prompt(problem_statement(ctx.task, sample), others), sample=sample,
                     slot="goa-score")))
             return calls
         graph = self._graph(state, ctx)
@@ -257,7 +267,7 @@ class GraphOfAgents(Method):
             refs = [(a.id, None, self._latest(state, a.id, 2)) for a in nodes]
             meta = lead_agent(ctx)
             return [Call(POOL_ROLE, meta.id, ctx.request(
-                meta, goa_pooling_prompt(sample.question, refs, instructions), sample=sample,
+                meta, goa_pooling_prompt(problem_statement(ctx.task, sample), refs, instructions), sample=sample,
                 slot="goa-pool-initial"))]
         last_mp = 2 + 2 * self.mp_rounds
         if round <= last_mp:
@@ -270,7 +280,7 @@ class GraphOfAgents(Method):
                     refs = _weighted(sources, scores,
                                      {s: self._latest(state, s, start) for s in sources})
                     user = goa_source_to_target_prompt(
-                        sample.question, self._latest(state, target, start), refs, instructions)
+                        problem_statement(ctx.task, sample), self._latest(state, target, start), refs, instructions)
                     a = ctx.agent(target)
                     calls.append(Call(S2T_ROLE, target, ctx.request(
                         a, user, sample=sample, slot=f"goa-s2t-{m}")))
@@ -288,7 +298,7 @@ class GraphOfAgents(Method):
                         else self._latest(state, t, start)
                 refs = _weighted(targets, scores, texts)
                 user = goa_target_to_source_prompt(
-                    sample.question, self._latest(state, source, start), refs, instructions)
+                    problem_statement(ctx.task, sample), self._latest(state, source, start), refs, instructions)
                 a = ctx.agent(source)
                 calls.append(Call(T2S_ROLE, source, ctx.request(
                     a, user, sample=sample, slot=f"goa-t2s-{m}")))
@@ -297,7 +307,7 @@ class GraphOfAgents(Method):
             refs = [(a, scores[a], self._latest(state, a, round)) for a in ranked]
             meta = lead_agent(ctx)
             return [Call(POOL_ROLE, meta.id, ctx.request(
-                meta, goa_pooling_prompt(sample.question, refs, instructions), sample=sample,
+                meta, goa_pooling_prompt(problem_statement(ctx.task, sample), refs, instructions), sample=sample,
                 slot="goa-pool"))]
         return []
 
@@ -337,6 +347,13 @@ class GraphOfAgents(Method):
         if self.pooling == "mean":
             return 1 + 2 * k + self.mp_rounds * (2 * k - 2) + 1
         return 1 + 2 * k + self.mp_rounds * k
+
+
+def model_card(agent: AgentView) -> str:
+    """What the meta-LLM reads about a candidate node: its model card, else its model id."""
+    if agent.description:
+        return f"{agent.model}: {agent.description}"
+    return f"{agent.model} (no description)"
 
 
 def _weighted(names: list[str], scores: dict[str, float], texts: dict[str, str]

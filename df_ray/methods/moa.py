@@ -12,7 +12,8 @@ references.
 The final answer is the aggregator's, parsed with the task's parser (none valid: no answer).
 
 method_args:
-    layers: L >= 2, counting the aggregator layer (default 2: n proposers + 1 aggregator).
+    layers: L >= 2, counting the aggregator layer (default 3: two layers of the n proposers
+        and the aggregator, the MoA paper's main configuration, Wang et al. 2024, section 3).
 
 Calls per sample: n x (L - 1) + 1.
 """
@@ -39,8 +40,8 @@ class MixtureOfAgents(Method):
     name = "moa"
 
     class Args(MethodArgs):
-        layers: int = Field(2, strict=True, ge=2,
-                            description="layers counting the aggregator layer")
+        layers: int = Field(3, strict=True, ge=2,
+                            description="layers counting the aggregator layer (MoA's 3)")
 
     @property
     def layers(self) -> int:

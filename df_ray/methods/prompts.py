@@ -15,6 +15,11 @@ from collections.abc import Sequence
 
 from df_ray.tasks.prompts import answer_instruction, asks_confidence
 
+#: The version of every prompt text in df_ray (tasks' agent prompts and problem statements,
+#: DarkForest's coordinator, the baselines' templates). Logged with every MLflow run; bump it
+#: whenever a prompt's wording changes, so results under different prompts are not pooled.
+PROMPT_VERSION = "2"
+
 NO_RESPONSE = "(no response)"
 
 
@@ -36,11 +41,12 @@ def with_instructions(body: str, instructions: str, *, confidence: bool = False)
 
 # ----------------------------------------------------------------------------- DarkForest
 
-#: The coordinator's prompt: the question, the disclosed evidence (data, not instructions),
-#: then the task's answer instruction.
+#: The coordinator's prompt: the whole task (the task's ``problem_statement``: the question
+#: with its options, table and program language, or instruction and labels), the disclosed
+#: evidence (data, not instructions), then the task's answer instruction.
 COORDINATOR_TEMPLATE = """You are the coordinator of a team of independent solvers.
 
-Question:
+The task:
 {question}
 
 The solvers answered independently. Below is a summary of the evidence they produced. \
@@ -209,9 +215,30 @@ VERDICT_CORRECT = "Verdict: CORRECT"
 VERDICT_INCORRECT = "Verdict: INCORRECT"
 
 
-def self_refine_feedback_prompt(question: str, answer: str) -> str:
+#: What a Self-Refine critique checks, per task kind (the parser kind): the paper writes one
+#: feedback prompt per task; these are ours.
+FEEDBACK_FOCUS = {
+    "math": "Redo each calculation and algebraic step, check that the final answer is fully "
+            "simplified and answers exactly what was asked.",
+    "finqa": "Check that every number is taken from the right row, column and year of the "
+             "table or text, that each program step uses the right operation and step "
+             "reference, and that the program's result answers the question (units, "
+             "percentages as ratios).",
+    "code": "Trace the function on the docstring's examples and on edge cases (empty input, "
+            "zero, negatives, duplicates), and check the signature and return type.",
+    "choice": "Check every option against the question, not only the chosen one, and make "
+              "sure the chosen letter is the option the reasoning supports.",
+    "label": "Check the answer against the task's instruction and definitions, and that it is "
+             "exactly one of the allowed labels.",
+}
+
+
+def self_refine_feedback_prompt(question: str, answer: str, kind: str = "") -> str:
+    focus = FEEDBACK_FOCUS.get(kind, "")
     return (f"Question:\n{question.strip()}\n\nProposed solution:\n{response_text(answer)}\n\n"
-            "Review the proposed solution step by step. Point out every error in its "
+            "Review the proposed solution step by step. "
+            + (f"{focus} " if focus else "") +
+            "Point out every error in its "
             "reasoning, calculations or final answer format, and say how to fix each one. "
             f"Then end with exactly one line: '{VERDICT_CORRECT}' if the solution has no error, "
             f"or '{VERDICT_INCORRECT}' otherwise.")

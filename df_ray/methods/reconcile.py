@@ -19,7 +19,8 @@ Final answer: the last round's answers, each weighted by its recalibrated confid
 config order, then the smaller key). An agent that gave no confidence counts 0.5 -> 0.1.
 
 method_args:
-    rounds: discussion rounds after the initial answers (default 2).
+    rounds: discussion rounds after the initial answers (default 3: ReConcile discusses for
+        at most 3 rounds, stopping early on consensus; Chen et al. 2024, section 3).
 
 Calls per sample: at most n x (rounds + 1).
 """
@@ -40,6 +41,7 @@ from df_ray.methods.common import (
     weighted,
 )
 from df_ray.methods.prompts import reconcile_prompt
+from df_ray.tasks.base import problem_statement
 
 DISCUSS_ROLE = "discussion"
 NO_ANSWER = "(no valid answer)"
@@ -55,8 +57,9 @@ class ReConcile(Method):
     name = "reconcile"
 
     class Args(MethodArgs):
-        rounds: int = Field(2, strict=True, ge=0,
-                            description="discussion rounds after the initial answers")
+        rounds: int = Field(3, strict=True, ge=0,
+                            description="discussion rounds after the initial answers "
+                                        "(ReConcile's at most 3)")
 
     @property
     def discussion_rounds(self) -> int:
@@ -83,7 +86,7 @@ class ReConcile(Method):
             return []
         sample = state.sample
         recs = records_by_agent(state, round=round - 1)
-        user = reconcile_prompt(sample.question, self._groups(prev, recs),
+        user = reconcile_prompt(problem_statement(ctx.task, sample), self._groups(prev, recs),
                                 ctx.task.answer_instructions())
         return [Call(DISCUSS_ROLE, a.id,
                      ctx.request(a, user, sample=sample, slot=f"reconcile-d{round}"))

@@ -5,6 +5,13 @@ cache entry), then iterates: it critiques its latest answer (FEEDBACK, slot
 ``"refine-fb<t>"``) and, unless the critique finds no error, rewrites the answer from the full
 history of attempts and critiques (REFINE, slot ``"refine-<t>"``), for t = 1..iterations.
 
+The critique is task-specific, as the paper's feedback prompts are per task: besides the
+general review it names what to check for the task's kind (``FEEDBACK_FOCUS`` in
+``df_ray.methods.prompts``: each calculation for math, the table values and program steps for
+FinQA, the docstring's examples and edge cases for code, every option for multiple choice,
+the instruction's definition and the allowed labels for LegalBench), and it sees the whole
+task (``problem_statement``).
+
 Stop rule (precise): the critique prompt asks for a last line ``Verdict: CORRECT`` or
 ``Verdict: INCORRECT``. The sample stops after a critique whose *last* verdict line (a line
 that, after stripping spaces and markdown emphasis, starts with ``verdict:``, any case) says
@@ -16,7 +23,8 @@ Final answer: the latest attempt that parses to a valid answer (a refinement tha
 answer format does not erase an earlier valid answer); none valid: no answer.
 
 method_args:
-    iterations: T, the most feedback+refine rounds (default 2).
+    iterations: T, the most feedback+refine rounds (default 4: the paper's experiments stop
+        after at most 4 iterations, Madaan et al. 2023, section 3).
     agent: the agent that generates, critiques and refines (default the first agent).
 
 Calls per sample: at most 1 + 2T.
@@ -46,6 +54,7 @@ from df_ray.methods.common import (
     pick_agent,
 )
 from df_ray.methods.prompts import self_refine_feedback_prompt, self_refine_refine_prompt
+from df_ray.tasks.base import problem_statement
 
 FEEDBACK_ROLE = "feedback"
 REFINE_ROLE = "refine"
@@ -67,8 +76,9 @@ class SelfRefine(Method):
     name = "self_refine"
 
     class Args(MethodArgs):
-        iterations: int = Field(2, strict=True, ge=0,
-                                description="T, the most feedback + refine rounds")
+        iterations: int = Field(4, strict=True, ge=0,
+                                description="T, the most feedback + refine rounds "
+                                            "(Self-Refine's at most 4)")
         agent: AgentId | None = Field(
             None, description="the agent that generates, critiques and refines "
                               "(default: the run's first agent)")
@@ -101,7 +111,8 @@ class SelfRefine(Method):
         t = (round + 1) // 2
         if round % 2 == 1:  # critique the latest attempt
             latest = attempts[-1].text if attempts and not attempts[-1].error else ""
-            user = self_refine_feedback_prompt(sample.question, latest)
+            user = self_refine_feedback_prompt(problem_statement(ctx.task, sample), latest,
+                                               kind=getattr(ctx.task, "kind", ""))
             return [Call(FEEDBACK_ROLE, agent.id,
                          ctx.request(agent, user, sample=sample, slot=f"refine-fb{t}"))]
         last_fb = feedbacks[-1] if feedbacks else None
@@ -111,7 +122,7 @@ class SelfRefine(Method):
             return []
         pairs = [(a.text if not a.error else "", f.text if not f.error else "")
                  for a, f in zip(attempts, feedbacks, strict=False)]
-        user = self_refine_refine_prompt(sample.question, pairs, ctx.task.answer_instructions())
+        user = self_refine_refine_prompt(problem_statement(ctx.task, sample), pairs, ctx.task.answer_instructions())
         return [Call(REFINE_ROLE, agent.id,
                      ctx.request(agent, user, sample=sample, slot=f"refine-{t}"))]
 

@@ -18,10 +18,14 @@ MAX_BATCHES_IN_FLIGHT = 64
 
 
 def initial_rows(samples: Sequence[Sample], n_members: int) -> list[dict[str, str]]:
-    """One row per sample: its id, the sample once, an empty state per configuration."""
+    """One row per sample: its id, the sample once, an empty state per configuration, and
+    the stage seconds spent on each configuration so far (``busy``: its own wall-time share,
+    ``df_ray.pipeline.runner.own_wall_times``)."""
     empty = json.dumps({"texts": {}, "states": [{"calls": [], "data": {}, "done": False}]
                         * n_members})
-    return [{"sample_id": s.id, "sample": encode_sample(s), "state": empty} for s in samples]
+    busy = json.dumps([0.0] * n_members)
+    return [{"sample_id": s.id, "sample": encode_sample(s), "state": empty, "busy": busy}
+            for s in samples]
 
 
 def stream_batches(handles: dict[str, Any], members: Sequence[tuple[RunConfig, Calibration | None]],

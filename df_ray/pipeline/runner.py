@@ -10,8 +10,10 @@ leaves no half runs, and its rerun skips finished configurations and replays cac
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -27,6 +29,7 @@ from df_ray.evaluation.driver import record_from_dict
 from df_ray.pipeline.graph import MAX_BATCHES_IN_FLIGHT, stage_plan, stream_batches
 from df_ray.pipeline.lifecycle import EngineLifecycle, shared_backbones
 from df_ray.pipeline.results import RESULT_SCHEMA, ResultsFile
+from df_ray.tasks import get_task
 from df_ray.tasks.base import Sample
 
 log = logging.getLogger(__name__)
@@ -77,7 +80,38 @@ def init_ray(address: str | None = None) -> None:
 
 def samples_key(cfg: RunConfig) -> tuple:
     """What decides a configuration's samples: configurations with equal keys share them."""
-    return (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.seed)
+    return (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.data_revision)
+
+
+def dataset_fingerprint(samples: Sequence[Sample]) -> str:
+    """A hash of exactly the samples a configuration ran (ids, questions, golds, in order)."""
+    h = hashlib.sha256()
+    for s in samples:
+        h.update(json.dumps([s.id, s.question, s.gold], ensure_ascii=False).encode())
+        h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+def provenance(cfg: RunConfig, samples: Sequence[Sample]) -> dict[str, str]:
+    """What a configuration ran, for MLflow: each backbone's model and revision (``unpinned``:
+    the hub's main at engine start), the data set's fingerprint, source and revision, and
+    the prompts' version (the declared version and a hash of the first sample's prompts)."""
+    from df_ray.methods.prompts import PROMPT_VERSION
+    from df_ray.tasks.base import problem_statement
+
+    task = get_task(cfg.benchmark)
+    out = {"provenance.dataset_fingerprint": dataset_fingerprint(samples),
+           "provenance.dataset_n": str(len(samples)),
+           "provenance.dataset_source": cfg.source or "hub",
+           "provenance.dataset_revision": cfg.data_revision or "default",
+           "provenance.prompt_version": PROMPT_VERSION}
+    if samples:
+        blob = task.agent_prompt(samples[0]) + "\x00" + problem_statement(task, samples[0])
+        out["provenance.prompt_fingerprint"] = hashlib.sha256(blob.encode()).hexdigest()[:16]
+    for name, spec in sorted(cfg.backbones.items()):
+        out[f"provenance.model.{name}"] = spec.model
+        out[f"provenance.model_revision.{name}"] = spec.revision or "unpinned"
+    return out
 
 
 def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
@@ -179,13 +213,18 @@ class Runner:
             self.say(f"{cfg.name}: {cfg.method} on {len(samples)} {cfg.benchmark} samples")
         outs = [ResultsFile(cfg, sweep) for cfg, _ in members]
         t0 = time.time()
+        busy = [0.0] * len(outs)
         try:
             for table in self._stream_batches(members, samples):
                 rows_of: dict[int, list[int]] = {}
                 for j, k in enumerate(table.column("config").to_pylist()):
                     rows_of.setdefault(k, []).append(j)
+                busy_col = (table.column("busy_s").to_pylist()
+                            if "busy_s" in table.column_names else None)
                 for k, idx in rows_of.items():
                     outs[k].add(table.take(idx))
+                    if busy_col is not None:
+                        busy[k] += sum(float(busy_col[j] or 0.0) for j in idx)
                 if len(outs) == 1:
                     self.say(f"{outs[0].cfg.name}: {outs[0].acc.n}/{len(samples)} samples graded")
                 else:
@@ -196,18 +235,35 @@ class Runner:
             for f in outs:
                 f.close()
         wall = time.time() - t0
-        for (cfg, calibration), f, i in zip(members, outs, todo, strict=True):
+        walls = own_wall_times(wall, busy)
+        for (cfg, calibration), f, i, own in zip(members, outs, todo, walls, strict=True):
             path = f.commit()
             metrics = f.acc.result()
-            metrics["wall_time_s"] = wall
-            metrics["samples_per_s"] = f.acc.n / wall if wall > 0 else 0.0
+            metrics["wall_time_s"] = own
+            metrics["group_wall_time_s"] = wall
+            metrics["samples_per_s"] = f.acc.n / own if own > 0 else 0.0
             if f.acc.n != len(samples):
                 raise RuntimeError(f"{cfg.name}: {len(samples)} samples in, {f.acc.n} graded")
             run_id = None
             if self.tracker is not None:
-                run_id = self.tracker.log_run(cfg, metrics, path, calibration)
+                run_id = self.tracker.log_run(cfg, metrics, path, calibration,
+                                              params=provenance(cfg, samples))
             out[i] = RunResult(cfg, metrics, str(path), run_id)
         return [out[i] for i in range(len(cfgs))]
+
+
+def own_wall_times(wall: float, busy: Sequence[float]) -> list[float]:
+    """Each configuration's own wall time in a fused pipeline: the group's wall time split in
+    proportion to the stage time spent on each configuration (planning and parsing its
+    rounds, the engine time of the calls it paid for, grading its answers). A configuration
+    whose every call was paid by another (all cached) costs only its CPU work; one alone in
+    its pipeline gets the whole wall time."""
+    total = math.fsum(busy)
+    if len(busy) == 1:
+        return [wall]
+    if total <= 0:
+        return [wall / len(busy)] * len(busy)
+    return [wall * b / total for b in busy]
 
 
 def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = "default",

@@ -72,9 +72,11 @@ class RoundStage(_StageBase):
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         rows = [decode_row(s, st) for s, st in zip(batch["sample"], batch["state"], strict=True)]
-        self.driver.run_round(self.round, rows)
+        busy = read_busy(batch, len(rows), len(self.members))
+        self.driver.run_round(self.round, rows, busy=busy)
         return {"sample_id": batch["sample_id"], "sample": batch["sample"],
-                "state": [encode_states(states) for states in rows]}
+                "state": [encode_states(states) for states in rows],
+                "busy": [json.dumps(b) for b in busy]}
 
 
 class GradeStage(_StageBase):
@@ -94,7 +96,18 @@ class GradeStage(_StageBase):
             return {"sample_id": [r.sample_id for _, r in recs],
                     "record": [json.dumps(record_to_dict(r)) for _, r in recs],
                     "config": [m for m, _ in recs]}
-        out = [(m, r.to_dict()) for m, r in self.driver.finish(rows)]
+        busy = read_busy(batch, len(rows), len(self.members))
+        out = [(m, r.to_dict()) for m, r in self.driver.finish(rows, busy=busy)]
         cols: dict[str, Any] = {k: [r[k] for _, r in out] for k in RESULT_COLUMNS}
         cols["config"] = [m for m, _ in out]
+        # The stage time each (sample, configuration) took, for its own wall-time share
+        # (df_ray.pipeline.runner.own_wall_times); finish() yields rows in row-major order.
+        cols["busy_s"] = [busy[i][m] for i in range(len(rows)) for m in range(len(self.members))]
         return cols
+
+
+def read_busy(batch: dict[str, Any], n_rows: int, n_members: int) -> list[list[float]]:
+    """The ``busy`` column (seconds of stage time per configuration, per row) or zeros."""
+    if "busy" not in batch:
+        return [[0.0] * n_members for _ in range(n_rows)]
+    return [[float(x) for x in json.loads(b)] for b in batch["busy"]]

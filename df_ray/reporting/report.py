@@ -42,7 +42,8 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
         except Exception as e:  # report what is there; say what is not
             samples[row["run_id"]] = None
             missing.append(f"{row['name']} ({row['run_id']}): {e}")
-    table = build_table(runs, samples, n_boot=n_boot, seed=seed)
+    table = build_table(runs, samples, n_boot=n_boot, seed=seed,
+                        experiment=experiment.removesuffix("-mini"))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     prefix = _safe(experiment)

@@ -8,12 +8,12 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from df_ray.reporting.paper import DEFAULTS, paper_numbers
+from df_ray.reporting.paper import DEFAULTS, paper_numbers, planned_run
 from df_ray.reporting.stats import bootstrap_ci, mcnemar
 
 ALPHA = 0.05
 SETTING_KEYS = ("guardrail.k", "guardrail.tau_p", "guardrail.tau_m", "guardrail.enabled",
-                "disclosure", "ablation", "lazy_coordinator")
+                "disclosure", "ablation", "lazy_coordinator", "belief_only")
 
 
 def settings(row: Mapping) -> dict:
@@ -53,10 +53,13 @@ def _metric(row: Mapping, name: str) -> float:
 
 
 def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
-                n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+                n_boot: int = 2000, seed: int = 0, experiment: str | None = None) -> pd.DataFrame:
     """One row per run: accuracy (%) with its 95% bootstrap CI, tokens and calls per sample,
     override rates, the paper's numbers where it has them, and the exact McNemar p-value against
-    the benchmark's reference DarkForest run (matched on sample ids)."""
+    the benchmark's reference DarkForest run (matched on sample ids).
+
+    For an experiment of the paper's table (``paper.EXPERIMENTS``), a configuration's paper
+    numbers are its row's there (matched by configuration name, the miniature's too)."""
     out = []
     for bench, group in runs.groupby("benchmark", sort=False):
         ref_id = reference_run(group)
@@ -70,10 +73,14 @@ def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
             else:  # no per-sample table: normal approximation from the logged standard error
                 se = _metric(row, "accuracy_se")
                 lo, hi = acc - 1.96 * se, acc + 1.96 * se
-            paper = paper_numbers(str(bench), str(row["method"]), settings(row))
-            if (row["method"] == "darkforest" and row["run_id"] != ref_id
-                    and int(row.get("n_agents") or 0) == 3):
-                paper = {}  # the paper's DarkForest number belongs to its reference row
+            planned = planned_run(experiment, str(row["name"])) if experiment else None
+            if planned is not None:
+                paper = dict(planned.paper)
+            else:
+                paper = paper_numbers(str(bench), str(row["method"]), settings(row))
+                if (row["method"] == "darkforest" and row["run_id"] != ref_id
+                        and int(row.get("n_agents") or 0) == 3):
+                    paper = {}  # the paper's DarkForest number belongs to its reference row
             p = float("nan")
             if ref is not None and correct is not None and row["run_id"] != ref_id:
                 p = mcnemar(correct, ref)

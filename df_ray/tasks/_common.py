@@ -13,7 +13,9 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -204,12 +206,32 @@ def hub_offline() -> bool:
                for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
+_PINNED: ContextVar[str | None] = ContextVar("df_ray_data_revision", default=None)
+
+
+@contextmanager
+def pinned_revision(revision: str | None) -> Iterator[None]:
+    """Within the block, hub data sets load at ``revision`` (a commit, tag or branch of the
+    data set repository; the run's ``data_revision``). None: each loader's default."""
+    token = _PINNED.set(revision)
+    try:
+        yield
+    finally:
+        _PINNED.reset(token)
+
+
+def pinned() -> str | None:
+    return _PINNED.get()
+
+
 def load_hub_dataset(path: str, name: str | None = None, *, split: str,
                      revision: str | None = None, token: str | None = None) -> Any:
     """``datasets.load_dataset`` for a hub repository (one place, so tests can stub it).
 
     Raises HubUnavailable in offline mode instead of letting ``datasets`` try the network.
+    A revision pinned with :func:`pinned_revision` wins over ``revision``.
     """
+    revision = _PINNED.get() or revision
     if hub_offline():
         raise HubUnavailable(
             f"Hugging Face hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE); cannot load "
@@ -222,6 +244,17 @@ def load_hub_dataset(path: str, name: str | None = None, *, split: str,
     if token:
         kwargs["token"] = token
     return datasets.load_dataset(path, name, **kwargs)
+
+
+def hub_config_names(path: str, revision: str | None = None) -> list[str]:
+    """The configurations (subsets) of a hub data set, sorted."""
+    revision = _PINNED.get() or revision
+    if hub_offline():
+        raise HubUnavailable(f"Hugging Face hub is offline; cannot list the subsets of {path}; "
+                             "pass source=<local folder>")
+    import datasets
+
+    return sorted(datasets.get_dataset_config_names(path, revision=revision))
 
 
 def dataset_rows(ds: Any) -> list[dict]:
@@ -244,9 +277,10 @@ def read_rows(path: str | os.PathLike[str]) -> list[dict]:
         raise FileNotFoundError(f"data file not found: {p}")
     if name.endswith(".parquet"):
         return _read_parquet(p)
-    if name.endswith(".csv"):
+    if name.endswith((".csv", ".tsv")):
         with p.open(newline="", encoding="utf-8") as f:
-            return [dict(r) for r in csv.DictReader(f)]
+            return [dict(r) for r in csv.DictReader(
+                f, delimiter="\t" if name.endswith(".tsv") else ",")]
     opener = gzip.open if name.endswith(".gz") else open
     with opener(p, "rt", encoding="utf-8") as f:  # type: ignore[operator]
         text = f.read()
@@ -285,7 +319,7 @@ def _read_parquet(p: Path) -> list[dict]:
     return dataset_rows(ds)
 
 
-DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz", ".parquet", ".csv")
+DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz", ".parquet", ".csv", ".tsv")
 
 
 def data_files(folder: Path) -> list[Path]:

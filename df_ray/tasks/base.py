@@ -41,6 +41,12 @@ class Grade:
     detail: str = ""
 
 
+def problem_statement(task: Task, sample: Sample) -> str:
+    """``task.problem_statement(sample)``; the bare question for a task that has none."""
+    fn = getattr(task, "problem_statement", None)
+    return fn(sample) if callable(fn) else sample.question
+
+
 @runtime_checkable
 class Task(Protocol):
     name: str
@@ -60,6 +66,13 @@ class Task(Protocol):
 
     def answer_instructions(self) -> str:
         """The final-answer format instruction alone (reused by coordinator/baseline prompts)."""
+        ...
+
+    def problem_statement(self, sample: Sample) -> str:
+        """The whole task as every later call must see it (coordinator, discussion, critique,
+        aggregation): the question with everything needed to answer it (options, FinQA's
+        table and program language, LegalBench's instruction and allowed labels), without
+        the agent prompt's "reason step by step" and answer-format lines."""
         ...
 
     def gold_key(self, sample: Sample) -> str | None:

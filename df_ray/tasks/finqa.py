@@ -6,12 +6,19 @@ https://raw.githubusercontent.com/czyssrs/FinQA/main/dataset/test.json (1,147 ro
 https://raw.githubusercontent.com/czyssrs/FinQA/main/dataset/dev.json (883 rows)
 (``train.json`` likewise). Each file is a JSON list of ``{id, pre_text: [str], post_text:
 [str], table: [[str]], qa: {question, program, exe_ans}}``. There is no maintained hub copy
-in this schema, so ``source=`` is required: a folder holding ``test.json`` and ``dev.json``,
-or a single file (used for whichever split is requested).
+in this schema, so the data is read from a local copy of the official release: ``source=``
+(a folder holding ``test.json`` and ``dev.json``, or a single file used for whichever split
+is requested), by default ``$DF_RAY_HOME/data/finqa`` (``~/.cache/df_ray/data/finqa``
+without DF_RAY_HOME). To fetch it::
+
+    mkdir -p ${DF_RAY_HOME:-~/.cache/df_ray}/data/finqa && cd $_
+    for f in train dev test; do
+      curl -LO https://raw.githubusercontent.com/czyssrs/FinQA/main/dataset/$f.json
+    done
 
 Splits: ``test`` = 300 rows of test.json, ``calibration`` = 100 rows of dev.json, each the
-first rows in sha256(seed, id) order (disjoint by construction; ids present in both files
-are dropped from calibration).
+first rows in sha256(id) order (disjoint by construction; ids present in both files are
+dropped from calibration). The run seed never changes them.
 
 Prompt: the pre-text, the table rendered as a pipe table, the post-text and the question;
 the answer is a program in FinQA's DSL (explained briefly with an example in the prompt).
@@ -25,6 +32,7 @@ accuracy; ``scores`` has ``exec_acc`` and ``prog_acc``.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -32,6 +40,18 @@ from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
 from df_ray.tasks.prompts import answer_instruction
+
+
+def default_source() -> Path:
+    """Where the official FinQA release is looked for when no source is given."""
+    base = os.environ.get("DF_RAY_HOME") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                         "df_ray")
+    return Path(base) / "data" / "finqa"
+
+
+FETCH_HINT = ("fetch: mkdir -p $DF_RAY_HOME/data/finqa && for f in train dev test; do curl -L "
+              "-o $DF_RAY_HOME/data/finqa/$f.json https://raw.githubusercontent.com/czyssrs/"
+              "FinQA/main/dataset/$f.json; done")
 
 DSL_HELP = """\
 Write the answer as a program in this language: a comma-separated list of steps
@@ -92,11 +112,12 @@ class FinQATask:
         self.calibration_size = calibration_size
 
     def _file(self, source: str | None, split: Split) -> Path:
-        if source is None or not Path(source).exists():
+        source = source if source is not None else str(default_source())
+        if not Path(source).exists():
             raise FileNotFoundError(
-                "FinQA needs source=<folder with test.json and dev.json, or a file> "
-                "(download from https://github.com/czyssrs/FinQA/tree/main/dataset)"
-                + (f"; {source!r} does not exist" if source else ""))
+                f"FinQA data not found at {source}: put the official release's "
+                "dataset/test.json and dev.json (https://github.com/czyssrs/FinQA/tree/main/"
+                f"dataset) there, or set source=<folder or file>; {FETCH_HINT}")
         p = Path(source)
         if p.is_file():
             return p
@@ -112,13 +133,15 @@ class FinQATask:
 
     def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
              seed: int = 0) -> list[Sample]:
+        seed = 0  # the split is fixed: the run seed changes sampling, not the data
         if split == "test":
             rows = C.seeded_order(self._rows(source, "test"), lambda s: s.id, seed, "finqa")
             return C.apply_limit(rows[: self.test_size], limit)
         if split != "calibration":
             raise ValueError(f"unknown split {split!r}")
         pool = self._rows(source, "calibration")
-        if source is not None and Path(source).is_dir():
+        source = source if source is not None else str(default_source())
+        if Path(source).is_dir():
             test_ids = {s.id for s in self.load("test", source=source, seed=seed)}
             pool = [s for s in pool if s.id not in test_ids]
         rows = C.seeded_order(pool, lambda s: s.id, seed, "finqa-cal")
@@ -133,9 +156,12 @@ class FinQATask:
             "Give the line 'Answer: <program>' where <program> is the calculation in the "
             "program language (e.g. 'Answer: subtract(5829, 5735), divide(#0, 5735)').")
 
-    def agent_prompt(self, sample: Sample) -> str:
+    def problem_statement(self, sample: Sample) -> str:
         return ("Read the following excerpt of a financial report and answer the question.\n\n"
-                f"{sample.question}\n\n{DSL_HELP}\n\n"
+                f"{sample.question}\n\n{DSL_HELP}")
+
+    def agent_prompt(self, sample: Sample) -> str:
+        return (f"{self.problem_statement(sample)}\n\n"
                 + answer_instruction("Reason step by step. Then give your final answer on a "
                                      "line of the form 'Answer: <program>'."))
 

@@ -136,9 +136,12 @@ class GPQATask:
     def answer_instructions(self) -> str:
         return answer_instruction("Give the line 'Answer: X' where X is A, B, C or D.")
 
+    def problem_statement(self, sample: Sample) -> str:
+        return ("Answer the following multiple-choice science question (options A-D)."
+                f"\n\n{sample.question}")
+
     def agent_prompt(self, sample: Sample) -> str:
-        return ("Answer the following multiple-choice science question.\n\n"
-                f"{sample.question}\n\n"
+        return (f"{self.problem_statement(sample)}\n\n"
                 + answer_instruction("Reason step by step. Then give your final answer on a "
                                      "line of the form 'Answer: X' where X is one of "
                                      "A, B, C, D."))

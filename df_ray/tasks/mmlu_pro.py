@@ -110,11 +110,15 @@ class MMLUProTask:
         return answer_instruction("Give the line 'Answer: X' where X is the letter of the "
                                   "correct option.")
 
+    def problem_statement(self, sample: Sample) -> str:
+        letters = C.letters(int(sample.meta.get("n_options", 10)))
+        return ("Answer the following multiple-choice question (options "
+                f"{letters[0]}-{letters[-1]}).\n\n{sample.question}")
+
     def agent_prompt(self, sample: Sample) -> str:
         n = int(sample.meta.get("n_options", 10))
         letters = C.letters(n)
-        return ("Answer the following multiple-choice question.\n\n"
-                f"{sample.question}\n\n"
+        return (f"{self.problem_statement(sample)}\n\n"
                 + answer_instruction("Reason step by step. Then give your final answer on a "
                                      "line of the form 'Answer: X' where X is one of "
                                      f"{', '.join(letters)}."))

@@ -95,7 +95,9 @@ class Tracker:
         return runs[0] if runs else None
 
     def log_run(self, cfg: RunConfig, metrics: dict[str, float], samples_path: str | Path,
-                calibration: Any = None) -> str:
+                calibration: Any = None, params: dict[str, str] | None = None) -> str:
+        """Log one configuration. ``params``: further parameters, such as the provenance
+        (model revisions, data set fingerprint, prompt version) the runner computes."""
         from mlflow.entities import Metric, Param, RunTag
 
         tags = {FINGERPRINT_TAG: cfg.fingerprint(), "df_ray.method": cfg.method,
@@ -104,6 +106,7 @@ class Tracker:
             tags["df_ray.sandbox.isolation"] = cfg.sandbox.isolation
         if self.parent_id:
             tags[PARENT_TAG] = self.parent_id
+        params_extra = dict(params or {})
         run = self.client.create_run(self.experiment_id, run_name=cfg.name, tags=tags)
         rid = run.info.run_id
         try:
@@ -111,6 +114,7 @@ class Tracker:
             if calibration is not None:
                 params["calibration.file_agents"] = ",".join(calibration.agents)
                 params["calibration.n_samples"] = str(calibration.n_samples)
+            params.update(params_extra)
             items = [Param(k[:250], v[:6000]) for k, v in sorted(params.items())]
             for i in range(0, len(items), 100):
                 self.client.log_batch(rid, params=items[i:i + 100])

@@ -32,16 +32,16 @@ CASES = [
     ("debate", {}, 6),
     ("debate", {"rounds": 3}, 9),
     ("debate", {"rounds": 1}, 3),
-    ("reconcile", {}, 9),
+    ("reconcile", {}, 12),  # 3 discussion rounds (ReConcile)
     ("reconcile", {"rounds": 3}, 12),
     ("reconcile", {"rounds": 0}, 3),
-    ("moa", {}, 4),
+    ("moa", {}, 7),  # 2 proposer layers + the aggregator (MoA)
     ("moa", {"layers": 3}, 7),
     ("goa_max", {}, 10),
     ("goa_mean", {}, 12),
     ("goa_max", {"rounds": 2}, 13),
     ("goa_mean", {"rounds": 2}, 16),
-    ("self_refine", {}, 5),
+    ("self_refine", {}, 9),  # up to 4 iterations (Self-Refine)
     ("self_refine", {"iterations": 3}, 7),
     ("self_refine", {"iterations": 0}, 1),
 ]
@@ -68,7 +68,7 @@ def test_calls_per_sample(run_method, name, args, expected):
 
 def test_moa_aggregator_defaults_to_first_agent_without_coordinator(run_method):
     cfg = config(method="moa", coordinator=False)
-    run = run_method("moa", Script(DISAGREE), cfg=cfg)
+    run = run_method("moa", Script(DISAGREE), {"layers": 2}, cfg=cfg)
     agg = run.calls(role="aggregator")
     assert [c.agent for c in agg] == ["a1"]
     assert run.n_calls() == 4
@@ -79,9 +79,9 @@ def test_goa_counts_with_four_agents(run_method):
              **{(a, "score"): "[0.4, 0.3, 0.3]" for a in ("a1", "a2", "a3", "a4")}}
     for name, expected in (("goa_max", 1 + 4 + 4 + 4), ("goa_mean", 1 + 4 + 4 + 6 + 1)):
         cfg = config(method=name, agents=("a1", "a2", "a3", "a4"))
-        run = run_method(name, Script(table), cfg=cfg)
+        run = run_method(name, Script(table), {"top_k": None}, cfg=cfg)  # every agent a node
         assert run.n_calls() == expected, name
-        assert get_method(name).max_calls_per_sample(build_context(cfg)) == expected
+        assert get_method(name, top_k=None).max_calls_per_sample(build_context(cfg)) == expected
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

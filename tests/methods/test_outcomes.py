@@ -147,9 +147,9 @@ def test_reconcile_weights_recalibrated_confidence(run_method):
 
 def test_moa_final_is_the_aggregator_answer(run_method):
     table = {**indep("A", "A", "B"), ("coord", "moa"): answer("B")}
-    assert final(run_method("moa", Script(table))) == "B"
+    assert final(run_method("moa", Script(table), {"layers": 2})) == "B"
     table[("coord", "moa")] = BAD
-    assert final(run_method("moa", Script(table))) is None
+    assert final(run_method("moa", Script(table), {"layers": 2})) is None
 
 
 # ----------------------------------------------------------------------------- GoA
@@ -233,7 +233,7 @@ def test_self_refine_stops_when_the_feedback_approves(run_method):
 def test_self_refine_keeps_the_last_valid_attempt(run_method):
     table = {("a1", "independent"): answer("A"), ("a1", "feedback"): "Verdict: INCORRECT",
              ("a1", "refine"): [answer("C"), BAD]}
-    run = run_method("self_refine", Script(table))
+    run = run_method("self_refine", Script(table), {"iterations": 2})
     assert run.n_calls() == 5
     assert run.outcome.extra["attempt_answers"] == ["A", "C", None]
     assert final(run) == "C"

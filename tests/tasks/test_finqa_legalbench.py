@@ -11,7 +11,7 @@ from df_ray.core.types import Observation
 from df_ray.tasks import _common as C
 from df_ray.tasks.base import DataSchemaError, Sample
 from df_ray.tasks.finqa import FinQATask, bare_number, render_table
-from df_ray.tasks.legalbench import DEFAULT_TASKS, LegalBenchTask, normalize_label
+from df_ray.tasks.legalbench import NON_EXACT_MATCH_TASKS, LegalBenchTask, normalize_label
 
 
 @pytest.fixture
@@ -129,13 +129,16 @@ def test_legalbench_parquet_folder_stratified_split(tmp_path):
     per = lambda rows, k: sum(s.meta["legalbench_task"] == k for s in rows)  # noqa: E731
     assert per(test, "hearsay") == 10 and per(test, "abercrombie") == 10
     assert per(cal, "hearsay") == 8 and per(cal, "abercrombie") == 2  # abercrombie ran out
-    assert all("/90" not in s.id for s in test + cal)  # train rows never used
+    assert all("/90" not in s.id for s in test + cal)  # train rows are examples, not questions
     s = next(x for x in test if x.meta["legalbench_task"] == "abercrombie")
     assert t.parse_spec(s).labels == ("arbitrary", "fanciful", "generic")
     assert "Description: SYNTHETIC mark" in s.question
-    assert "Allowed labels: arbitrary, fanciful, generic" in t.agent_prompt(s)
+    prompt = t.agent_prompt(s)
+    assert "Allowed labels: arbitrary, fanciful, generic" in prompt
+    assert "Abercrombie" in prompt  # the task's own instruction
+    assert len(s.meta["few_shot"]) == 2 and "Examples:" in prompt
     assert t.load("test", source=str(tmp_path)) == test
-    assert t.load("test", source=str(tmp_path), seed=3) != test
+    assert t.load("test", source=str(tmp_path), seed=3) == test  # the split is fixed
     assert t.load("test", source=str(tmp_path), limit=4) == test[:4]
     o = parse("hmm\nAnswer: Generic\nConfidence: 0.5", t.parse_spec(s), "a")
     assert o.valid and t.grade(s, o).correct is (s.gold == "generic")
@@ -148,19 +151,21 @@ def test_legalbench_hub_path_uses_the_parquet_conversion(tmp_path, monkeypatch):
     def fake_hub(path, name=None, *, split, revision=None, token=None):
         seen.append((path, name, split, revision))
         return datasets.load_dataset("parquet",
-                                     data_files=str(tmp_path / name / "test" / "0000.parquet"),
+                                     data_files=str(tmp_path / name / split / "0000.parquet"),
                                      split="train", cache_dir=str(tmp_path / "cache"))
 
     monkeypatch.setattr(C, "load_hub_dataset", fake_hub)
-    t = LegalBenchTask(tasks=("hearsay", "abercrombie"), test_size=20, calibration_size=10)
+    monkeypatch.setattr(C, "hub_config_names",
+                        lambda path, revision=None: ["abercrombie", "hearsay", "rule_qa"])
+    t = LegalBenchTask(test_size=20, calibration_size=10)  # every exact-match task
     rows = t.load("test")
-    assert seen == [("nguha/legalbench", "hearsay", "test", "refs/convert/parquet"),
-                    ("nguha/legalbench", "abercrombie", "test", "refs/convert/parquet")]
+    assert seen == [("nguha/legalbench", task, split, "refs/convert/parquet")
+                    for task in ("abercrombie", "hearsay") for split in ("train", "test")]
     assert rows == t.load("test", source=str(tmp_path))
 
 
 def test_legalbench_single_file_and_defaults(fixtures):
-    assert len(DEFAULT_TASKS) == 10 and "rule_qa" not in DEFAULT_TASKS
+    assert len(NON_EXACT_MATCH_TASKS) == 8 and "rule_qa" in NON_EXACT_MATCH_TASKS
     t = LegalBenchTask(test_size=5, calibration_size=2)
     test = t.load("test", source=str(fixtures / "legalbench.jsonl"))
     cal = t.load("calibration", source=str(fixtures / "legalbench.jsonl"))

