@@ -99,17 +99,27 @@ def load_with_overrides(path: str | None, overrides: list[str], limit: int | Non
 
 
 def format_results(results) -> str:
-    cols = ["configuration", "method", "n", "accuracy", "tokens/sample", "calls/sample",
-            "fresh calls", "trusted", "overrides", "wall s"]
+    """The results table: one row per configuration, with its calls that succeeded and
+    failed, the samples that had a failed call and the tokens spent."""
+    from df_ray.pipeline.outcome import call_counts
+
+    cols = ["configuration", "method", "n", "accuracy", "calls ok", "calls failed",
+            "samples w/ errors", "tokens", "tokens/sample", "calls/sample", "fresh calls",
+            "trusted", "overrides", "wall s"]
     rows = []
     for r in results:
         m = r.metrics
         acc = m.get("accuracy", float("nan"))
         se = m.get("accuracy_se", float("nan"))
+        n = m.get("n_samples", 0)
+        calls, failed = call_counts(m)
+        status = " (skipped: done)" if r.skipped else " FAILED" if r.failure else ""
         rows.append([
-            r.config.name + (" (skipped: done)" if r.skipped else ""), r.config.method,
-            f"{int(m.get('n_samples', 0))}",
+            r.config.name + status, r.config.method,
+            f"{int(n)}",
             f"{100 * acc:.1f} ± {100 * se:.1f}" if not math.isnan(acc) else "-",
+            f"{calls - failed}", f"{failed}", f"{int(m.get('samples_with_errors', 0))}",
+            f"{m.get('tokens_per_sample', 0) * n:,.0f}",
             f"{m.get('tokens_per_sample', 0):.0f}", f"{m.get('llm_calls_per_sample', 0):.2f}",
             f"{m.get('fresh_calls', 0):.0f}", f"{100 * m.get('trusted_rate', 0):.0f}%",
             f"{100 * m.get('override_rate', 0):.0f}%", f"{m.get('wall_time_s', 0):.1f}",
@@ -119,12 +129,67 @@ def format_results(results) -> str:
     return "\n".join([line(cols), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
+def format_answers(results, max_samples: int = 5, max_configs: int = 3) -> str:
+    """What the agents answered, sample by sample, for small runs (the demo)."""
+    from df_ray.pipeline.outcome import agent_answers
+
+    parts = []
+    shown = [r for r in results if r.samples_path and not r.skipped
+             and r.metrics.get("n_samples", 0) <= max_samples][:max_configs]
+    for r in shown:
+        lines = [f"{r.config.name}: what the agents answered"]
+        for s in agent_answers(r.samples_path, limit=max_samples):
+            verdict = "right" if s["correct"] else "wrong"
+            lines.append(f"  {s['sample_id']}: final {s['final']!r} ({verdict})")
+            for agent, ans in s["answers"].items():
+                lines.append(f"    {agent}: {ans}")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def format_outcome(results) -> tuple[str, bool]:
+    """The closing lines (failed calls, FAILED configurations, workers that died) and
+    whether the command must exit non-zero."""
+    from df_ray.pipeline.outcome import call_counts
+
+    total = sum(call_counts(r.metrics)[0] for r in results if not r.skipped)
+    failed = sum(call_counts(r.metrics)[1] for r in results if not r.skipped)
+    lines = []
+    for r in results:
+        if r.failure:
+            lines.append(f"FAILED: configuration {r.config.name!r}: {r.failure}")
+    deaths = sorted({d for r in results for d in r.worker_deaths})
+    for d in deaths:
+        lines.append(f"worker died during the run (restarted): {d}")
+    bad = [r for r in results if r.failure]
+    if failed:
+        where = sorted({r.config.name for r in results if call_counts(r.metrics)[1]})
+        lines.append(f"{failed} of {total} LLM calls FAILED (in {', '.join(where)}); "
+                     + (f"{len(bad)} configuration(s) above max_error_rate: the run FAILED"
+                        if bad else "every configuration stayed within max_error_rate"))
+    elif total:
+        lines.append(f"all {total} LLM calls succeeded")
+    return "\n".join(lines), bool(bad)
+
+
+def print_results(results) -> int:
+    """Table, answers of small runs, closing lines; the command's exit status."""
+    print(format_results(results))
+    answers = format_answers(results)
+    if answers:
+        print("\n" + answers)
+    text, failed = format_outcome(results)
+    if text:
+        print("\n" + text)
+    return 1 if failed else 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from df_ray.pipeline.runner import run_sweep
 
     sweep = load_with_overrides(args.config, args.set or [], args.limit, args.experiment)
     results = run_sweep(sweep, address=args.address)
-    print(format_results(results))
+    status = print_results(results)
     first = sweep.expand()[0]  # expanded once, when the sweep was loaded
     if args.experiment:
         from df_ray.reporting.report import build_report
@@ -136,7 +201,7 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"per-sample results under {first.results_dir}/")
     if first.tracking.uri.startswith("sqlite:"):
         print(f"browse: mlflow ui --backend-store-uri {first.tracking.uri}")
-    return 0
+    return status
 
 
 def parse_sources(items: list[str] | None) -> dict[str, str]:
@@ -245,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     rep.set_defaults(fn=run_from_args)
     args = p.parse_args(argv)
     from df_ray.core.calibration import CalibrationMismatchError
+    from df_ray.pipeline.engine_health import EngineFailure
     from df_ray.tasks.base import DataSchemaError
     from df_ray.tasks.gpqa import GatedDatasetError
 
@@ -259,6 +325,16 @@ def main(argv: list[str] | None = None) -> int:
     except (DataSchemaError, GatedDatasetError) as e:
         print(f"df-ray: data error: {e}", file=sys.stderr)
         return 2
+    except EngineFailure as e:
+        print(engine_failure_text(e, args), file=sys.stderr)
+        return 1
+
+
+def engine_failure_text(e: Exception, args: argparse.Namespace | None = None) -> str:
+    """The one message an engine failure ends a run with."""
+    return (f"df-ray: engine failure, the run stopped: {e}\n"
+            "Calls completed before it are kept in the generation cache; a rerun resumes "
+            "from them.")
 
 
 if __name__ == "__main__":

@@ -150,6 +150,10 @@ class RunConfig(_Strict):
     results_dir: str = "results"
     max_request_retries: int = Field(2, ge=0)
     sandbox: SandboxSettings = SandboxSettings()
+    #: The share of failed LLM calls above which the configuration is FAILED (its MLflow run
+    #: ends FAILED with the reason, a rerun runs it again, the command exits non-zero). At or
+    #: below it the configuration finishes and its failed calls are counted and shown.
+    max_error_rate: float = Field(0.1, ge=0.0, le=1.0)
 
     @model_validator(mode="before")
     @classmethod
@@ -290,7 +294,11 @@ class RunConfig(_Strict):
     def fingerprint(self) -> str:
         """Stable hash of everything that changes results (not where they are written)."""
         d = self.model_dump(mode="json", exclude={"tracking", "cache_root", "results_dir", "name",
-                                                  "batch_size", "concurrency", "sandbox"})
+                                                  "batch_size", "concurrency", "sandbox",
+                                                  "max_error_rate"})
+        for spec in d["backbones"].values():  # how failures are policed changes no result
+            for k in ("max_restarts", "restart_window_s"):
+                spec.pop(k, None)
         blob = json.dumps(d, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the working dir, under Ray
 
-from df_ray.cli import format_results, load_with_overrides
+from df_ray.cli import engine_failure_text, load_with_overrides, print_results
 from df_ray.config import ConfigError
 
 
@@ -32,15 +32,20 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"configuration error: {e}", file=sys.stderr)
         return 2
+    from df_ray.pipeline.engine_health import EngineFailure
     from df_ray.pipeline.runner import run_sweep
 
-    results = run_sweep(sweep)
-    print(format_results(results))
+    try:
+        results = run_sweep(sweep)
+    except EngineFailure as e:
+        print(engine_failure_text(e), file=sys.stderr)
+        return 1
+    status = print_results(results)
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(
-            [{"name": r.config.name, "run_id": r.run_id, "metrics": r.metrics} for r in results],
-            indent=2))
-    return 0
+            [{"name": r.config.name, "run_id": r.run_id, "metrics": r.metrics,
+              "failure": r.failure} for r in results], indent=2))
+    return status
 
 
 if __name__ == "__main__":

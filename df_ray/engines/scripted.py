@@ -31,6 +31,7 @@ import importlib
 import json
 import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -184,9 +185,14 @@ class ScriptedEngine:
         from ``ChatRequest.key()`` or the last user message to the response text.
     default:
         for a mapping responder: the text for requests it lacks (None = raise KeyError).
-    raise_on_call / hang_on_call / exit_on_call:
+    raise_on_call / hang_on_call / exit_on_call / signal_on_call:
         request indices on which to raise :class:`InjectedFault`, sleep ``hang_s`` seconds
-        before answering, or ``os._exit(exit_code)`` (simulates a crashed worker).
+        before answering, ``os._exit(exit_code)`` (simulates a crashed worker), or kill the
+        process with the signal ``signal_name`` (default SIGILL: simulates native code that
+        faults, such as an instruction the CPU lacks).
+    signal_on_start / raise_on_start:
+        kill the process with ``signal_name`` in the start-up smoke test, or raise
+        :class:`InjectedFault` with this message from the constructor.
     fault_marker:
         a file path; when given, the faults fire only while the file does not exist and the
         engine creates it on firing, so a restarted worker (fresh counters) does not fault again.
@@ -211,6 +217,10 @@ class ScriptedEngine:
         hang_s: float = 3600.0,
         exit_on_call: int | Iterable[int] | None = None,
         exit_code: int = 17,
+        signal_on_call: int | Iterable[int] | None = None,
+        signal_on_start: bool = False,
+        signal_name: str = "SIGILL",
+        raise_on_start: str | None = None,
         fault_marker: str | Path | None = None,
         max_prompt_tokens: int | None = None,
         latency_s: float = 0.0,
@@ -239,12 +249,17 @@ class ScriptedEngine:
         self.hang_s = float(hang_s)
         self.exit_on_call = _as_set(exit_on_call)
         self.exit_code = int(exit_code)
+        self.signal_on_call = _as_set(signal_on_call)
+        self.signal_on_start = bool(signal_on_start)
+        self.signal = signal.Signals[signal_name]  # KeyError names a bad signal at once
         self.fault_marker = Path(fault_marker) if fault_marker is not None else None
         self.max_prompt_tokens = max_prompt_tokens
         self.latency_s = float(latency_s)
         self.calls: list[ChatRequest] = []
         self.batches: list[int] = []  # size of every generate() batch
         self._lock = threading.Lock()
+        if raise_on_start is not None and self._fault_armed():
+            raise InjectedFault(raise_on_start)
 
     @classmethod
     def from_spec(cls, spec) -> ScriptedEngine:
@@ -255,6 +270,11 @@ class ScriptedEngine:
         return cls(spec.model, spec.script or "echo", **kwargs)
 
     # -- Engine protocol
+
+    def smoke_test(self) -> None:
+        """The start-up check engine replicas make (no responder call, not in ``calls``)."""
+        if self.signal_on_start and self._fault_armed():
+            signal.raise_signal(self.signal)
 
     def count_tokens(self, text: str) -> int:
         return whitespace_tokens(text)
@@ -297,6 +317,8 @@ class ScriptedEngine:
             n = len(self.calls)
         if n in self.exit_on_call and self._fault_armed():
             os._exit(self.exit_code)
+        if n in self.signal_on_call and self._fault_armed():
+            signal.raise_signal(self.signal)  # as native code would: SIGILL, SIGSEGV, ...
         if n in self.raise_on_call and self._fault_armed():
             raise InjectedFault(f"injected failure on call {n}")
         if n in self.hang_on_call and self._fault_armed():

@@ -71,6 +71,10 @@ class EngineSpec(BaseModel):
     num_gpus: float | None = Field(default=None, ge=0.0)
     max_batch_size: int = Field(default=32, ge=1)
     request_timeout_s: float = Field(default=600.0, gt=0.0)
+    #: A replica that Ray restarts more often than this within ``restart_window_s`` seconds
+    #: is crash-looping: the job stops with the cause instead of restarting it forever.
+    max_restarts: int = Field(default=3, ge=0)
+    restart_window_s: float = Field(default=600.0, gt=0.0)
 
     @field_validator("kind")
     @classmethod

@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict
@@ -39,15 +40,29 @@ class EngineActor:
     work. The engine is only ever touched by that thread (engines need not be thread-safe).
     """
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: dict[str, Any], backbone: str = "", replica: int = 0,
+                 token: str | None = None) -> None:
         from df_ray.engines import make_engine
-        from df_ray.pipeline import lifeline
+        from df_ray.pipeline import engine_health, faults, lifeline
 
+        faults.install(engine_health.replica_label(backbone, replica))
         lifeline.hold()
         self.spec = EngineSpec.model_validate(spec)
-        self.engine = make_engine(self.spec)
+        report = engine_health.LifeReport(token, backbone, replica)
+        report.set("starting")
+        try:
+            self.engine = make_engine(self.spec)
+            engine_health.smoke_test(self.engine, self.spec)
+        except BaseException as e:
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            report.set("failed", error=f"{type(e).__name__}" + (f": {first}" if first else ""),
+                       detail=engine_health.describe_exception(e))
+            raise
+        report.set("ready")
         self.served = 0
         self.batches = 0
+        self.failed = 0
+        self.tokens = 0
         self._queue: queue.Queue = queue.Queue()
         threading.Thread(target=self._loop, name="engine", daemon=True).start()
 
@@ -78,6 +93,8 @@ class EngineActor:
                 out = self.engine.generate(reqs)
                 self.served += len(reqs)
                 self.batches += 1
+                self.failed += sum(1 for c in out if c.error is not None)
+                self.tokens += sum(c.prompt_tokens + c.completion_tokens for c in out)
                 i = 0
                 for _, rs, fut in jobs:
                     fut.set_result(out[i:i + len(rs)])
@@ -107,7 +124,8 @@ class EngineActor:
         return self._submit("count", list(texts))
 
     def stats(self) -> dict[str, Any]:
-        return {"model": self.spec.model, "served": self.served, "batches": self.batches}
+        return {"model": self.spec.model, "served": self.served, "batches": self.batches,
+                "failed": self.failed, "tokens": self.tokens}
 
 
 def _actor_options(spec: EngineSpec) -> dict[str, Any]:
@@ -121,24 +139,75 @@ class EnginePool:
     """Starts the replicas of every backbone once; `handles` is what stages receive."""
 
     def __init__(self, backbones: Mapping[str, EngineSpec]) -> None:
+        from df_ray.pipeline.engine_health import EngineSupervisor
+
         self.specs = dict(backbones)
         self.handles: dict[str, list[Any]] = {}
+        self.token = uuid.uuid4().hex[:16]
         for name, spec in self.specs.items():
             opts = _actor_options(spec)
             self.handles[name] = [
-                EngineActor.options(**opts, name=None).remote(spec.model_dump(mode="json"))
-                for _ in range(spec.replicas)
+                EngineActor.options(**opts, name=None).remote(
+                    spec.model_dump(mode="json"), name, i, self.token)
+                for i in range(spec.replicas)
             ]
+        self.supervisor = EngineSupervisor(self.token, self.specs).start()
+
+    @property
+    def failure(self):
+        """An `EngineFailure` once a replica cannot serve (the job must stop), else None."""
+        return self.supervisor.failure
 
     def wait_ready(self, timeout_s: float = 900) -> None:
-        """Block until every replica has loaded its engine (fails fast on a load error)."""
+        """Block until every replica has loaded its engine and answered its smoke generation.
+
+        Raises `EngineFailure` at once when a replica's start raises or its process dies
+        while starting (see `df_ray.pipeline.engine_health`)."""
+        refs = {h.stats.remote(): (name, i)
+                for name, hs in self.handles.items() for i, h in enumerate(hs)}
+        pending = list(refs)
+        deadline = time.time() + timeout_s
+        while pending:
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except (RayActorError, RayTaskError) as e:
+                    name, i = refs[ref]
+                    raise (self.supervisor.check() or self._start_failure(name, i, e)) from None
+            failure = self.supervisor.check()
+            if failure is not None:
+                raise failure
+            if pending and time.time() > deadline:
+                late = sorted({refs[r][0] for r in pending})
+                raise TimeoutError(f"engines not ready after {timeout_s:.0f} s: {late}")
+
+    def _start_failure(self, name: str, replica: int, e: Exception):
+        from df_ray.pipeline.engine_health import EngineFailure
+
+        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+        cause = lines[-1][:300] if lines else type(e).__name__
+        return EngineFailure(name, self.specs[name].model, replica, "?",
+                             f"its start failed: {cause}", "\n".join(lines[-6:-1]))
+
+    def stats(self, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+        """Every live replica's counters (served and failed requests, tokens)."""
         refs = [h.stats.remote() for hs in self.handles.values() for h in hs]
-        ray.get(refs, timeout=timeout_s)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        out = []
+        for ref in ready:
+            try:
+                out.append(ray.get(ref))
+            except (RayActorError, RayTaskError):
+                continue
+        return out
 
     def client(self, retries: int = 2) -> EngineClient:
         return EngineClient(self.handles, self.specs, retries=retries)
 
     def shutdown(self) -> None:
+        self.supervisor.stop()
+        self.supervisor.cleanup()
         for hs in self.handles.values():
             for h in hs:
                 ray.kill(h)

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from df_ray.config import ConfigError, RunConfig, SweepConfig
@@ -28,6 +28,8 @@ from df_ray.evaluation.context import load_samples
 from df_ray.evaluation.driver import record_from_dict
 from df_ray.pipeline.graph import MAX_BATCHES_IN_FLIGHT, stage_plan, stream_batches
 from df_ray.pipeline.lifecycle import EngineLifecycle, shared_backbones
+from df_ray.pipeline.outcome import failed_call_rate, first_errors, judge
+from df_ray.pipeline.progress import GroupProgress
 from df_ray.pipeline.results import RESULT_SCHEMA, ResultsFile
 from df_ray.tasks import get_task
 from df_ray.tasks.base import Sample
@@ -46,6 +48,12 @@ class RunResult:
     samples_path: str
     run_id: str | None = None
     skipped: bool = False
+    #: Why the configuration FAILED (too many failed calls, see `max_error_rate`), or None.
+    failure: str | None = None
+    #: The first distinct call errors of the configuration.
+    errors: list[str] = field(default_factory=list)
+    #: Workers (engine replicas, stage actors) that died while its pipeline ran.
+    worker_deaths: list[str] = field(default_factory=list)
 
 
 def _say(msg: str) -> None:
@@ -60,7 +68,14 @@ def init_ray(address: str | None = None) -> None:
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
-    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
+    # Arrow's bundled jemalloc (with its background thread) under the many threads of a stage
+    # actor: glibc aborted a RoundStage worker on a corrupted mutex
+    # (tpp.c: __pthread_tpp_change_priority); df_ray changes no thread or process priority.
+    # The system allocator has no such state; df_ray's tables are small.
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+                                "ARROW_DEFAULT_MEMORY_POOL":
+                                    os.environ["ARROW_DEFAULT_MEMORY_POOL"]}}
     if address:
         ray.init(address=address, log_to_driver=True)
     else:
@@ -74,7 +89,10 @@ def init_ray(address: str | None = None) -> None:
     from ray.data import DataContext
 
     ctx = DataContext.get_current()
-    ctx.enable_progress_bars = sys.stderr.isatty()
+    # One progress line per pipeline instead (df_ray.pipeline.progress); Ray Data would say
+    # at warning level that its own bars are off.
+    ctx.enable_progress_bars = False
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     ctx.print_on_execution_start = False
 
 
@@ -144,6 +162,9 @@ class Runner:
         self.tracker = tracker
         self.say = progress
         self.engines = EngineLifecycle(backbones, say=progress)
+        # Workers that died before this runner started are not its to report.
+        self._faults_seen: set = set()
+        self._new_faults()
 
     @property
     def pool(self):
@@ -179,8 +200,12 @@ class Runner:
     def _stream_batches(self, members: Sequence[tuple[RunConfig, Calibration | None]],
                         samples: Sequence[Sample], for_calibration: bool = False):
         """Yield output batches (pyarrow tables): ``df_ray.pipeline.graph.stream_batches``
-        over this runner's engines."""
-        yield from stream_batches(self.pool.handles, members, samples, for_calibration)
+        over this runner's engines, stopped at once by an engine failure."""
+        from df_ray.pipeline.engine_health import until_failure
+
+        pool = self.pool
+        yield from until_failure(stream_batches(pool.handles, members, samples, for_calibration),
+                                 lambda: pool.failure)
 
     def run(self, cfg: RunConfig, samples: Sequence[Sample] | None = None,
             sweep: str = "sweep") -> RunResult:
@@ -214,6 +239,13 @@ class Runner:
         outs = [ResultsFile(cfg, sweep) for cfg, _ in members]
         t0 = time.time()
         busy = [0.0] * len(outs)
+        pool = self.pool
+        deaths_before = len(pool.supervisor.deaths)
+        label = outs[0].cfg.name if len(outs) == 1 else f"{len(outs)} configurations"
+        progress = GroupProgress(
+            label, len(samples) * len(outs), pool.stats, say=self.say,
+            live=self.say is _say and sys.stderr.isatty(),
+            log_metrics=getattr(self.tracker, "log_progress", None)).start()
         try:
             for table in self._stream_batches(members, samples):
                 rows_of: dict[int, list[int]] = {}
@@ -225,16 +257,20 @@ class Runner:
                     outs[k].add(table.take(idx))
                     if busy_col is not None:
                         busy[k] += sum(float(busy_col[j] or 0.0) for j in idx)
-                if len(outs) == 1:
-                    self.say(f"{outs[0].cfg.name}: {outs[0].acc.n}/{len(samples)} samples graded")
-                else:
-                    graded = sum(f.acc.n for f in outs)
-                    self.say(f"{len(outs)} configurations: {graded}/{len(samples) * len(outs)} "
-                             "samples graded")
+                progress.graded(table.num_rows, sum(table.column("n_errors").to_pylist()))
         finally:
+            progress.close()
             for f in outs:
                 f.close()
         wall = time.time() - t0
+        failure = pool.supervisor.check()
+        if failure is not None:  # e.g. a crash loop noticed as the last rows came out
+            raise failure
+        deaths = [d.describe() for d in pool.supervisor.deaths[deaths_before:]]
+        deaths += [f"{f.label} (pid {f.pid}) died: {f.describe()}"
+                   for f in self._new_faults() if not f.label.startswith("engine-")]
+        for d in deaths:
+            self.say(f"worker died during the run: {d}")
         walls = own_wall_times(wall, busy)
         for (cfg, calibration), f, i, own in zip(members, outs, todo, walls, strict=True):
             path = f.commit()
@@ -244,12 +280,27 @@ class Runner:
             metrics["samples_per_s"] = f.acc.n / own if own > 0 else 0.0
             if f.acc.n != len(samples):
                 raise RuntimeError(f"{cfg.name}: {len(samples)} samples in, {f.acc.n} graded")
+            metrics["failed_call_rate"] = failed_call_rate(metrics)
+            metrics["worker_deaths"] = float(len(deaths))
+            errors = first_errors(str(path)) if metrics.get("failed_calls") else []
+            failure = judge(cfg, metrics, errors)
             run_id = None
             if self.tracker is not None:
                 run_id = self.tracker.log_run(cfg, metrics, path, calibration,
-                                              params=provenance(cfg, samples))
-            out[i] = RunResult(cfg, metrics, str(path), run_id)
+                                              params=provenance(cfg, samples), failure=failure)
+            if failure:
+                self.say(f"{cfg.name}: FAILED: {failure}")
+            out[i] = RunResult(cfg, metrics, str(path), run_id, failure=failure, errors=errors,
+                               worker_deaths=deaths)
         return [out[i] for i in range(len(cfgs))]
+
+    def _new_faults(self):
+        """Fatal signals of this job's workers not reported yet (this node's fault logs)."""
+        from df_ray.pipeline import faults
+
+        new = [f for f in faults.read_faults() if (f.label, f.pid) not in self._faults_seen]
+        self._faults_seen.update((f.label, f.pid) for f in new)
+        return new
 
 
 def own_wall_times(wall: float, busy: Sequence[float]) -> list[float]:
@@ -285,6 +336,10 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
             for group in pipeline_groups(configs, fuse=sweep.fuse):
                 results += runner.run_many(group, loaded[samples_key(group[0])],
                                            sweep=sweep.name)
+            failed = [r.config.name for r in results if r.failure]
+            if failed and tracker is not None:
+                tracker.mark_sweep_failed(f"{len(failed)} configuration(s) FAILED: "
+                                          + ", ".join(failed))
     finally:
         runner.shutdown()
     return results

@@ -20,7 +20,7 @@ from df_ray.config import RunConfig
 from df_ray.core import Calibration
 from df_ray.evaluation.driver import Driver, Member, decode_row, encode_states, record_to_dict
 from df_ray.evaluation.scoring import RESULT_COLUMNS
-from df_ray.pipeline import lifeline
+from df_ray.pipeline import faults, lifeline
 from df_ray.pipeline.cache import GenerationCache
 from df_ray.pipeline.engine_pool import EngineClient
 from df_ray.pipeline.lifecycle import shared_backbones
@@ -48,6 +48,7 @@ class _StageBase:
 
     def __init__(self, configs: list[str], calibrations: list[dict | None], handles: dict,
                  for_calibration: bool = False) -> None:
+        faults.install(f"stage-{type(self).__name__}")  # a fatal signal is reported, by name
         lifeline.hold()
         cfgs = [RunConfig.model_validate_json(c) for c in configs]
         self.client = EngineClient(handles, shared_backbones(cfgs),

@@ -23,6 +23,8 @@ from df_ray.config import ConfigError, RunConfig, SweepConfig
 FINGERPRINT_TAG = "df_ray.fingerprint"
 SWEEP_TAG = "df_ray.sweep"
 PARENT_TAG = "mlflow.parentRunId"
+#: Why a configuration (or a sweep) FAILED: too many failed calls, an engine that died.
+FAILURE_TAG = "df_ray.failure_reason"
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, str]:
@@ -78,13 +80,36 @@ class Tracker:
                                          tags={SWEEP_TAG: fp, "df_ray.kind": "sweep"})
             self.client.log_param(run.info.run_id, "n_configurations", len(sweep.expand()))
         self.parent_id = run.info.run_id
+        self._sweep_failure: str | None = None
+        self._progress_step = 0
         status = "FAILED"
         try:
             yield run
-            status = "FINISHED"
+            status = "FAILED" if self._sweep_failure else "FINISHED"
+        except BaseException as e:
+            self._sweep_failure = self._sweep_failure or f"{type(e).__name__}: {e}"
+            raise
         finally:
+            if self._sweep_failure:
+                self.client.set_tag(self.parent_id, FAILURE_TAG, self._sweep_failure[:5000])
             self.client.set_terminated(self.parent_id, status=status)
             self.parent_id = None
+
+    def mark_sweep_failed(self, reason: str) -> None:
+        """End the sweep's run FAILED with ``reason`` (its configurations keep their own)."""
+        self._sweep_failure = reason
+
+    def log_progress(self, figures: dict[str, float], step: int) -> None:
+        """A running pipeline's progress, on the sweep's run as it arrives."""
+        if not self.parent_id:
+            return
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._progress_step = getattr(self, "_progress_step", 0) + 1
+        self.client.log_batch(self.parent_id, metrics=[
+            Metric(metric_name(k), float(v), now, self._progress_step)
+            for k, v in figures.items()])
 
     def finished_run(self, cfg: RunConfig):
         """The FINISHED run of this exact configuration in this sweep, if any."""
@@ -95,9 +120,12 @@ class Tracker:
         return runs[0] if runs else None
 
     def log_run(self, cfg: RunConfig, metrics: dict[str, float], samples_path: str | Path,
-                calibration: Any = None, params: dict[str, str] | None = None) -> str:
+                calibration: Any = None, params: dict[str, str] | None = None,
+                failure: str | None = None) -> str:
         """Log one configuration. ``params``: further parameters, such as the provenance
-        (model revisions, data set fingerprint, prompt version) the runner computes."""
+        (model revisions, data set fingerprint, prompt version) the runner computes. The run
+        ends FINISHED, or FAILED with ``failure`` as its reason tag (a FAILED run is not
+        skipped by a rerun)."""
         from mlflow.entities import Metric, Param, RunTag
 
         tags = {FINGERPRINT_TAG: cfg.fingerprint(), "df_ray.method": cfg.method,
@@ -123,13 +151,16 @@ class Tracker:
             # NaN, so every configuration carries the same metric names.
             ms = [Metric(metric_name(k), float(v), now, 0) for k, v in sorted(metrics.items())
                   if v is not None]
-            self.client.log_batch(rid, metrics=ms, tags=[RunTag("df_ray.samples", str(samples_path))])
+            tags = [RunTag("df_ray.samples", str(samples_path))]
+            if failure:
+                tags.append(RunTag(FAILURE_TAG, failure[:5000]))
+            self.client.log_batch(rid, metrics=ms, tags=tags)
             self.client.log_artifact(rid, str(samples_path))
         except Exception:
             self.client.set_terminated(rid, status="FAILED")
             self.client.delete_run(rid)
             raise
-        self.client.set_terminated(rid, status="FINISHED")
+        self.client.set_terminated(rid, status="FAILED" if failure else "FINISHED")
         return rid
 
 

