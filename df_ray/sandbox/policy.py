@@ -16,6 +16,7 @@ which layers were active.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -23,6 +24,8 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Literal
+
+log = logging.getLogger(__name__)
 
 Level = Literal["strict", "best_effort"]
 LEVELS: tuple[str, ...] = ("strict", "best_effort")
@@ -208,6 +211,9 @@ def _make_plan(level: str, python: str | None) -> Plan:
             "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces>0, and "
             "no AppArmor restriction on them). Or choose sandbox.isolation: best_effort "
             "explicitly (weaker: see the README's sandbox section)."))
+    log.warning("sandbox: isolation 'best_effort' without the strict layers (%s); generated "
+                "code is confined by rlimits, namespaces where unshare works and Python audit "
+                "hooks only", why)
     unshare = _unshare_usable()
     layers = ["rlimits", "audit-hook"]
     if unshare:

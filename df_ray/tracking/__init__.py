@@ -131,7 +131,11 @@ class Tracker:
         tags = {FINGERPRINT_TAG: cfg.fingerprint(), "df_ray.method": cfg.method,
                 "df_ray.benchmark": cfg.benchmark, "df_ray.kind": "configuration"}
         if cfg.benchmark == "humaneval":
+            from df_ray.sandbox import plan as sandbox_plan
+
             tags["df_ray.sandbox.isolation"] = cfg.sandbox.isolation
+            # the layers this (the driver's) machine gives; workers probe their own
+            tags["df_ray.sandbox.layers"] = ",".join(sandbox_plan(cfg.sandbox.isolation).layers)
         if self.parent_id:
             tags[PARENT_TAG] = self.parent_id
         params_extra = dict(params or {})

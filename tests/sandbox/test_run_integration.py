@@ -58,4 +58,6 @@ def test_level_is_a_tag_and_not_part_of_the_fingerprint(tmp_path):
     samples = tmp_path / "samples.parquet"
     samples.write_bytes(b"")
     rid = Tracker(uri, "sbx").log_run(weak, {"accuracy": 0.0}, samples)
-    assert client.get_run(rid).data.tags["df_ray.sandbox.isolation"] == "best_effort"
+    tags = client.get_run(rid).data.tags
+    assert tags["df_ray.sandbox.isolation"] == "best_effort"
+    assert "df_ray.sandbox.layers" in tags
