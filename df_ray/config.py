@@ -274,6 +274,11 @@ class RunConfig(_Strict):
                 )
         if method_class(self.method).needs_coordinator and self.coordinator is None:
             raise ValueError(f"coordinator: the {self.method} method needs a coordinator agent")
+        try:
+            self.build_method().check_agents(
+                [*ids, *([self.coordinator.id] if self.coordinator else [])])
+        except MethodArgsError as e:
+            raise ValueError(str(e)) from None
         if self.coordinator is not None and self.coordinator.id in ids:
             raise ValueError(
                 f"coordinator: id {self.coordinator.id!r} collides with an agent id; give the "

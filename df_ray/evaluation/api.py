@@ -137,9 +137,10 @@ def _evaluate_pieces(method: Method | str, task: Task | str, agent_engines: Mapp
         task = get_task(task)
     if samples is None:
         raise ValueError("evaluate((method, task, engines), samples): samples are required")
+    # Each agent its own seed, so agents on one engine still sample independently.
     views = {aid: AgentView(id=aid, model=str(getattr(e, "model", aid)), revision=None,
-                            sampling=SamplingParams(), seed=0)
-             for aid, e in agent_engines.items()}
+                            sampling=SamplingParams(), seed=i)
+             for i, (aid, e) in enumerate(agent_engines.items())}
     by_id = dict(agent_engines)
     ctx = MethodContext(task=task, agents=[v for a, v in views.items() if a != "coordinator"],
                         coordinator=views.get("coordinator"), settings=None,

@@ -275,6 +275,13 @@ class Method(ABC):
         """Whether this method (with these args) uses a frozen calibration."""
         return False
 
+    def check_agents(self, agent_ids: Sequence[str]) -> None:
+        """Refuse args that name an agent the run does not have (an ``agent`` field)."""
+        agent = getattr(self.args, "agent", None)
+        if agent is not None and agent not in agent_ids:
+            raise MethodArgsError(f"method {self.name!r}: method_args.agent {agent!r} is not "
+                                  f"one of the run's agents; allowed: {list(agent_ids)}")
+
     def calibration_observations(self, state: SampleState, ctx: MethodContext
                                  ) -> list[Observation]:
         """The observations a held-out sample contributes to a calibration fit, after

@@ -3,8 +3,8 @@
 The tracker (``df_ray.tracking``) logs one run per configuration, tagged ``df_ray.kind =
 configuration``, ``df_ray.fingerprint``, ``df_ray.method`` and ``df_ray.benchmark``, with the
 flattened config as parameters (JSON-encoded values, strings as is), the metrics of
-``df_ray.pipeline.metrics`` and the per-sample table ``samples.parquet`` as an artifact
-(schema ``df_ray.pipeline.runner.RESULT_SCHEMA``).
+``df_ray.evaluation.metrics`` and the per-sample table ``samples.parquet`` as an artifact
+(schema: the fields of ``df_ray.evaluation.scoring.ResultRow``).
 """
 
 from __future__ import annotations

@@ -141,6 +141,10 @@ def test_evaluate_the_pieces_in_process():
     assert ev.metrics["llm_calls_per_sample"] == 4
     ev = df_ray.evaluate(("single", "mmlu_pro", {"a1": engines["a1"]}), SAMPLES[:1])
     assert ev.rows[0].n_calls == 1 and ev.accuracy == 1.0
+    one = ScriptedEngine("m-one", respond)  # one engine for every agent: four seeds, four calls
+    ev = df_ray.evaluate(("darkforest", "mmlu_pro",
+                          dict.fromkeys(("a1", "a2", "a3", "coordinator"), one)), SAMPLES[:1])
+    assert one.n_calls == 4 and ev.rows[0].n_fresh_calls == 4
 
 
 def test_evaluate_fits_a_missing_calibration_in_process(tmp_path):

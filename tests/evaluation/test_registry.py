@@ -70,6 +70,7 @@ BAD = [
     ("darkforest", {"guardrail": {"tau_p": 1.5}}, "tau_p"),
     ("darkforest", {"lazzy": True}, "lazzy"),
     ("single", {"agent": 3}, "agent"),
+    ("single", {"agent": "a9"}, "agent"),
     ("self_consistency", {"samples": 0}, "samples"),
     ("weighted_vote", {"majority": "yes"}, "majority"),
     ("debate", {"roundz": 2}, "roundz"),
@@ -85,7 +86,13 @@ def test_every_registered_method_has_a_bad_args_case():
     assert {m for m, _, _ in BAD} == set(REGISTRY)
 
 
-@pytest.mark.parametrize(("method", "args", "field"), BAD, ids=[f"{m}-{f}" for m, _, f in BAD])
+def test_method_args_name_agents_of_the_run():
+    with pytest.raises(ValueError, match="'a9' is not one of the run's agents"):
+        config(method="self_refine", method_args={"agent": "a9"})
+    assert config(method="single", method_args={"agent": "coord"}).build_method().args.agent
+
+
+@pytest.mark.parametrize(("method", "args", "field"), BAD, ids=[f"{m}-{f}-{i}" for i, (m, _, f) in enumerate(BAD)])
 def test_validate_rejects_bad_method_args(tmp_path, capsys, method, args, field):
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({

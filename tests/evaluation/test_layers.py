@@ -1,0 +1,88 @@
+"""The layers: no import cycle between df_ray's modules (deferred imports included), and the
+evaluation layer runs without Ray, MLflow or an engine backend."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "df_ray"
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """df_ray modules a module imports, anywhere in it (inside functions too)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for n in names:
+            if n in modules:
+                out.add(n)
+    return out
+
+
+#: Deferred imports (inside a function) that close a loop on purpose: the sandbox policy
+#: probes what its runner can do on this machine.
+DEFERRED_LOOPS = {("df_ray.sandbox.policy", "df_ray.sandbox.runner")}
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {_module(p): p for p in PACKAGE.rglob("*.py")}
+    mods = set(files)
+    return {m: {n for n in _imports(p, mods) if n != m and (m, n) not in DEFERRED_LOOPS}
+            for m, p in files.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph.get(m, ())):
+            # a package's __init__ importing its own submodules is not a cycle
+            if n.startswith(m + "."):
+                continue
+            if state.get(n) == 1:
+                return [*stack[stack.index(n):], n]
+            if state.get(n) is None and (c := visit(n)):
+                return c
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if state.get(m) is None and (c := visit(m)):
+            return c
+    return None
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    assert "df_ray.pipeline.runner" not in graph["df_ray.pipeline.stages"]
+    assert "df_ray.core.calibration" not in graph["df_ray.core.belief"]
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_evaluation_imports_no_cluster_stack():
+    script = ("import sys, df_ray, df_ray.evaluation, df_ray.evaluation.calibration\n"
+              "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+              "{'ray', 'mlflow', 'vllm', 'llama_cpp', 'torch'})\n"
+              "print(bad); sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
