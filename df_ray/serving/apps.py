@@ -257,8 +257,7 @@ def _replica_actors(app: str) -> list[dict[str, Any]]:
     try:
         from ray.util.state import list_actors
 
-        actors = list_actors(filters=[("ray_namespace", "=", "serve")], limit=10_000,
-                             detail=True, raise_on_missing_output=False)
+        actors = list_actors(limit=10_000, detail=True, raise_on_missing_output=False)
     except Exception:
         return []
     prefix = f"ServeReplica:{app}:"

@@ -13,6 +13,7 @@ are not cached, so a rerun makes them).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -376,7 +377,9 @@ def _first(gen: Any, timeout_s: float) -> Any:
 
 
 def _count_vllm(handle: Any, model: str, text: str, timeout_s: float) -> int:
-    from ray.serve.llm.openai_api_models import TokenizeCompletionRequest  # type: ignore
+    from ray.llm._internal.serve.core.configs.openai_api_models import (
+        TokenizeCompletionRequest,
+    )
 
     resp = _first(handle.options(stream=True).tokenize.remote(
         TokenizeCompletionRequest(model=model, prompt=text, add_special_tokens=False)), timeout_s)
@@ -385,10 +388,8 @@ def _count_vllm(handle: Any, model: str, text: str, timeout_s: float) -> int:
 
 
 def _cancel(resp: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):
         resp.cancel()
-    except Exception:
-        pass
 
 
 # --------------------------------------------------------------------------- configs

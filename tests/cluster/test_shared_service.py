@@ -167,9 +167,9 @@ class Lab:
     def wait(self, cond, what: str, timeout_s: float = START_TIMEOUT_S) -> None:
         deadline = time.time() + timeout_s
         while time.time() < deadline:
-            for name, p in self.procs.items():
-                if name in ("head", "mlflow", "worker1", "worker2") and p.poll() is not None \
-                        and not name.startswith("worker"):
+            for name in ("head", "mlflow"):
+                p = self.procs.get(name)
+                if p is not None and p.poll() is not None:
                     raise RuntimeError(f"{name} exited ({p.returncode}):\n{self.tail(name)}")
             with contextlib.suppress(Exception):
                 if cond():
