@@ -87,7 +87,8 @@ def sweep(tmp: Path, engine: str, served: bool, n: int, max_tokens: int) -> Path
         "coordinator": {"id": "coord", "backbone": "smol", "temperature": 0.2,
                         "max_tokens": max_tokens},
         "ablation": "no_calibration", "batch_size": 4, "concurrency": 1,
-        "tracking": {"uri": f"sqlite:///{tmp}/mlflow.db", "experiment": "serve-sharing"},
+        # As a paper sweep file: relative storage, resolved against DF_RAY_HOME per job.
+        "tracking": {"uri": "sqlite:///mlflow.db", "experiment": "serve-sharing"},
     }}
     import yaml
 
@@ -248,8 +249,12 @@ def run_mode(mode: str, args, tmp: Path) -> dict:
             for user in ("alice", "bob"):
                 out = tmp / f"{mode}-{user}.json"
                 log = open(tmp / f"{mode}-{user}.log", "wb")  # noqa: SIM115
+                # Job mode (as under `ray job submit`): per-user experiment and results, one
+                # shared cache under DF_RAY_HOME; each user's own MLflow store.
+                env = {"USER": user, "DF_RAY_JOB": "1",
+                       "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow-{user}.db"}
                 procs.append((cluster.run(PY, __file__, "--user-proc", "--config", str(cfg),
-                                          "--out", str(out), env={"USER": user},
+                                          "--out", str(out), env=env,
                                           stdout=log, stderr=subprocess.STDOUT), out, log))
             for p, _, log in procs:
                 rc = p.wait(3600)

@@ -108,6 +108,7 @@ class Lab:
         self.call_log = tmp / "calls.log"
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
+        self.starts: dict[int, int] = {}
         env = dict(os.environ)
         for v in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "MLFLOW_TRACKING_URI", "DF_RAY_HOME",
                   "DF_RAY_USER", "DF_RAY_JOB"):
@@ -123,12 +124,14 @@ class Lab:
         env["HF_HUB_OFFLINE"] = "1"
         env["HF_DATASETS_OFFLINE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
+        # A raylet waits this long for its node's agents to come up (slow on a loaded machine).
+        env["RAY_agent_register_timeout_ms"] = "300000"
         self.env = env
 
     # -- processes
     def _spawn(self, name: str, cmd: list[str], env: dict | None = None) -> subprocess.Popen:
         log = self.tmp / f"{name}.log"
-        with open(log, "wb") as f:
+        with open(log, "ab") as f:
             p = subprocess.Popen(cmd, env=env or self.env, stdout=f, stderr=subprocess.STDOUT,
                                  start_new_session=True, cwd=str(self.tmp))
         self.procs[name], self.logs[name] = p, log
@@ -154,15 +157,31 @@ class Lab:
             "--backend-store-uri", f"sqlite:///{self.tmp / 'mlflow-server.db'}",
             "--artifacts-destination", str(self.tmp / "mlflow-artifacts")])
         self.wait_jobs_api()
-        for i in (1, 2):  # the "GPU" nodes: no CPU for stages, two gpu_slots each
-            self._spawn(f"worker{i}", [
-                RAY, "start", "--block", f"--address={self.gcs_address}",
-                "--node-ip-address=127.0.0.1", "--num-cpus=0", "--num-gpus=0",
-                f"--resources={json.dumps({'gpu_slot': 2, f'worker{i}': 1})}",
-                "--object-store-memory=100000000", "--disable-usage-stats",
-                *self._node_ports(i)])
-        self.wait(lambda: len(self.alive_nodes()) == 3, "the two worker nodes to join")
+        for i in (1, 2):
+            self.start_worker(i)
+        self.wait(self.workers_joined, "the two worker nodes to join", 2 * START_TIMEOUT_S)
         self.wait(self.mlflow_up, "the MLflow server")
+
+    def start_worker(self, i: int) -> None:
+        """A "GPU" node: no CPU for stages, two gpu_slots, a resource naming it."""
+        self.starts[i] = self.starts.get(i, 0) + 1
+        self._spawn(f"worker{i}", [
+            RAY, "start", "--block", f"--address={self.gcs_address}",
+            "--node-ip-address=127.0.0.1", "--num-cpus=0", "--num-gpus=0",
+            f"--resources={json.dumps({'gpu_slot': 2, f'worker{i}': 1})}",
+            "--object-store-memory=100000000", "--disable-usage-stats",
+            f"--temp-dir={self.temp_dir}/w{i}", *self._node_ports(i)])
+
+    def workers_joined(self) -> bool:
+        # `ray start` gives a raylet 30 s to register; on a loaded machine it may need more:
+        # a worker whose start gave up is started again (a few times).
+        for i in (1, 2):
+            p = self.procs[f"worker{i}"]
+            if p.poll() is not None:
+                if self.starts[i] >= 8:
+                    raise RuntimeError(f"worker{i} did not start:\n{self.tail(f'worker{i}')}")
+                self.start_worker(i)
+        return len(self.alive_nodes()) == 3
 
     def wait(self, cond, what: str, timeout_s: float = START_TIMEOUT_S) -> None:
         deadline = time.time() + timeout_s
