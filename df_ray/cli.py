@@ -63,7 +63,7 @@ def _parse_value(v: str):
 
 
 def load_with_overrides(path: str | None, overrides: list[str], limit: int | None,
-                        experiment: str | None = None) -> SweepConfig:
+                        experiment: str | None = None, served: bool = False) -> SweepConfig:
     if path is None and experiment is not None:
         exp_file = experiments_dir() / f"{experiment}.yaml"
         if not exp_file.is_file():
@@ -73,6 +73,12 @@ def load_with_overrides(path: str | None, overrides: list[str], limit: int | Non
         sweep = miniature(load_config(exp_file), limit=limit or 3)
     else:
         sweep = load_config(path or demo_config_path())
+    if served:
+        # Every backbone through the shared engine service (`df-ray serve`), by name.
+        from df_ray.serving.client import use_service
+
+        sweep = SweepConfig.model_validate(use_service(sweep.model_dump()))
+        sweep.expand()
     if experiment is not None:
         overrides = [*overrides, f"tracking.experiment={experiment}"]
     if not overrides and limit is None:
@@ -187,14 +193,19 @@ def print_results(results) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from df_ray.pipeline.runner import run_sweep
 
-    sweep = load_with_overrides(args.config, args.set or [], args.limit, args.experiment)
+    sweep = load_with_overrides(args.config, args.set or [], args.limit, args.experiment,
+                                served=args.served)
     results = run_sweep(sweep, address=args.address)
     status = print_results(results)
-    first = sweep.expand()[0]  # expanded once, when the sweep was loaded
+    from df_ray.storage import resolve_storage
+
+    # expanded once, when the sweep was loaded; resolved as the run resolved it (a job: under
+    # DF_RAY_HOME; a shared store: the user's experiment)
+    first = resolve_storage([sweep.expand()[0]])[0]
     if args.experiment:
         from df_ray.reporting.report import build_report
 
-        paths = build_report(args.experiment, first.tracking.uri,
+        paths = build_report(first.tracking.experiment, first.tracking.uri,
                              Path("reports") / args.experiment)
         print(f"\nreport: {paths[0]}")
     print(f"\nlogged to MLflow: {first.tracking.uri} (experiment {first.tracking.experiment!r}); "
@@ -291,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config field, e.g. --set guardrail.tau_p=0.8")
     r.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or local Ray)")
+    r.add_argument("--served", action="store_true",
+                   help="call every backbone through the shared engine service deployed with "
+                        "`df-ray serve` (backbones become kind: serve, by name)")
     r.add_argument("--experiment", metavar="NAME",
                    help="MLflow experiment to log to (overrides tracking.experiment); with a "
                         "name from jobs/configs/ and no --config, runs a CPU miniature of it")
@@ -303,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--data", action="store_true",
                    help="also load every test split (hub or local), not only check paths")
     v.set_defaults(fn=cmd_validate)
+    from df_ray.serving.cli import add_serve_parser
+
+    add_serve_parser(sub)
     from df_ray.reporting.report import add_arguments, run_from_args
 
     rep = sub.add_parser("report", help="paper-style tables and plots of a logged experiment")

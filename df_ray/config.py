@@ -92,6 +92,9 @@ class TrackingSettings(_Strict):
 
     uri: str = Field(default_factory=default_tracking_uri)
     experiment: str = "df_ray"
+    #: Log to ``<user>/<experiment>``. None: yes inside a Ray job or with a tracking server
+    #: (a shared store), no with a local store (df_ray.storage).
+    per_user: bool | None = None
 
 
 class SandboxSettings(_Strict):
@@ -313,7 +316,7 @@ class RunConfig(_Strict):
         out = {}
         for a in self.agents:
             spec = self.backbones[a.backbone]
-            out[a.id] = {"engine": spec.kind, "model": spec.model, "revision": spec.revision,
+            out[a.id] = {"engine": spec.identity_kind, "model": spec.model, "revision": spec.revision,
                          "prompt_format": spec.prompt_format, "temperature": a.temperature,
                          "top_p": a.top_p, "max_tokens": a.max_tokens,
                          "system_prompt": a.system_prompt}

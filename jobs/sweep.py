@@ -4,7 +4,9 @@ On a cluster:
     ray job submit --working-dir . --runtime-env cluster/runtime_env.yaml -- \
         python jobs/sweep.py --config jobs/configs/table1_math.yaml
 Locally the same command without `ray job submit --` starts an embedded Ray.
-Engines are started once for the whole sweep and shared by all its configurations.
+Engines are started once for the whole sweep and shared by all its configurations; with
+``--served`` the job starts none and calls the lab's shared engine service instead
+(``df-ray serve``, cluster/README.md).
 """
 
 from __future__ import annotations
@@ -26,9 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--limit", type=int)
     p.add_argument("--summary-json", help="also write the per-configuration metrics here")
+    p.add_argument("--served", action="store_true",
+                   help="call every backbone through the shared engine service (`df-ray "
+                        "serve`) instead of starting the job's own engines")
+    p.add_argument("--user", help="log as this user (MLflow experiment <user>/<experiment>, "
+                                  "results under DF_RAY_HOME/users/<user>); default: "
+                                  "DF_RAY_USER, else USER")
     args = p.parse_args(argv)
+    if args.user:
+        import os
+
+        os.environ["DF_RAY_USER"] = args.user
     try:
-        sweep = load_with_overrides(args.config, args.set, args.limit)
+        sweep = load_with_overrides(args.config, args.set, args.limit, served=args.served)
     except ConfigError as e:
         print(f"configuration error: {e}", file=sys.stderr)
         return 2

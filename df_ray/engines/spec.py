@@ -17,6 +17,9 @@ ENGINE_KINDS: dict[str, str] = {
     "vllm": "df_ray.engines.vllm:VLLMEngine",
     "openai": "df_ray.engines.openai_http:OpenAIEngine",
     "scripted": "df_ray.engines.scripted:ScriptedEngine",
+    # A backbone deployed as a shared Ray Serve application (`df-ray serve`), called through
+    # its DeploymentHandle.
+    "serve": "df_ray.serving.engine:ServedEngine",
 }
 
 EngineKind = str
@@ -42,7 +45,9 @@ class EngineSpec(BaseModel):
 
     kind: EngineKind
     #: HF id (vllm/openai), a served model name (openai), a known embedded name, or any label
-    #: (scripted).
+    #: (scripted). For ``serve``: the model the deployed backbone serves (checked at start;
+    #: it is part of every request's cache key, so served and job-owned engines of one model
+    #: share the generation cache).
     model: str = Field(min_length=1)
     revision: str | None = None
     dtype: str = "auto"
@@ -55,6 +60,13 @@ class EngineSpec(BaseModel):
     base_url: str | None = None
     #: openai: environment variable holding the API key (unset variable = no auth header).
     api_key_env: str = "OPENAI_API_KEY"
+    #: serve: the Ray Serve application of a backbone deployed with ``df-ray serve`` (None =
+    #: the backbone's own name in the config).
+    app: str | None = None
+    #: serve: the engine kind behind the service (None = not checked). Calibration files
+    #: match agents by engine kind and model, so a served vllm backbone with ``engine: vllm``
+    #: finds the files fitted with job-owned vLLM engines, and vice versa.
+    engine: str | None = None
     #: embedded: llama.cpp threads (None = 1; reserve as many CPUs, see resolved_num_cpus).
     n_threads: int | None = Field(default=None, ge=1)
     #: embedded: context window in tokens.
@@ -102,6 +114,11 @@ class EngineSpec(BaseModel):
             )
         if self.kind == "scripted" and self.script is not None and not self.script.strip():
             raise ValueError("scripted engine: script must be a non-empty responder name")
+        if self.kind != "serve" and (self.app is not None or self.engine is not None):
+            raise ValueError(f"app and engine are only valid for kind 'serve', not {self.kind!r}")
+        if self.engine is not None and (self.engine not in ENGINE_KINDS or self.engine == "serve"):
+            kinds = [k for k in ENGINE_KINDS if k != "serve"]
+            raise ValueError(f"engine must be one of {one_of(kinds)}, not {self.engine!r}")
         if self.kind != "scripted" and self.script is not None:
             raise ValueError(f"script is only valid for kind 'scripted', not {self.kind!r}")
         if (
@@ -117,10 +134,17 @@ class EngineSpec(BaseModel):
         return self
 
     @property
+    def identity_kind(self) -> str:
+        """The engine kind that produced the outputs (a served backbone: the one behind it)."""
+        return (self.engine or self.kind) if self.kind == "serve" else self.kind
+
+    @property
     def resolved_num_gpus(self) -> float:
         """GPUs one replica needs (the Ray actor's ``num_gpus``)."""
         if self.num_gpus is not None:
             return self.num_gpus
+        if self.kind == "serve":  # the service's replicas hold the GPUs, not the job
+            return 0.0
         return float(self.tensor_parallel_size) if self.kind == "vllm" else 0.0
 
     @property

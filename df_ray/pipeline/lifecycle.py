@@ -44,9 +44,10 @@ class EngineLifecycle:
                                 for n, s in self.backbones.items())
             self.say(f"starting engines: {listing}")
             t = time.time()
-            from df_ray.pipeline.engine_pool import EnginePool
+            # Job-owned engines, or (for backbones of kind serve) the shared service's handles.
+            from df_ray.serving.client import make_pool
 
-            self._pool = EnginePool(self.backbones)
+            self._pool = make_pool(self.backbones)
             self._pool.wait_ready()
             self.say(f"engines ready in {time.time() - t:.1f}s")
         return self._pool

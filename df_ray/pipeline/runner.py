@@ -84,7 +84,9 @@ def init_ray(address: str | None = None) -> None:
         # 0.22x the same engine in the driver; 1.13x with niceness 0).
         os.environ.setdefault("RAY_worker_niceness", "0")
         # Logical CPUs: stage actors mostly wait on engines, so allow more than the cores.
-        ray.init(num_cpus=max(8, os.cpu_count() or 1), include_dashboard=False,
+        # address="local": always a new Ray of our own, never a cluster someone started on
+        # this machine with `ray start` (which a bare ray.init() would join silently).
+        ray.init(address="local", num_cpus=max(8, os.cpu_count() or 1), include_dashboard=False,
                  runtime_env=runtime_env, log_to_driver=True)
     from ray.data import DataContext
 
@@ -320,7 +322,11 @@ def own_wall_times(wall: float, busy: Sequence[float]) -> list[float]:
 def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = "default",
               progress: Callable[[str], None] = _say) -> list[RunResult]:
     """Validate, preflight, start engines once, run every configuration, log each to MLflow."""
-    configs = sweep.expand()
+    from df_ray.storage import resolve_storage
+
+    # Under `ray job submit`, relative paths resolve against DF_RAY_HOME (or the job is refused
+    # here, before anything starts); the experiment gets the user's namespace on shared stores.
+    configs = resolve_storage(sweep.expand())
     loaded = preflight(configs)
     if tracker == "default":
         from df_ray.tracking import Tracker

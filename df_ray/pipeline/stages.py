@@ -24,6 +24,7 @@ from df_ray.pipeline import faults, lifeline
 from df_ray.pipeline.cache import GenerationCache
 from df_ray.pipeline.engine_pool import EngineClient
 from df_ray.pipeline.lifecycle import shared_backbones
+from df_ray.serving.client import make_client
 
 #: How often a round stage re-lists the cache root for other writers' parts (seconds).
 REFRESH_INTERVAL_S = 5.0
@@ -51,8 +52,8 @@ class _StageBase:
         faults.install(f"stage-{type(self).__name__}")  # a fatal signal is reported, by name
         lifeline.hold()
         cfgs = [RunConfig.model_validate_json(c) for c in configs]
-        self.client = EngineClient(handles, shared_backbones(cfgs),
-                                   retries=cfgs[0].max_request_retries)
+        self.client = make_client(handles, shared_backbones(cfgs),
+                                  retries=cfgs[0].max_request_retries)
         self.members = [
             Member.from_config(c, Calibration.from_dict(cal) if cal else None,
                                token_counter(c, self.client), for_calibration=for_calibration)

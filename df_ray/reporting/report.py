@@ -79,9 +79,13 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def run_from_args(args: argparse.Namespace) -> int:
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    from df_ray.storage import experiment_name
+
+    # On a shared store (a tracking server) runs are logged under <user>/<experiment>.
+    experiment = experiment_name(args.experiment, uri, job=False)
     out = args.out or os.path.join("reports", _safe(args.experiment))
     try:
-        paths = build_report(args.experiment, uri, out, n_boot=args.n_boot)
+        paths = build_report(experiment, uri, out, n_boot=args.n_boot)
     except (KeyError, NoRunsError) as e:
         msg = e.args[0] if e.args else str(e)
         print(f"df-ray report: {msg}", file=sys.stderr)

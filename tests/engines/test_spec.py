@@ -49,7 +49,7 @@ def test_from_yaml():
         ({"kind": "vllm", "model": "m", "tensor_parallel_size": 0}, "greater than or equal"),
         ({"kind": "vllm", "model": "m", "gpu_memory_utilization": 1.5}, "less than or equal"),
         ({"kind": "vllm", "model": "m", "bogus": 1}, "Extra inputs are not permitted"),
-        ({"kind": "tgi", "model": "m"}, "'embedded', 'vllm', 'openai' or 'scripted'"),
+        ({"kind": "tgi", "model": "m"}, "'embedded', 'vllm', 'openai', 'scripted' or 'serve'"),
         ({"kind": "vllm", "model": "m", "script": "echo"}, "only valid for kind 'scripted'"),
         ({"kind": "vllm", "model": "m", "prompt_format": "raw"}, "'chat' or 'completion'"),
         ({"kind": "vllm", "model": "m", "tensor_parallel_size": 4, "num_gpus": 2}, "less than"),

@@ -240,7 +240,8 @@ def runtime_env(tmp: Path) -> dict:
     """The cluster's runtime env (its excludes: the real upload) with this machine's paths."""
     data = yaml.safe_load((REPO / "cluster" / "runtime_env.yaml").read_text())
     return {"excludes": data["excludes"],
-            "env_vars": {"DF_RAY_HOME": str(tmp / "df_ray_home"), "HF_HUB_OFFLINE": "1",
+            "env_vars": {"DF_RAY_HOME": str(tmp / "df_ray_home"), "DF_RAY_USER": "tester",
+                         "HF_HUB_OFFLINE": "1",
                          "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}}
 
 
@@ -319,7 +320,8 @@ def test_ray_job_submit_sweep_logs_to_mlflow(ray_head, tmp_path):
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("job-submit-test")
+    # A job runs on a shared cluster: its experiment is namespaced by the submitting user.
+    exp = client.get_experiment_by_name("tester/job-submit-test")
     assert exp is not None
     runs = client.search_runs([exp.experiment_id])
     parents = [r for r in runs if r.data.tags.get("df_ray.kind") == "sweep"]

@@ -1,0 +1,107 @@
+"""``df-ray serve``: deploy, inspect and stop the shared engine service.
+
+    df-ray serve --config jobs/configs/table1_math.yaml      # every backbone of a sweep
+    df-ray serve --config cluster/serve_pool.yaml --only qwen25-7b
+    df-ray serve status [--json]
+    df-ray serve stop [--apps a,b]
+
+``--address`` (or RAY_ADDRESS) names the cluster; without either the command joins the
+cluster started on this machine (``ray start --head``) and fails if there is none, because a
+service in a Ray that ends with the command would be gone at once. ``--local`` serves from an
+embedded Ray in this process until Ctrl-C (a laptop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from df_ray.config import ConfigError
+
+
+def add_serve_parser(sub) -> None:
+    s = sub.add_parser("serve", help="deploy a config's backbones as a shared Ray Serve service "
+                                     "(status, stop: manage it)")
+    s.add_argument("action", nargs="?", choices=("deploy", "status", "stop"), default="deploy")
+    s.add_argument("--config", help="a run/sweep config or a pool file (backbones: + serve:)")
+    s.add_argument("--only", help="comma-separated backbone names to deploy (default: all)")
+    s.add_argument("--apps", help="status/stop: comma-separated application names")
+    s.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else the "
+                                     "cluster started on this machine)")
+    s.add_argument("--local", action="store_true",
+                   help="serve from an embedded Ray in this process until Ctrl-C")
+    s.add_argument("--http-host", help="where Serve's HTTP proxy listens (first deploy only)")
+    s.add_argument("--http-port", type=int, help="Serve's HTTP port (first deploy only)")
+    s.add_argument("--proxy-location", default="HeadOnly",
+                   choices=("HeadOnly", "EveryNode", "Disabled"),
+                   help="where Serve runs HTTP proxies (first deploy only; default HeadOnly)")
+    s.add_argument("--max-replicas", type=int, help="autoscaling upper bound for every backbone")
+    s.add_argument("--resources", help='custom Ray resources per replica, JSON, e.g. '
+                                       '\'{"gpu_node": 1}\'')
+    s.add_argument("--num-cpus", type=float, help="CPUs per replica (default: the engine's)")
+    s.add_argument("--json", action="store_true", help="status: machine-readable output")
+    s.set_defaults(fn=cmd_serve)
+
+
+def _names(v: str | None) -> list[str] | None:
+    return [x.strip() for x in v.split(",") if x.strip()] if v else None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from df_ray.serving import apps
+
+    if args.action == "deploy":
+        if not args.config:
+            raise ConfigError("df-ray serve: --config FILE is required (a run/sweep config or "
+                              "a pool file)")
+        backbones, opts = apps.load_pool(args.config)
+        only = _names(args.only)
+        if only:
+            missing = sorted(set(only) - set(backbones))
+            if missing:
+                raise ConfigError(f"--only: unknown backbones {missing}; defined: "
+                                  f"{sorted(backbones)}")
+            backbones = {n: backbones[n] for n in only}
+        update = {}
+        if args.max_replicas is not None:
+            update["max_replicas"] = args.max_replicas
+        if args.num_cpus is not None:
+            update["num_cpus"] = args.num_cpus
+        if args.resources:
+            try:
+                update["resources"] = {str(k): float(v)
+                                       for k, v in json.loads(args.resources).items()}
+            except (ValueError, AttributeError) as e:
+                raise ConfigError(f"--resources: expected a JSON object of numbers ({e})") from None
+        if update:
+            opts = opts.model_validate({**opts.model_dump(), **update})
+        apps.connect(args.address, local=args.local)
+        apps.deploy(backbones, opts, http_host=args.http_host, http_port=args.http_port,
+                    proxy_location=args.proxy_location)
+        print("use them with backbones of kind 'serve', e.g. "
+              + ", ".join(f"{n}: {{kind: serve, model: {s.model}}}" for n, s in backbones.items()))
+        if args.local:
+            print("serving until Ctrl-C")
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                apps.stop(list(backbones))
+        return 0
+    apps.connect(args.address)
+    if args.action == "status":
+        st = apps.status(_names(args.apps))
+        if args.json:
+            print(json.dumps(st, indent=1, default=str))
+            return 0
+        if not st:
+            print("no df_ray engine applications on this cluster")
+            return 0
+        for name, e in st.items():
+            print(f"{name}: {e['status']} ({e.get('engine', e['protocol'])}: {e.get('model')}) "
+                  f"replicas running {e['running']}, started {e['replicas_started']}, route "
+                  f"/{name}")
+        return 0
+    apps.stop(_names(args.apps))
+    return 0

@@ -1,0 +1,190 @@
+"""Where a run's files go, and under whose name, so that nothing a job computes is lost.
+
+Under ``ray job submit`` a job's current directory is a temporary copy of the uploaded
+working dir: a relative ``results_dir``, ``calibration.dir``, ``cache_root`` or a relative
+local MLflow store (``sqlite:///mlflow.db``, the paper's sweep files' default) would be
+written there and deleted with it. df_ray therefore **resolves** every such relative path
+against ``DF_RAY_HOME`` (a folder on shared storage that every node sees) when it runs inside
+a Ray job, and **refuses** to start, before any engine or data set is touched, when
+``DF_RAY_HOME`` is not set (or not absolute) and a relative path needs it:
+
+=========================  ==================================================================
+field (relative, in a job)  becomes
+=========================  ==================================================================
+``tracking.uri``            ``$MLFLOW_TRACKING_URI`` when set (the lab's server), else
+                            ``sqlite:///$DF_RAY_HOME/<the file>``
+``results_dir``             ``$DF_RAY_HOME/users/<user>/<results_dir>``
+``calibration.dir``         ``$DF_RAY_HOME/<dir>``; the frozen files the working dir ships in
+                            that folder are copied there first (never overwriting)
+``calibration.path``        kept when the file is in the working dir, else ``$DF_RAY_HOME/<path>``
+``cache_root``              ``$DF_RAY_HOME/<cache_root>``
+=========================  ==================================================================
+
+Outside a job relative paths keep meaning "relative to the current directory".
+
+The MLflow experiment is namespaced per user (``<user>/<experiment>``) wherever a store is
+shared: inside a Ray job, or with a tracking server (``http(s)://``). ``tracking.per_user``
+turns it on or off explicitly; an experiment name that already holds a ``/`` is used as
+given. The user is ``DF_RAY_USER``, else ``USER``, else the login name.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from df_ray.config import ConfigError, RunConfig
+
+#: Set by Ray's job supervisor in the environment of a submitted job's entrypoint.
+RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+#: "1"/"0": force (or deny) job mode, whatever the environment says.
+JOB_MODE_ENV = "DF_RAY_JOB"
+
+
+def in_ray_job() -> bool:
+    """True inside the entrypoint of a ``ray job submit`` job (or with ``DF_RAY_JOB=1``)."""
+    forced = os.environ.get(JOB_MODE_ENV)
+    if forced is not None and forced.strip() != "":
+        return forced.strip().lower() in ("1", "true", "yes")
+    return bool(os.environ.get(RAY_JOB_ENV))
+
+
+def current_user() -> str:
+    """Who runs this: ``DF_RAY_USER``, else ``USER``, else the login name."""
+    for var in ("DF_RAY_USER", "USER", "LOGNAME"):
+        v = os.environ.get(var, "").strip()
+        if v:
+            return _safe_user(v)
+    try:
+        return _safe_user(getpass.getuser())
+    except (KeyError, OSError):  # no passwd entry (containers)
+        return "anonymous"
+
+
+def _safe_user(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64] or "anonymous"
+
+
+def is_server_uri(uri: str) -> bool:
+    return uri.startswith(("http://", "https://", "databricks"))
+
+
+def experiment_name(experiment: str, uri: str, per_user: bool | None = None,
+                    user: str | None = None, job: bool | None = None) -> str:
+    """The MLflow experiment a run logs to: ``<user>/<experiment>`` on a shared store."""
+    if "/" in experiment:
+        return experiment
+    if per_user is None:
+        per_user = (in_ray_job() if job is None else job) or is_server_uri(uri)
+    if not per_user:
+        return experiment
+    return f"{user or current_user()}/{experiment}"
+
+
+def _local_store_path(uri: str) -> str | None:
+    """The path of a local MLflow store URI (sqlite, file or a bare path); None for servers."""
+    if uri.startswith("sqlite:///"):
+        return uri[len("sqlite:///"):]
+    if uri.startswith("file://"):
+        return uri[len("file://"):]
+    if "://" in uri or uri.startswith("databricks"):
+        return None
+    return uri
+
+
+def _is_relative(path: str) -> bool:
+    return "://" not in path and not os.path.isabs(os.path.expanduser(path))
+
+
+def _home(fields: list[str]) -> Path:
+    home = os.environ.get("DF_RAY_HOME", "").strip()
+    if not home or not os.path.isabs(os.path.expanduser(home)):
+        what = ", ".join(fields)
+        got = f" (it is {home!r}, not an absolute path)" if home else ""
+        raise ConfigError(
+            f"this run is a Ray job, and {what} {'is' if len(fields) == 1 else 'are'} relative: "
+            "inside a job they would be written to its temporary working directory and lost "
+            f"when it ends. Set DF_RAY_HOME{got} to a folder on shared storage that every node "
+            "sees (e.g. env_vars: {DF_RAY_HOME: /mnt/shared/df_ray} in "
+            "cluster/runtime_env.yaml) and MLFLOW_TRACKING_URI to the lab's MLflow server, or "
+            "give absolute paths (--set results_dir=/mnt/shared/...)")
+    return Path(os.path.expanduser(home))
+
+
+def resolve_storage(configs: Sequence[RunConfig], *, job: bool | None = None,
+                    user: str | None = None) -> list[RunConfig]:
+    """The configurations with their storage resolved for where they run (see the module
+    docstring); raises :class:`ConfigError` naming what to set when a job would lose files."""
+    job = in_ray_job() if job is None else job
+    user = user or current_user()
+    out = []
+    for cfg in configs:
+        update: dict[str, Any] = {}
+        tracking = cfg.tracking.model_dump()
+        calibration = cfg.calibration.model_dump()
+        if job:
+            relative = []
+            store = _local_store_path(cfg.tracking.uri)
+            if store is not None and _is_relative(store):
+                relative.append(f"tracking.uri ({cfg.tracking.uri})")
+            if _is_relative(cfg.results_dir):
+                relative.append(f"results_dir ({cfg.results_dir})")
+            if _is_relative(cfg.calibration.dir):
+                relative.append(f"calibration.dir ({cfg.calibration.dir})")
+            if _is_relative(cfg.cache_root):
+                relative.append(f"cache_root ({cfg.cache_root})")
+            path = cfg.calibration.path
+            if path and _is_relative(path) and not Path(path).is_file():
+                relative.append(f"calibration.path ({path})")
+            env_uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+            if relative == [f"tracking.uri ({cfg.tracking.uri})"] and env_uri:
+                relative = []  # only the store, and the lab's server replaces it
+            home = _home(relative) if relative else None
+            if store is not None and _is_relative(store):
+                tracking["uri"] = env_uri or f"sqlite:///{home / store}"
+            if _is_relative(cfg.results_dir):
+                update["results_dir"] = str(home / "users" / user / cfg.results_dir)
+            if _is_relative(cfg.calibration.dir):
+                target = home / cfg.calibration.dir
+                seed_calibration(Path(cfg.calibration.dir), target)
+                calibration["dir"] = str(target)
+            if path and _is_relative(path):
+                calibration["path"] = (str(Path(path).resolve()) if Path(path).is_file()
+                                       else str(home / path))
+            if _is_relative(cfg.cache_root):
+                update["cache_root"] = str(home / cfg.cache_root)
+        per_user = getattr(cfg.tracking, "per_user", None)
+        tracking["experiment"] = experiment_name(cfg.tracking.experiment, tracking["uri"],
+                                                 per_user=per_user, user=user, job=job)
+        update["tracking"] = cfg.tracking.model_validate(tracking)
+        update["calibration"] = cfg.calibration.model_validate(calibration)
+        out.append(RunConfig.model_validate({**cfg.model_dump(), **{
+            k: (v.model_dump() if hasattr(v, "model_dump") else v) for k, v in update.items()}}))
+    return out
+
+
+def seed_calibration(source: Path, target: Path) -> int:
+    """Copy the calibration files a working dir ships (``source``) into the shared folder
+    ``target``, never overwriting one already there; returns how many were copied."""
+    target.mkdir(parents=True, exist_ok=True)
+    if not source.is_dir() or source.resolve() == target.resolve():
+        return 0
+    n = 0
+    for f in sorted(source.glob("*.json")):
+        dest = target / f.name
+        if dest.exists():
+            continue
+        tmp = target / f".{f.name}.{os.getpid()}.tmp"
+        shutil.copyfile(f, tmp)
+        try:
+            os.link(tmp, dest)  # atomic, and fails rather than replace a concurrent copy
+            n += 1
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    return n

@@ -1,0 +1,94 @@
+"""The engine service on a real (local) Ray: scripted backbones deployed as Serve applications,
+a sweep whose backbones are ``kind: serve`` gives exactly the job-owned engines' results
+(tests/pipeline/test_pipeline_ray.py's hand-computed metrics), and a second job asking the same
+calls is answered without generating them again."""
+
+from __future__ import annotations
+
+import pytest
+
+from df_ray.config import ConfigError
+from df_ray.engines.spec import EngineSpec
+from df_ray.pipeline.runner import Runner, shared_backbones
+from df_ray.serving.apps import ServeOptions, deploy, status, stop
+from df_ray.tracking import Tracker
+from tests.pipeline.test_pipeline_ray import SCRIPT, config, samples
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def service(ray_local):
+    from ray import serve
+
+    backbones = {f"b{i}": EngineSpec(kind="scripted", model=f"m{i}", script=SCRIPT)
+                 for i in (1, 2, 3)}
+    backbones["bc"] = EngineSpec(kind="scripted", model="mc", script=SCRIPT)
+    deploy(backbones, ServeOptions(num_cpus=0), proxy_location="Disabled", say=lambda m: None)
+    yield backbones
+    stop(list(backbones), say=lambda m: None)
+    serve.shutdown()
+
+
+def served_config(tmp_path, **over):
+    backbones = {f"b{i}": {"kind": "serve", "model": f"m{i}"} for i in (1, 2, 3)}
+    backbones["bc"] = {"kind": "serve", "model": "mc"}
+    return config(tmp_path, backbones=backbones, **over)
+
+
+def engine_stats(app: str) -> dict:
+    from ray import serve
+
+    return serve.get_deployment_handle("EngineServer", app).stats.remote().result(timeout_s=30)
+
+
+def run(cfg, tmp_path):
+    r = Runner(shared_backbones([cfg]), tracker=Tracker(cfg.tracking.uri, cfg.tracking.experiment),
+               progress=lambda m: None)
+    try:
+        return r.run(cfg, samples())
+    finally:
+        r.shutdown()
+
+
+def test_served_backbones_give_the_job_owned_results(service, tmp_path):
+    st = status()
+    assert {n: (e["status"], e["running"], e["model"]) for n, e in st.items()
+            if n in service} == {n: ("RUNNING", 1, s.model) for n, s in service.items()}
+    before = {n: engine_stats(n)["generated"] for n in service}
+    res = run(served_config(tmp_path), tmp_path)
+    m = res.metrics
+    # exactly tests/pipeline/test_pipeline_ray.py::test_metrics_match_hand_computation
+    assert m["n_samples"] == 5
+    assert m["accuracy"] == pytest.approx(0.8)
+    assert m["reachability"] == pytest.approx(0.6)
+    assert m["override_rate"] == pytest.approx(0.4)
+    assert m["llm_calls_per_sample"] == pytest.approx(4.0)
+    assert m["fresh_calls"] == 20
+    assert m["t_cross_per_sample"] > 0  # counted by the served coordinator's tokenizer
+    after = {n: engine_stats(n)["generated"] for n in service}
+    assert sum(after.values()) - sum(before.values()) == 20
+
+    # Another job (its own cache, its own MLflow store): the service answers every call from
+    # the requests it has just generated; the engines generate nothing.
+    other = tmp_path / "other"
+    cfg2 = served_config(other, name="again")
+    res2 = run(cfg2, other)
+    assert res2.metrics["accuracy"] == pytest.approx(0.8)
+    assert res2.metrics["fresh_calls"] == 20  # fresh to that job (not in its cache) ...
+    assert {n: engine_stats(n)["generated"] for n in service} == after  # ... generated once
+    assert sum(engine_stats(n)["coalesced"] for n in service) >= 20
+
+
+def test_a_missing_or_mismatched_application_fails_before_anything_runs(service, tmp_path):
+    cfg = served_config(tmp_path)
+    bad = cfg.model_copy(update={"backbones": {**cfg.backbones,
+                                               "b1": EngineSpec(kind="serve", model="m1",
+                                                                app="nope")}})
+    with pytest.raises(ConfigError, match="no Serve application 'nope'"):
+        Runner(shared_backbones([bad]), tracker=None, progress=lambda m: None).pool  # noqa: B018
+    wrong = cfg.model_copy(update={"backbones": {**cfg.backbones,
+                                                 "b1": EngineSpec(kind="serve", model="m2",
+                                                                  app="b1")}})
+    with pytest.raises(ConfigError, match="serves model 'm1'"):
+        Runner(shared_backbones([wrong]), tracker=None, progress=lambda m: None).pool  # noqa: B018
