@@ -34,7 +34,7 @@ def test_strict_refuses_when_its_layers_are_missing(no_bwrap):
 
 def test_best_effort_is_explicit_and_says_what_it_has(no_bwrap):
     res = run_tests("def f(x):\n    return x * 2\n", tests="def check(c):\n    assert c(2) == 4\n",
-                    entry_point="f", isolation="best_effort")
+                    entry_point="f", isolation="best_effort", timeout_s=60)
     assert res.status == "passed", res
     assert res.level == "best_effort"
     assert "audit-hook" in res.isolation and "mountns" not in res.isolation
