@@ -36,6 +36,10 @@ class Observation:
     ``answer`` is the canonical key z_i (equal answers have equal keys), or None when the
     output is invalid. ``extracted`` is the answer as the agent wrote it (the code, the FinQA
     program, the LaTeX), used for display and for graders that need more than the key.
+    ``rule`` names the extraction rule that fired (``boxed``, ``answer_is``, ``last_number``,
+    ...; see each parser's module docstring) and ``reason`` says why an invalid output is
+    invalid (``no answer found``, ``timeout: ...``, ``program error: ...``); both are empty
+    when not applicable.
     """
 
     agent: str
@@ -45,11 +49,15 @@ class Observation:
     quality: float = 1.0
     raw: str = ""
     extracted: str | None = None
+    rule: str = ""
+    reason: str = ""
 
     @classmethod
-    def invalid(cls, agent: str, raw: str = "", confidence: float = 0.5) -> Observation:
+    def invalid(cls, agent: str, raw: str = "", confidence: float = 0.5, *,
+                extracted: str | None = None, rule: str = "",
+                reason: str = "") -> Observation:
         return cls(agent=agent, answer=None, confidence=confidence, valid=False, quality=0.0,
-                   raw=raw, extracted=None)
+                   raw=raw, extracted=extracted, rule=rule, reason=reason)
 
 
 @dataclass(frozen=True, slots=True)

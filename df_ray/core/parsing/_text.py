@@ -15,15 +15,26 @@ MAX_TEXT_CHARS = 200_000
 _CONF_INLINE_RE = re.compile(
     r"(?i)\bconfidence(?:\s++(?:level|score))?[^\S\n]*+[*_]*+[^\S\n]*+[:=：][^\S\n]*+[*_]*+[^\S\n]*+([^\n]*)"
 )
-_CONF_NUM_RE = re.compile(r"^[\s$*_(\[]*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(%|percent\b|/\s*100\b)?")
+_NUM = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"
+_CONF_NUM_RE = re.compile(
+    r"^[\s$*_(\[]*(" + _NUM + r")\s*(?:(%|percent\b)|(?:/|\bout\s+of\b|\bin\b)\s*(" + _NUM + r"))?",
+    re.I,
+)
 
 
 def extract_confidence(text: str) -> float:
     """The self-reported confidence in [0, 1] from the LAST confidence line; 0.5 when absent.
 
-    Accepts ``Confidence: 0.8``, ``confidence: 80%``, ``Confidence = 0.9``,
-    ``**Confidence:** 0.7``. A value in (1, 100] without ``%`` is read as a percentage; values
-    are clamped to [0, 1]; a missing or non-numeric value (``Confidence: high``) gives 0.5.
+    The line is ``Confidence: <value>`` (also ``Confidence level``/``score``, ``=`` for ``:``,
+    markdown such as ``**Confidence:** 0.7``). The value is read as:
+
+    - a fraction: ``8/10`` -> 0.8, ``4 out of 5`` -> 0.8, ``3 in 4`` -> 0.75;
+    - a percentage: ``80%``, ``80 percent`` -> 0.8;
+    - a plain number: in [0, 1] as is (``0.8``); in (1, 100] as a percentage (``85`` -> 0.85);
+    - anything else (words such as ``high`` or ``very confident``, a missing value) -> 0.5,
+      the same as no confidence line: a word is not a calibrated number.
+
+    Values are clamped to [0, 1]; a fraction with a zero denominator gives 0.5.
     """
     try:
         if not isinstance(text, str) or ("onfidence" not in text and "ONFIDENCE" not in text):
@@ -38,10 +49,15 @@ def extract_confidence(text: str) -> float:
         if not m:
             return 0.5
         value = float(m.group(1))
+        if m.group(3) is not None:
+            den = float(m.group(3))
+            if den <= 0 or not math.isfinite(den):
+                return 0.5
+            value /= den
+        elif m.group(2) or 1.0 < value <= 100.0:
+            value /= 100.0
         if not math.isfinite(value):
             return 0.5
-        if m.group(2) or 1.0 < value <= 100.0:
-            value /= 100.0
         return float(min(1.0, max(0.0, value)))
     except Exception:  # never let a malformed confidence break parsing
         return 0.5
@@ -83,6 +99,19 @@ def brace_matches(text: str) -> dict[int, int]:
         elif stack:
             matches[stack.pop()] = i
     return matches
+
+
+def balanced(text: str) -> bool:
+    """Whether every ``{`` has its ``}`` and no ``}`` comes unopened (escaped ones are text)."""
+    depth = 0
+    for m in re.finditer(r"[{}]", text):
+        i = m.start()
+        if i > 0 and text[i - 1] == "\\" and not (i > 1 and text[i - 2] == "\\"):
+            continue
+        depth += 1 if text[i] == "{" else -1
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?:\s*(\{)|\s+(?=[^\s{]))")

@@ -1,10 +1,26 @@
 """Multiple-choice answers (MMLU-Pro A-J, GPQA A-D): the key is the uppercase letter.
 
-Explicit markers (quality 1.0): ``\\boxed{C}``, ``Answer: C`` / ``answer is (C)`` / ``Final
-answer: (B) text``, ``option C is correct``. The LAST explicit marker wins; if its letter is
-beyond ``n_options`` the output is invalid (we do not fall back to an earlier marker). Without a
-marker: a bold letter ``**C**`` (0.8) or a line that is just a letter such as ``(C)`` / ``C.``
-(0.6); an option list (``C. Paris``) is not an answer. A lowercase ``a`` followed by a word, or ``A good approach``, is an article, not an answer.
+The cascade starts with the official MMLU-Pro extraction (TIGER-AI-Lab/MMLU-Pro,
+``evaluate_from_api.py``: ``extract_answer`` -> ``extract_again``), so that df_ray reads the same
+letter whenever those regexes find one, then adds what they miss. Rules, in order (the first
+that finds a letter wins; ``rule`` is recorded on the observation):
+
+1. ``answer_is`` (1.0): the FIRST ``answer is \\(?([A-J])\\)?`` (case-sensitive, as the official
+   regex and lm-evaluation-harness's ``mmlu_pro`` ``custom-extract`` filter), the letter not
+   followed by another letter or digit (``the answer is Approximately`` is not ``A``).
+2. ``answer_colon`` (1.0): the official second regex ``.*[aA]nswer:\\s*([A-J])``: the first line
+   that has ``answer:`` followed by a letter, its last such letter (same guard).
+3. ``marker`` / ``boxed`` / ``option_correct`` (1.0): what the official regexes miss: a colon
+   after the verb (``The answer is: B``, ``The final answer is: (C)``), lower-case letters
+   (``(c)`` = ``C``), markdown (``**Answer:** D``), ``\boxed{C}``, ``option C is correct``,
+   ``the correct option is D``. Among these the LAST one in the text wins.
+4. ``bold_letter`` (0.8): a bold letter ``**C**``; ``letter_line`` (0.6): a line that is just a
+   letter such as ``(C)`` / ``C.``; an option list (``C. Paris``) is not an answer.
+
+The official script ends with a last-resort guess, the last standalone capital A-J anywhere in
+the text (often the article "A"); df_ray does not guess: without one of the rules above the
+output is invalid. A letter beyond ``n_options`` makes the output invalid (no fallback to
+another rule). A lowercase ``a`` followed by a word, or ``A good approach``, is an article.
 """
 
 from __future__ import annotations
@@ -22,10 +38,14 @@ _AFTER_OK = re.compile(
     r"would\b|seems\b|appears\b|which\b|and\b|or\b|for\b))"
 )
 _MARKER_RE = re.compile(
-    r"(?i)(?:\b(?:final|correct|best|right)\s+)?\banswer\b\s*(?:choice|option)?\s*"
-    r"(?:is|would\s+be|will\s+be|should\s+be|must\s+be|:|=|：|-)\s*(?:is\s+)?(?:therefore\s+|thus\s+)?"
-    r"(?:option\s+|choice\s+|letter\s+)?[*_]*\s*" + _LETTER_TOKEN
+    r"(?i)(?:\b(?:final|correct|best|right)\s+)?\banswer\b\s*(?:choice|option)?\s*[*_]*\s*"
+    r"(?:(?:is|would\s+be|will\s+be|should\s+be|must\s+be)\s*[*_]*\s*[:：]?|:|=|：|-)\s*"
+    r"(?:is\s+)?(?:therefore\s+|thus\s+)?(?:option\s+|choice\s+|letter\s+)?[*_]*\s*"
+    + _LETTER_TOKEN
 )
+# The official MMLU-Pro regexes (evaluate_from_api.py), with df_ray's guard after the letter.
+_OFFICIAL_IS_RE = re.compile(r"answer is \(?([A-J])\)?(?![A-Za-z0-9])")
+_OFFICIAL_COLON_RE = re.compile(r"[aA]nswer:\s*([A-J])(?![A-Za-z0-9])")
 _OPTION_CORRECT_RE = re.compile(
     r"(?i)\b(?:option|choice)\s+" + _LETTER_TOKEN + r"\s+(?:is|seems|appears)\s+(?:the\s+)?"
     r"(?:correct|right|best|answer)"
@@ -66,28 +86,57 @@ def letter_from_answer(ans: str) -> str | None:
     return m.group(1).upper()
 
 
-def extract_choice(text: str) -> tuple[str, float] | None:
-    """``(letter, quality)`` of the chosen option, or None when no answer is found."""
+def _official_colon(text: str) -> str | None:
+    """MMLU-Pro's ``re.search(r'.*[aA]nswer:\\s*([A-J])', text)``: the first line holding a
+    match (``\\s*`` may cross newlines), and on it the last match (greedy ``.*``)."""
+    m = _OFFICIAL_COLON_RE.search(text)
+    if m is None:
+        return None
+    line_end = text.find("\n", m.start())
+    last = m
+    for m2 in _OFFICIAL_COLON_RE.finditer(text, m.end()):
+        if line_end >= 0 and m2.start() > line_end:
+            break
+        last = m2
+    return last.group(1)
+
+
+def extract_choice_rule(text: str) -> tuple[str, float, str] | None:
+    """``(letter, quality, rule)`` of the chosen option, or None when no answer is found."""
     body = strip_confidence_lines(squeeze(text))
-    explicit: list[tuple[int, str]] = []
+    m = _OFFICIAL_IS_RE.search(body)
+    if m:
+        return m.group(1), 1.0, "answer_is"
+    letter = _official_colon(body)
+    if letter:
+        return letter, 1.0, "answer_colon"
+    explicit: list[tuple[int, str, str]] = []
     for start, content in boxed_spans(body):
         letter = letter_from_answer(content)
         if letter:
-            explicit.append((start, letter))
-    for pat in (_MARKER_RE, _OPTION_CORRECT_RE, _CORRECT_OPTION_RE):
+            explicit.append((start, letter, "boxed"))
+    for pat, rule in ((_MARKER_RE, "marker"), (_OPTION_CORRECT_RE, "option_correct"),
+                      (_CORRECT_OPTION_RE, "option_correct")):
         for m in pat.finditer(body):
             if _letter_ok(body, m):
-                explicit.append((m.start(), m.group(1).upper()))
+                explicit.append((m.start(), m.group(1).upper(), rule))
     if explicit:
-        return max(explicit, key=lambda c: c[0])[1], 1.0
+        _, letter, rule = max(explicit, key=lambda c: c[0])
+        return letter, 1.0, rule
     bold = list(_BOLD_RE.finditer(body))
     if bold:
-        return bold[-1].group(1), 0.8
+        return bold[-1].group(1), 0.8, "bold_letter"
     lines = list(_LINE_RE.finditer(body))
     if lines:
         # Only a line that is nothing but a letter ("(C)", "C."): a listed option has text.
-        return lines[-1].group(1), 0.6
+        return lines[-1].group(1), 0.6, "letter_line"
     return None
+
+
+def extract_choice(text: str) -> tuple[str, float] | None:
+    """``(letter, quality)`` of the chosen option, or None when no answer is found."""
+    found = extract_choice_rule(text)
+    return None if found is None else (found[0], found[1])
 
 
 def valid_letter(letter: str, n_options: int | None) -> bool:

@@ -11,9 +11,12 @@ case/space-insensitive, and ``none``). Arguments: numbers (``1,234``, ``$5``, ``
 the result of step n.
 
 Answer extraction for ``parse``: a program after ``Program:`` / ``Answer:`` or in a fenced
-block (quality 1.0), else the last line that looks like a program (0.7); a malformed program
-is invalid. Without a program, a number after ``Answer:`` (0.6) or the last number (0.4) is
-keyed by its value so that numeric answers still cluster with executed programs.
+block (quality 1.0), read whole even when written over several lines, else the last line that
+holds a program (0.7). A truncated program (a step never closed, a trailing comma at the end)
+or one with an unknown operation is invalid: df_ray never falls back to a number taken from
+inside it. Without a program, a number after ``Answer:`` (0.6) or the last number (0.4) is
+keyed by its value so that numeric answers still cluster with executed programs (they earn no
+execution credit: see ``df_ray.tasks.finqa``).
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ def parse_program(program: str) -> list[_Step]:
                 raise ProgramError(f"expected ',' between steps at {pos}")
             pos += 1
             if not s[pos:].strip():
-                break
+                raise ProgramError("truncated program: it ends with ','")
     return steps
 
 
@@ -283,39 +286,92 @@ def programs_equivalent(a: str, b: str) -> bool:
 # ---------------------------------------------------------------- extraction from a model output
 
 _OP_START_RE = re.compile(r"(?i)\b(?:" + "|".join(BINARY_OPS + TABLE_OPS) + r")\s*\(")
+_CALL_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+_STEP_SEP_RE = re.compile(r"[^\S\n]*+(?:[,;][^\S\n]*+)?(?:\n\s*+(?:(?:\d{1,3}[.)]|[-*•])[^\S\n]++)?)?")
 _MARKER_RE = re.compile(r"(?i)\b(?:final\s+)?(?:program|answer)\b\s*(?:is\s*)?[*_]*\s*[:=：][*_]*")
 _NUMBER_ANS_RE = re.compile(r"(?<![\w#.])[-+]?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s?%)?")
 
 
+def _looks_like_call(s: str, m: re.Match[str]) -> bool:
+    """Whether ``name(`` starts a program step: a FinQA op, or an unknown op written like one
+    (``percentage_change(a, b)``: a snake_case name, or arguments with ``,``/``#``/``const_``)."""
+    name = m.group(1).lower()
+    if name in BINARY_OPS or name in TABLE_OPS:
+        return True
+    inner = s[m.end() : m.end() + 200].split(")", 1)[0]
+    return ("_" in name or "," in inner or "#" in inner or "const_" in inner) and not name.isdigit()
+
+
+def read_program(s: str, *, known_ops_only: bool = False) -> str | None:
+    """The whole program that starts at the first step in ``s`` (steps may be separated by
+    commas, newlines or list bullets), as FinQA writes it: ``op(a, b), op(#0, c)``.
+
+    A step that is never closed, or a trailing comma at the very end, is kept as written so
+    that executing it fails (a truncated program is invalid, not shortened). None when ``s``
+    has no step. ``known_ops_only`` ignores calls that are not FinQA operations (used for
+    lines without a marker, where ``f(x)`` is prose).
+    """
+    start = None
+    for m in _CALL_RE.finditer(s):
+        if _OP_START_RE.match(s, m.start()) or (not known_ops_only and _looks_like_call(s, m)):
+            start = m
+            break
+    if start is None:
+        return None
+    steps: list[str] = []
+    pos = start.start()
+    while True:
+        m = _CALL_RE.match(s, pos)
+        if m is None:
+            break
+        close = s.find(")", m.end())
+        nxt_open = s.find("(", m.end())
+        if close < 0 or (0 <= nxt_open < close and "\n" not in s[m.end():nxt_open]):
+            steps.append(s[m.start():].strip())  # truncated or nested: fails to parse
+            return ", ".join(steps)
+        steps.append(s[m.start() : close + 1].strip())
+        pos = close + 1
+        sep = _STEP_SEP_RE.match(s, pos)
+        after = sep.end() if sep else pos
+        nxt = _CALL_RE.match(s, after)
+        if nxt is None or not (_OP_START_RE.match(s, after) or _looks_like_call(s, nxt)):
+            if s[pos:after].strip().startswith(",") and not s[after:].strip():
+                steps.append("")  # "op(a, b)," and then nothing: cut off
+                return ", ".join(steps)
+            break
+        pos = after
+    return ", ".join(steps)
+
+
 def _program_in(s: str) -> str | None:
-    """The program inside a piece of text: from the first op( to the last ')'."""
-    s = re.sub(r"\)[^\S\n]*+(?:,[^\S\n]*+)?\n\s*+(?=[A-Za-z_]++\s*+\()", "), ", s)
-    m = _OP_START_RE.search(s)
-    if not m:
-        return None
-    end = s.rfind(")")
-    line_end = s.find("\n", m.start())
-    if line_end >= 0:
-        end = s.rfind(")", m.start(), line_end)
-    if end < m.start():
-        return None
-    return s[m.start() : end + 1]
+    return read_program(s)
 
 
-def extract_finqa(text: str) -> tuple[str, str, float] | None:
-    """``(what, extracted, quality)`` with what in {"program", "number"}; None if nothing."""
+def extract_finqa_rule(text: str) -> tuple[str, str, float, str] | None:
+    """``(what, extracted, quality, rule)`` with what in {"program", "number"}; None if nothing.
+
+    Rules: ``program_marker`` (a program after ``Program:`` / ``Answer:``, read across lines,
+    1.0), ``fenced_program`` (in a fenced block, 1.0), ``program_line`` (the last line that
+    holds a program, 0.7), ``answer_number`` (a number or yes/no after ``Answer:``, 0.6),
+    ``last_number`` (0.4). A program that is truncated or uses an unknown operation is
+    returned as written: executing it fails, so the output is invalid.
+    """
     body = strip_confidence_lines(squeeze(text))
-    explicit: list[tuple[int, str]] = []
+    explicit: list[tuple[int, str, str]] = []
     marker_numbers: list[tuple[int, str]] = []
     for m in list(_MARKER_RE.finditer(body))[-50:]:
         line_end = body.find("\n", m.end())
-        rest = body[m.end() : line_end if line_end >= 0 else len(body)][:4000]
-        if not rest.strip():
-            nxt = body[(line_end + 1 if line_end >= 0 else len(body)):][:2000].lstrip("\n")
+        rest = body[m.end() : line_end if line_end >= 0 else len(body)]
+        if not rest.strip() or rest.strip() in {"**", "*", "`", "```"}:
+            nxt = body[(line_end + 1 if line_end >= 0 else len(body)):][:4000].lstrip("\n`")
             rest = nxt.split("\n", 1)[0]
-        prog = _program_in(rest)
+            start = (line_end + 1 if line_end >= 0 else len(body))
+        else:
+            start = m.end()
+        prog = read_program(rest)
         if prog:
-            explicit.append((m.start(), prog))
+            whole = read_program(body[start : start + 8000])
+            explicit.append((m.start(), whole or prog, "program_marker"))
             continue
         yn = re.match(r"^[\s*_`$]*(yes|no)\b", rest, re.I)
         if yn:
@@ -327,23 +383,37 @@ def extract_finqa(text: str) -> tuple[str, str, float] | None:
     if "```" in body or "~~~" in body:
         offset = 0
         for _lang, block, _closed in fenced_blocks(body):
-            prog = _program_in(block)
+            prog = read_program(block)
             pos = body.find(block, offset)
             offset = max(offset, pos)
             if prog:
-                explicit.append((pos, prog))
+                explicit.append((pos, prog, "fenced_program"))
     if explicit:
-        return "program", max(explicit, key=lambda c: c[0])[1], 1.0
-    for line in reversed(body.split("\n")[-2000:]):
-        prog = _program_in(line)
-        if prog:
-            return "program", prog, 0.7
+        _, prog, rule = max(explicit, key=lambda c: c[0])
+        return "program", prog, 1.0, rule
+    lines = body.split("\n")[-2000:]
+    for i in range(len(lines) - 1, -1, -1):
+        if read_program(lines[i], known_ops_only=True):
+            # read from the line where this program starts (it may continue on later lines)
+            j = i
+            while j > 0 and re.match(r"^\s*(?:[,;]\s*)?[A-Za-z_]+\s*\(", lines[j]) and \
+                    read_program(lines[j - 1], known_ops_only=True) and \
+                    re.search(r"\)\s*,?\s*$", lines[j - 1]):
+                j -= 1
+            prog = read_program("\n".join(lines[j:]), known_ops_only=True)
+            return "program", prog or "", 0.7, "program_line"
     if marker_numbers:
-        return "number", max(marker_numbers, key=lambda c: c[0])[1], 0.6
+        return "number", max(marker_numbers, key=lambda c: c[0])[1], 0.6, "answer_number"
     nums = list(_NUMBER_ANS_RE.finditer(body[-20000:]))
     if nums:
-        return "number", nums[-1].group(0).strip(), 0.4
+        return "number", nums[-1].group(0).strip(), 0.4, "last_number"
     return None
+
+
+def extract_finqa(text: str) -> tuple[str, str, float] | None:
+    """``(what, extracted, quality)`` with what in {"program", "number"}; None if nothing."""
+    found = extract_finqa_rule(text)
+    return None if found is None else found[:3]
 
 
 def number_key(token: str) -> str | None:

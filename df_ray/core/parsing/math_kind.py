@@ -1,25 +1,42 @@
 """Math answers (MATH): find the final answer, then give equal answers one canonical key.
 
-Extraction, in order of trust: the last ``\\boxed{}``/``\\fbox{}`` or explicit final-answer
-line (whichever comes last in the text; quality 1.0, 0.9 for a softer "the answer is"), else
-the last number in the text (quality 0.5).
+Reference: the MATH leaderboards (Open LLM Leaderboard, lighteval) read and grade answers with
+math-verify (huggingface/Math-Verify): ``parse`` extracts the last ``\\boxed{}``, else a
+"final answer is" phrase, else the last LaTeX/plain expression, and ``verify`` compares with
+sympy. df_ray extracts the same final answer where an explicit marker exists and keys it so
+that equal keys are math-verify-equal (property-tested against math-verify).
+
+Extraction rules (``rule`` on the observation), in order of trust: ``boxed`` (the last complete
+``\\boxed{}``/``\\fbox{}``, 1.0) or ``final_answer`` (an explicit ``Final answer:`` /
+``Answer:`` line, 1.0) or ``answer_is`` (a softer "the answer is", 0.9), whichever comes last in
+the text; else ``last_number`` (the last number in the text, 0.5). Invalid: answer text after a
+marker with unbalanced braces, or a ``\\boxed{`` left open after the last candidate (a
+truncated output), or a canonicalization that runs past ``SYMPY_TIMEOUT_S`` (on any thread:
+see ``_bounded``), the reason being recorded.
 
 Canonicalization: a cheap normalization of the LaTeX (``\\left``/``\\right``, ``\\dfrac``,
 ``\\text{units}``, degrees, percent, currency, trailing dots), a fast exact path for plain
-numbers (``0.5`` and ``1/2`` both give ``1/2``), then math-verify to get a sympy expression
-that is simplified under guards and printed (``(3, pi/2)``, ``2*sqrt(2)``). When sympy cannot
-read the answer, the normalized string itself is the key.
+numbers (``0.5`` and ``1/2`` both give ``1/2``) and repeating decimals (``0.\\overline{3}`` and
+``0.1\\overline{6}`` give ``1/3`` and ``1/6``; math-verify itself reads them as ``0`` and
+``0.1*bar{6}``, so df_ray's grader rewrites them to fractions before calling it), then
+math-verify to get a sympy expression that is simplified under guards and printed
+(``(3, pi/2)``, ``2*sqrt(2)``, ``Interval.Ropen(1, 2)``, ``{1, 2}``, ``Matrix([[1], [2]])``).
+When sympy cannot read the answer, the normalized string itself is the key (``\\text{Monday}``
+-> ``monday``). ``10\\%`` keys as ``10`` (math-verify counts it equal to both ``10`` and
+``0.1``); ``30^\\circ`` as ``30``; ``5\\text{ cm}`` as ``5``.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import re
-import threading
 from fractions import Fraction
 
+from df_ray.core.parsing._bounded import ParseTimeout, call_bounded
 from df_ray.core.parsing._text import (
+    balanced,
     boxed_spans,
     first_math_segment,
     next_nonempty_line,
@@ -32,8 +49,8 @@ from df_ray.core.parsing._text import (
 MAX_SYMPY_CHARS = 400
 #: Keys longer than this are shortened to a prefix plus a hash.
 MAX_KEY_CHARS = 120
-#: Seconds allowed for one sympy canonicalization when a signal timeout is possible.
-SYMPY_TIMEOUT_S = 3
+#: Seconds allowed for one sympy canonicalization (any thread); env DF_RAY_PARSE_TIMEOUT_S.
+SYMPY_TIMEOUT_S = float(os.environ.get("DF_RAY_PARSE_TIMEOUT_S", "5"))
 
 _MARKER_RE = re.compile(
     r"(?i)(final\s+answer\s*(?:is|:|=|：)?|\banswer\s*(?::|=|：)|\bthe\s+(?:correct\s+)?answer\s+is\b)"
@@ -103,8 +120,42 @@ def _shorten(key: str) -> str:
     return key[: MAX_KEY_CHARS - 14] + "#" + digest
 
 
+_REPEATING_RE = re.compile(
+    r"^([+-]?)(\d*)\.(\d*)\\(?:overline|bar|dot)\s*\{?\s*(\d{1,30})\s*\}?$"
+)
+
+
+def repeating_decimal(s: str) -> Fraction | None:
+    """``0.\\overline{3}`` -> 1/3, ``1.2\\overline{45}`` -> 1.2454545... as a fraction."""
+    m = _REPEATING_RE.match(s.replace(" ", ""))
+    if not m:
+        return None
+    sign, whole, fixed, rep = m.groups()
+    base = Fraction(int(whole or "0")) + (Fraction(int(fixed), 10 ** len(fixed)) if fixed else 0)
+    value = base + Fraction(int(rep), (10 ** len(rep) - 1) * 10 ** len(fixed))
+    return -value if sign == "-" else value
+
+
+_REPEATING_ANY_RE = re.compile(r"(?<![\d.])\d*\.\d*\\(?:overline|bar|dot)\s*\{\s*\d{1,30}\s*\}")
+
+
+def rewrite_repeating(s: str) -> str:
+    """Every repeating decimal in a LaTeX string replaced by its ``\\frac{p}{q}``."""
+    if "\\overline" not in s and "\\bar" not in s and "\\dot" not in s:
+        return s
+
+    def sub(m: re.Match[str]) -> str:
+        fr = repeating_decimal(m.group(0))
+        return m.group(0) if fr is None else f"\\frac{{{fr.numerator}}}{{{fr.denominator}}}"
+
+    return _REPEATING_ANY_RE.sub(sub, s)
+
+
 def _exact_number(s: str) -> Fraction | None:
     t = s.replace(" ", "")
+    rep = repeating_decimal(t)
+    if rep is not None:
+        return rep
     if _NUMBER_RE.match(t):
         try:
             return Fraction(t.replace(",", ""))
@@ -212,41 +263,33 @@ def _sympy_key(s: str) -> str | None:
     return _shorten(key)
 
 
-def _with_timeout(fn, *args):
-    """Run fn under a SIGALRM time limit when we are on the main thread, else directly."""
-    if threading.current_thread() is not threading.main_thread():
-        return fn(*args)
-    try:
-        from math_verify.errors import TimeoutException
-        from math_verify.utils import timeout
-    except Exception:
-        return fn(*args)
-    try:
-        return timeout(timeout_seconds=SYMPY_TIMEOUT_S)(fn)(*args)
-    except TimeoutException:
-        return None
-
-
 @functools.lru_cache(maxsize=65536)
-def canonical_math(answer: str) -> str | None:
-    """Canonical key of a bare math answer (LaTeX or plain); None when empty/unreadable."""
+def math_key(answer: str) -> tuple[str | None, str]:
+    """``(key, reason)`` of a bare math answer: the key, or None with why (empty, timeout)."""
     try:
         s = normalize_latex(answer)
     except Exception:
-        return None
+        return None, "unreadable answer"
     if not s:
-        return None
+        return None, "empty answer"
     fr = _exact_number(s)
     if fr is not None:
-        return _fraction_key(fr)
+        return _fraction_key(fr), ""
     if len(s) <= MAX_SYMPY_CHARS and not _looks_like_prose(s):
         try:
-            key = _with_timeout(_sympy_key, s)
+            key = call_bounded(_sympy_key, s, timeout_s=SYMPY_TIMEOUT_S)
+        except ParseTimeout:
+            return None, f"timeout: canonicalizing the answer took over {SYMPY_TIMEOUT_S:g}s"
         except Exception:  # math-verify/sympy failures fall back to the string key
             key = None
         if key:
-            return key
-    return _string_key(s)
+            return key, ""
+    return _string_key(s), ""
+
+
+def canonical_math(answer: str) -> str | None:
+    """Canonical key of a bare math answer (LaTeX or plain); None when empty/unreadable/timed out."""
+    return math_key(answer)[0]
 
 
 _FUNC_WORDS = frozenset(
@@ -276,14 +319,25 @@ def _clean_marker_text(rest: str) -> str:
     return rest.strip()
 
 
-def extract_math(text: str) -> tuple[str, float] | None:
-    """``(answer text, quality)`` of the final answer in a model output, or None."""
+class MathExtractError(ValueError):
+    """The output has a final-answer marker but its answer cannot be read (reason in args)."""
+
+
+_OPEN_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
+def extract_math_rule(text: str) -> tuple[str, float, str] | None:
+    """``(answer text, quality, rule)`` of the final answer in a model output, or None.
+
+    Raises MathExtractError for a marker whose answer is malformed (unbalanced braces, an
+    unclosed ``\\boxed{`` after the last candidate).
+    """
     body = strip_confidence_lines(squeeze(text))
-    candidates: list[tuple[int, str, float]] = []
+    candidates: list[tuple[int, str, float, str]] = []
     boxes = boxed_spans(body)
     if boxes:
         start, content = boxes[-1]
-        candidates.append((start, content, 1.0))
+        candidates.append((start, content, 1.0, "boxed"))
     markers = list(_MARKER_RE.finditer(body))
     # Markers inside the last box's own line are covered by the box.
     for m in reversed(markers):
@@ -293,13 +347,30 @@ def extract_math(text: str) -> tuple[str, float] | None:
             rest = next_nonempty_line(body, (line_end if line_end >= 0 else len(body)) + 1)
         ans = _clean_marker_text(rest)
         if ans:
-            quality = 0.9 if m.group(1).lower().startswith("the") else 1.0
-            candidates.append((m.start(), ans, quality))
+            soft = m.group(1).lower().startswith("the")
+            candidates.append((m.start(), ans, 0.9 if soft else 1.0,
+                               "answer_is" if soft else "final_answer"))
             break
+    last_start = max((c[0] for c in candidates), default=-1)
+    complete = {start for start, _ in boxes}
+    for m in _OPEN_BOX_RE.finditer(body, max(0, last_start)):
+        if m.start() > last_start and m.start() not in complete:
+            raise MathExtractError("unbalanced braces: a \\boxed{ is never closed")
     if candidates:
-        start, ans, q = max(candidates, key=lambda c: c[0])
-        return ans, q
+        start, ans, q, rule = max(candidates, key=lambda c: c[0])
+        if not balanced(ans):
+            raise MathExtractError("unbalanced braces in the answer")
+        return ans, q, rule
     nums = list(_LAST_NUMBER_RE.finditer(body[-20000:]))
     if nums:
-        return nums[-1].group(0), 0.5
+        return nums[-1].group(0), 0.5, "last_number"
     return None
+
+
+def extract_math(text: str) -> tuple[str, float] | None:
+    """``(answer text, quality)`` of the final answer in a model output, or None."""
+    try:
+        found = extract_math_rule(text)
+    except MathExtractError:
+        return None
+    return None if found is None else (found[0], found[1])
