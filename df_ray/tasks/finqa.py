@@ -23,11 +23,29 @@ dropped from calibration). The run seed never changes them.
 Prompt: the pre-text, the table rendered as a pipe table, the post-text and the question;
 the answer is a program in FinQA's DSL (explained briefly with an example in the prompt).
 
-Grading (``df_ray.core.parsing.finqa``): execution accuracy: the program executes on the
-table and its value, rounded to 5 decimals (yes/no compared as such), equals ``exe_ans``;
-a bare number is also accepted for execution accuracy. Program accuracy: the program is
-equivalent to the gold program (``programs_equivalent``). ``Grade.correct`` is execution
-accuracy; ``scores`` has ``exec_acc`` and ``prog_acc``.
+Reference metric: the official FinQA evaluation (czyssrs/FinQA, ``code/evaluate/evaluate.py``),
+which scores a predicted *program*:
+
+- execution accuracy (``eval_program``): the program runs on the table, its result is
+  rounded to 5 decimals (``round(res, 5)``; yes/no kept) and must equal ``exe_ans`` exactly;
+  a malformed program (unknown operation, bad structure) scores 0;
+- program accuracy (``equal_program``): symbolic equivalence: the gold program's arguments
+  become symbols, the prediction may use only those, and both programs' sympy-simplified
+  expressions must be equal.
+
+df_ray grades the same way (``df_ray.core.parsing.finqa``: ``execute_program``,
+``program_key``, ``programs_equivalent``). ``Grade.correct`` is execution accuracy;
+``scores`` has ``exec_acc``, ``prog_acc`` and ``value_acc``. Where df_ray differs: a bare
+number is a valid answer for the belief (keyed by value, so it clusters with programs that
+execute to it) but, as in the official evaluation, earns no execution or program credit;
+``value_acc`` (df_ray only) reports whether the answer's value, program or number, matches.
+df_ray's executor is more lenient about surface form than the official string handling:
+``$5``, ``1,234`` arguments, table rows matched case- and space-insensitively, numbers
+identified by value in program accuracy, and ``exe_ans`` itself rounded to 5 decimals before
+the comparison; ``tests/core/test_reference_agreement.py`` checks that whatever the official
+evaluation counts correct df_ray counts correct too. Extraction from a free-text answer (the
+official script reads a model's token sequence, not prose) is df_ray's own: see
+``df_ray.core.parsing.finqa``.
 """
 
 from __future__ import annotations
@@ -171,43 +189,52 @@ class FinQATask:
         return program_key(sample.meta["exe_ans"])
 
     def grade(self, sample: Sample, answer: Observation | None) -> Grade:
-        zero = {"exec_acc": 0.0, "prog_acc": 0.0}
+        zero = {"exec_acc": 0.0, "prog_acc": 0.0, "value_acc": 0.0}
         if answer is None or not answer.valid:
-            return Grade(False, zero, "no valid answer")
+            why = answer.reason if answer is not None and answer.reason else "no valid answer"
+            return Grade(False, zero, why)
         from df_ray.core.parsing.finqa import (
             ProgramError,
             execute_program,
+            number_key,
+            parse_program,
             program_key,
             programs_equivalent,
         )
 
-        text = answer.extracted if answer.extracted is not None else answer.answer
-        text = (text or "").strip()
+        text = (answer.extracted if answer.extracted is not None else answer.answer) or ""
+        text = text.strip()
         gold = self.gold_key(sample)
         table = [list(r) for r in sample.meta["table"]]
-        detail = ""
-        pred_key: str | None = None
         try:
-            pred_key = program_key(execute_program(text, table))
+            parse_program(text)
+            is_program = True
+        except ProgramError:
+            is_program = False
+        if not is_program:
+            # The official evaluation executes programs only: a bare number earns no
+            # execution credit. df_ray still reports whether its value matches (value_acc).
+            key = number_key(text)
+            if key is None and answer.answer is not None:
+                key = answer.answer
+            value_ok = key is not None and key == gold
+            return Grade(False, {**zero, "value_acc": float(value_ok)},
+                         f"bare answer {text[:60]!r}: no program, so no execution credit "
+                         f"(its value {'matches' if value_ok else 'does not match'} {gold})")
+        try:
+            pred_key: str | None = program_key(execute_program(text, table))
+            exec_note = ""
         except ProgramError as e:
-            num = bare_number(text)
-            if num is not None:
-                pred_key = program_key(num)
-            else:
-                detail = f"program error: {e}"
+            pred_key, exec_note = None, f"program error: {e}"
         except Exception as e:  # a malformed answer must not crash the grader
-            detail = f"program error: {e!r}"
+            pred_key, exec_note = None, f"program error: {e!r}"
         exec_ok = pred_key is not None and pred_key == gold
-        if not exec_ok and pred_key is None and answer.answer is not None:
-            exec_ok = answer.answer == gold
-        try:
-            prog_ok = bool(programs_equivalent(text, sample.meta["program"]))
-        except Exception:
-            prog_ok = False
-        if not detail and not exec_ok:
-            detail = f"{pred_key} != {gold}"
-        return Grade(exec_ok, {"exec_acc": float(exec_ok), "prog_acc": float(prog_ok)},
-                     detail)
+        prog_ok = programs_equivalent(sample.meta["program"], text)
+        why = (exec_note or f"executes to {pred_key} ({'=' if exec_ok else '!='} {gold})")
+        why += "; program " + ("symbolically equal to" if prog_ok else "differs from") + \
+            " the gold program"
+        return Grade(exec_ok, {"exec_acc": float(exec_ok), "prog_acc": float(prog_ok),
+                               "value_acc": float(exec_ok)}, why)
 
 
 _NUM = re.compile(r"^[-+]?\$?\s*[-+]?(\d{1,3}(,\d{3})+|\d+)?(\.\d+)?\s*%?$")

@@ -20,15 +20,26 @@ overlaps test.
 Sample ids are content hashes of the problem text (``math/<16 hex>``), so the same problem
 has the same id whichever source it came from.
 
-Grading: ``math_verify.verify(parse(gold), parse(answer))``. math-verify implements its
-timeouts with ``signal.alarm``, which only works on the main thread; off the main thread we
-call it with ``parsing_timeout=None`` / ``timeout_seconds=None`` and bound the input size
-instead (answers longer than ``MAX_ANSWER_CHARS`` are wrong).
+Reference extraction and metric: math-verify (huggingface/Math-Verify), the checker of the
+Open LLM Leaderboard's MATH tasks and lighteval: ``parse`` the model output (last
+``\\boxed{}``, else "final answer is ...", else the last expression) and
+``verify(parse(gold), parse(answer))``; exact match after answer equivalence, averaged.
+df_ray extracts with ``df_ray.core.parsing.math_kind`` (explicit markers first, as
+math-verify; see there for the rules and how its keys relate to math-verify) and grades
+with the same ``verify``; the differential test ``tests/core/test_reference_agreement.py``
+compares the two extractions on a corpus of model-style outputs.
+
+Grading: ``math_verify.verify(parse(gold), parse(answer))``, repeating decimals
+(``0.\\overline{3}``) first rewritten to fractions (math-verify reads them as ``0``).
+math-verify's own timeouts use ``signal.alarm``, which only works on the main thread, so
+df_ray calls it without them inside ``call_bounded`` (an alarm on the main thread, a killable
+helper process elsewhere): a comparison that runs past its bound is wrong, with reason
+``timeout``. Answers longer than ``MAX_ANSWER_CHARS`` are wrong. ``Grade.detail`` says why
+(``math-verify: equal``, ``canonical keys equal``, ``timeout: ...``).
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from df_ray.core.types import Observation, ParseSpec
@@ -162,14 +173,17 @@ class MathTask:
     # ------------------------------------------------------------------ grading
     def grade(self, sample: Sample, answer: Observation | None) -> Grade:
         if answer is None or not answer.valid:
-            return Grade(False, {"em": 0.0}, "no valid answer")
+            why = answer.reason if answer is not None and answer.reason else "no valid answer"
+            return Grade(False, {"em": 0.0}, why)
         pred = answer.extracted if answer.extracted is not None else answer.answer
         if pred is None or not str(pred).strip():
             return Grade(False, {"em": 0.0}, "empty answer")
-        ok = math_equal(sample.gold, str(pred))
+        ok, why = math_verdict(sample.gold, str(pred))
         if not ok and answer.answer is not None and answer.answer == self.gold_key(sample):
-            ok = True
-        return Grade(ok, {"em": float(ok)}, "" if ok else f"{pred!s:.200} != {sample.gold}")
+            ok, why = True, "canonical keys equal"
+        if not ok:
+            why = f"{why}: {pred!s:.200} != {sample.gold}"
+        return Grade(ok, {"em": float(ok)}, why)
 
 
 def _wrap(expr: str) -> str:
@@ -179,21 +193,38 @@ def _wrap(expr: str) -> str:
     return f"\\boxed{{{s}}}"
 
 
-def math_equal(gold: str, pred: str) -> bool:
-    """Whether ``pred`` equals ``gold`` as math-verify sees it (safe on any thread)."""
-    if len(pred) > MAX_ANSWER_CHARS:
-        return False
-    if C.normalize_ws(gold) == C.normalize_ws(pred):
-        return True
+def mv_equal(gold: str, pred: str) -> bool:
+    """math-verify's ``verify(parse(gold), parse(pred))`` without its signal timeouts (callers
+    bound it: ``math_verdict``), repeating decimals rewritten to fractions first."""
     from math_verify import parse, verify
 
-    main = threading.current_thread() is threading.main_thread()
-    t = 5 if main else None
-    try:
-        g = parse(_wrap(gold), parsing_timeout=t)  # type: ignore[arg-type]
-        p = parse(_wrap(pred), parsing_timeout=t)  # type: ignore[arg-type]
-        if not g or not p:
-            return False
-        return bool(verify(g, p, timeout_seconds=t))
-    except Exception:
+    from df_ray.core.parsing.math_kind import rewrite_repeating
+
+    g = parse(_wrap(rewrite_repeating(gold)), parsing_timeout=None)  # type: ignore[arg-type]
+    p = parse(_wrap(rewrite_repeating(pred)), parsing_timeout=None)  # type: ignore[arg-type]
+    if not g or not p:
         return False
+    return bool(verify(g, p, timeout_seconds=None))  # type: ignore[arg-type]
+
+
+def math_verdict(gold: str, pred: str) -> tuple[bool, str]:
+    """``(equal, reason)``: math-verify's verdict, bounded in time on any thread."""
+    from df_ray.core.parsing._bounded import ParseTimeout, call_bounded
+    from df_ray.core.parsing.math_kind import SYMPY_TIMEOUT_S
+
+    if len(pred) > MAX_ANSWER_CHARS:
+        return False, f"answer longer than {MAX_ANSWER_CHARS} characters"
+    if C.normalize_ws(gold) == C.normalize_ws(pred):
+        return True, "same text as the gold answer"
+    try:
+        ok = bool(call_bounded(mv_equal, gold, pred, timeout_s=2 * SYMPY_TIMEOUT_S))
+    except ParseTimeout:
+        return False, "timeout: math-verify ran past its bound"
+    except Exception as e:
+        return False, f"math-verify error: {type(e).__name__}"
+    return ok, "math-verify: equal" if ok else "math-verify: not equal"
+
+
+def math_equal(gold: str, pred: str) -> bool:
+    """Whether ``pred`` equals ``gold`` as math-verify sees it (bounded on any thread)."""
+    return math_verdict(gold, pred)[0]

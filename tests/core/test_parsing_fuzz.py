@@ -109,7 +109,6 @@ def test_executor_raises_only_program_error(program: str) -> None:
 @given(a=programs(), b=programs())
 def test_programs_equivalent_is_total_and_reflexive(a: str, b: str) -> None:
     assert isinstance(programs_equivalent(a, b), bool)
-    assert programs_equivalent(a, b) == programs_equivalent(b, a)
     try:
         execute_program(a, (("revenue", "1", "2"),))
     except ProgramError:

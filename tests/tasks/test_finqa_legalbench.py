@@ -36,14 +36,15 @@ def test_finqa_splits(fixtures):
 @pytest.mark.parametrize(("question", "answer", "exec_ok", "prog_ok"), [
     ("what is the change in revenue?", "subtract(5829, 5735)", True, True),
     ("what is the change in revenue?", "subtract(5829,5735)", True, True),
-    ("what is the change in revenue?", "94", True, False),
-    ("what is the change in revenue?", "94.0", True, False),
+    # the official evaluation executes programs only: a bare number earns no credit
+    ("what is the change in revenue?", "94", False, False),
+    ("what is the change in revenue?", "94.0", False, False),
     ("what is the change in revenue?", "add(5829, 5735)", False, False),
     ("what is the change in revenue?", "subtract(5735, 5829)", False, False),
     ("what is the percentage change in revenue?",
      "subtract(5829, 5735), divide(#0, 5735)", True, True),
     ("what is the percentage change in revenue?", "divide(94, 5735)", True, False),
-    ("what is the percentage change in revenue?", "1.639%", True, False),
+    ("what is the percentage change in revenue?", "1.639%", False, False),
     ("was revenue greater in 2009?", "greater(5829, 5735)", True, True),
     ("was revenue greater in 2009?", "greater(5735, 5829)", False, False),
     ("what is the total revenue?", "table_sum(revenue, none)", True, True),
@@ -67,7 +68,12 @@ def test_finqa_parser_round_trip_and_prompt(finqa):
     o = parse("reasoning\nAnswer: subtract(5829, 5735), divide(#0, 5735)\nConfidence: 0.6",
               t.parse_spec(s), "a")
     assert o.answer == t.gold_key(s)
-    assert t.grade(s, o).scores == {"exec_acc": 1.0, "prog_acc": 1.0}
+    assert t.grade(s, o).scores == {"exec_acc": 1.0, "prog_acc": 1.0, "value_acc": 1.0}
+    bare = parse("Answer: 0.01639", t.parse_spec(s), "a")
+    assert bare.answer == t.gold_key(s)  # clusters with the program ...
+    g = t.grade(s, bare)  # ... but earns no execution credit, as in the official evaluation
+    assert g.scores == {"exec_acc": 0.0, "prog_acc": 0.0, "value_acc": 1.0} and not g.correct
+    assert "no execution credit" in g.detail
     assert not t.grade(s, None).correct
     p = t.agent_prompt(s)
     assert "| revenue | 5829 | 5735 |" in p and "divide(#0, 5735)" in p and "Confidence" in p

@@ -33,8 +33,10 @@ from typing import Any
 
 #: Seconds a helper process may take to start and import what it preloads.
 STARTUP_TIMEOUT_S = 120.0
+#: Helper processes at most (per parent process); more threads wait for a free one.
+MAX_WORKERS = max(2, min(8, os.cpu_count() or 2))
 #: Idle helper processes kept for reuse (per parent process).
-MAX_IDLE_WORKERS = 4
+MAX_IDLE_WORKERS = MAX_WORKERS
 #: Modules a helper imports before it reports ready (so a call's bound excludes imports).
 PRELOAD = ("sympy", "math_verify", "df_ray.core.parsing.math_kind")
 
@@ -103,6 +105,7 @@ class _Worker:
 
 _lock = threading.Lock()
 _idle: list[_Worker] = []
+_slots = threading.BoundedSemaphore(MAX_WORKERS)
 
 
 def _take() -> _Worker:
@@ -162,17 +165,18 @@ def call_bounded(fn, *args: Any, timeout_s: float) -> Any:
     """
     if _can_use_alarm():
         return _in_process_with_alarm(fn, args, timeout_s)
-    w = _take()
-    try:
-        result = w.call(fn.__module__, fn.__qualname__, args, timeout_s)
-    except (ParseTimeout, EOFError, OSError):
-        w.kill()
-        raise ParseTimeout(f"ran past {timeout_s:g}s (helper process killed)") from None
-    except BaseException:
+    with _slots:
+        w = _take()
+        try:
+            result = w.call(fn.__module__, fn.__qualname__, args, timeout_s)
+        except (ParseTimeout, EOFError, OSError):
+            w.kill()
+            raise ParseTimeout(f"ran past {timeout_s:g}s (helper process killed)") from None
+        except BaseException:
+            _give(w)
+            raise
         _give(w)
-        raise
-    _give(w)
-    return result
+        return result
 
 
 def _serve() -> None:  # pragma: no cover - runs in the helper process

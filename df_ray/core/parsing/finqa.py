@@ -242,44 +242,100 @@ def program_key(value: float | int | str) -> str:
 
 # ---------------------------------------------------------------- symbolic program equality
 
-def _tree(steps: list[_Step], i: int, memo: dict[int, tuple]) -> tuple:
-    if i in memo:
-        return memo[i]
-    step = steps[i]
+#: Seconds allowed for one symbolic comparison (sympy simplify), on any thread.
+EQUIVALENCE_TIMEOUT_S = 5.0
+
+
+def _arg_token(token: str) -> str:
+    """The identity of an argument for program accuracy: its value for numbers and constants
+    (``5,829`` = ``5829`` = ``5829.0``; ``const_4`` = ``4``), ``#n`` as written."""
+    t = token.strip()
+    m = _REF_RE.match(t)
+    if m:
+        return f"#{int(m.group(1))}"
+    c = _const(t)
+    v = c if c is not None else parse_number(t)
+    return repr(round(v, 10))
+
+
+def _step_tokens(step: _Step) -> list[str]:
     if step.op in TABLE_OPS:
-        node: tuple = (step.op, ("row", _norm_row(step.args[0])))
-    else:
-        kids = []
+        return [f"{step.op}({_norm_row(step.args[0])})"]
+    return [_arg_token(a) for a in step.args if not _REF_RE.match(a.strip())]
+
+
+def _symbolic(steps: list[_Step], symbols: dict[str, object]):
+    import sympy
+
+    values: list[object] = []
+    for i, step in enumerate(steps):
+        if step.op in TABLE_OPS:
+            values.append(symbols[_step_tokens(step)[0]])
+            continue
+        args = []
         for a in step.args:
-            t = a.strip()
-            m = _REF_RE.match(t)
+            m = _REF_RE.match(a.strip())
             if m:
                 j = int(m.group(1))
                 if j >= i:
                     raise ProgramError(f"reference #{j} to a later step")
-                kids.append(_tree(steps, j, memo))
+                args.append(values[j])
             else:
-                c = _const(t)
-                v = c if c is not None else parse_number(t)
-                kids.append(("num", repr(round(v, 10))))
-        if step.op in COMMUTATIVE_OPS:
-            kids.sort(key=repr)
-        node = (step.op, *kids)
-    memo[i] = node
-    return node
+                args.append(symbols[_arg_token(a)])
+        x, y = args
+        if step.op == "add":
+            values.append(x + y)
+        elif step.op == "subtract":
+            values.append(x - y)
+        elif step.op == "multiply":
+            values.append(x * y)
+        elif step.op == "divide":
+            values.append(x / y)
+        elif step.op == "exp":
+            values.append(x**y)
+        else:
+            values.append(sympy.StrictGreaterThan(x, y))
+    return sympy.simplify(values[-1])
 
 
-def program_tree(program: str) -> tuple:
-    """The expression tree of a program's final step (#n resolved, commutative args sorted)."""
-    steps = parse_program(program)
-    return _tree(steps, len(steps) - 1, {})
+def symbolic_equal(gold: str, pred: str) -> bool:
+    """FinQA's ``equal_program`` without a time bound (use ``programs_equivalent``)."""
+    import sympy
+
+    g_steps = parse_program(gold)
+    p_steps = parse_program(pred)
+    symbols: dict[str, object] = {}
+    for step in g_steps:
+        for tok in _step_tokens(step):
+            symbols.setdefault(tok, sympy.Symbol(f"a{len(symbols)}"))
+    for step in p_steps:  # the prediction may only use the gold program's arguments
+        if any(tok not in symbols for tok in _step_tokens(step)):
+            return False
+    return bool(_symbolic(g_steps, symbols) == _symbolic(p_steps, symbols))
 
 
-def programs_equivalent(a: str, b: str) -> bool:
-    """FinQA program accuracy: same ops in the same structure, add/multiply in any order."""
+def programs_equivalent(gold: str, pred: str) -> bool:
+    """FinQA program accuracy, as its official evaluation (``equal_program`` in
+    czyssrs/FinQA ``code/evaluate/evaluate.py``) defines it: every argument of the gold
+    program becomes a symbol, the predicted program may use only those arguments (in any
+    step, used or not), both programs become sympy expressions over the symbols (#n resolved)
+    and are equal when their simplified forms are. So ``add(a, b)`` = ``add(b, a)`` and
+    ``add(1, 2), add(#0, 3)`` = ``add(1, 3), add(#0, 2)``.
+
+    Where df_ray is more lenient than the official string matching: numbers are identified
+    by value (``5,829`` = ``5829``, ``const_4`` = ``4``) and table rows by their normalized
+    name. Bounded in time on any thread (False when the comparison runs past
+    ``EQUIVALENCE_TIMEOUT_S``); never raises.
+    """
+    from df_ray.core.parsing._bounded import ParseTimeout, call_bounded
+
     try:
-        return program_tree(a) == program_tree(b)
-    except (ProgramError, RecursionError):
+        parse_program(gold)
+        parse_program(pred)
+        return bool(call_bounded(symbolic_equal, gold, pred, timeout_s=EQUIVALENCE_TIMEOUT_S))
+    except (ProgramError, ParseTimeout, RecursionError):
+        return False
+    except Exception:
         return False
 
 
