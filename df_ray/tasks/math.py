@@ -210,12 +210,13 @@ def mv_equal(gold: str, pred: str) -> bool:
 def math_verdict(gold: str, pred: str) -> tuple[bool, str]:
     """``(equal, reason)``: math-verify's verdict, bounded in time on any thread."""
     from df_ray.core.parsing._bounded import ParseTimeout, call_bounded
-    from df_ray.core.parsing.math_kind import SYMPY_TIMEOUT_S
+    from df_ray.core.parsing.math_kind import SYMPY_TIMEOUT_S, warm
 
     if len(pred) > MAX_ANSWER_CHARS:
         return False, f"answer longer than {MAX_ANSWER_CHARS} characters"
     if C.normalize_ws(gold) == C.normalize_ws(pred):
         return True, "same text as the gold answer"
+    warm()
     try:
         ok = bool(call_bounded(mv_equal, gold, pred, timeout_s=2 * SYMPY_TIMEOUT_S))
     except ParseTimeout:

@@ -90,7 +90,7 @@ OUTPUTS = [
     ("We compute 3 + 4 = 7 and then 7*2 = 14", "14", 0.5),
     ("The total is 1,250 apples", "1250", 0.5),
     ("So it costs $\\$12.50$ in total.", "12.5", 0.5),
-    ("\\boxed{3}\n\nFinal Answer: 4", "4", 1.0),  # the later explicit marker wins
+    ("\\boxed{3}\n\nFinal Answer: 4", "3", 1.0),  # as math-verify: a box beats a later marker
     ("Final Answer: 4\n\nActually, \\boxed{3}", "3", 1.0),
     ("The answer is 5.\nConfidence: 0.9", "5", 0.9),  # the confidence digit is not an answer
     ("I computed 8.\nConfidence: 95%", "8", 0.5),

@@ -34,7 +34,7 @@ from df_ray.core.parsing.label import extract_label, match_label
 from df_ray.core.parsing.math_kind import (
     MathExtractError,
     canonical_math,
-    extract_math_rule,
+    extract_math_answer,
     math_key,
 )
 from df_ray.core.types import Observation, ParseSpec
@@ -71,12 +71,9 @@ def _parse_kind(text: str, spec: ParseSpec) -> _Found | _Invalid:
     kind = spec.kind
     if kind == "math":
         try:
-            found = extract_math_rule(text)
+            ans, q, rule = extract_math_answer(text)
         except MathExtractError as e:
-            return _Invalid(str(e))
-        if found is None:
-            return _Invalid("no answer found")
-        ans, q, rule = found
+            return _Invalid(str(e), e.rule, e.extracted)
         key, reason = math_key(ans)
         if key is None:
             return _Invalid(reason or "unreadable answer", rule, ans.strip())

@@ -41,8 +41,11 @@ MAX_IDLE_WORKERS = MAX_WORKERS
 PRELOAD = ("sympy", "math_verify", "df_ray.core.parsing.math_kind")
 
 
-class ParseTimeout(TimeoutError):
-    """A bounded parsing call ran past its time limit."""
+class ParseTimeout(BaseException):
+    """A bounded parsing call ran past its time limit.
+
+    A BaseException (like KeyboardInterrupt) so that the ``except Exception`` blocks inside
+    math-verify and sympy cannot swallow it and turn a timeout into "no answer"."""
 
 
 def _write(stream, obj: Any) -> None:
@@ -186,6 +189,8 @@ def _serve() -> None:  # pragma: no cover - runs in the helper process
     for mod in PRELOAD:
         with contextlib.suppress(Exception):
             importlib.import_module(mod)
+    with contextlib.suppress(Exception):
+        importlib.import_module("df_ray.core.parsing.math_kind").warm()
     with contextlib.suppress(Exception):
         import logging
 

@@ -13,8 +13,10 @@ that finds a letter wins; ``rule`` is recorded on the observation):
 3. ``marker`` / ``boxed`` / ``option_correct`` (1.0): what the official regexes miss: a colon
    after the verb (``The answer is: B``, ``The final answer is: (C)``), lower-case letters
    (``(c)`` = ``C``), markdown (``**Answer:** D``), ``\boxed{C}``, ``option C is correct``,
-   ``the correct option is D``. Among these the LAST one in the text wins.
-4. ``bold_letter`` (0.8): a bold letter ``**C**``; ``letter_line`` (0.6): a line that is just a
+   ``the correct option is D``, ``my final choice is (B)``. Among these the LAST one in the
+   text wins.
+4. ``bold_letter`` (0.8): a line that is just a bold letter ``**C**`` (not ``**(B)** is
+   wrong`` in an option-by-option analysis); ``letter_line`` (0.6): a line that is just a
    letter such as ``(C)`` / ``C.``; an option list (``C. Paris``) is not an answer.
 
 The official script ends with a last-resort guess, the last standalone capital A-J anywhere in
@@ -50,10 +52,15 @@ _OPTION_CORRECT_RE = re.compile(
     r"(?i)\b(?:option|choice)\s+" + _LETTER_TOKEN + r"\s+(?:is|seems|appears)\s+(?:the\s+)?"
     r"(?:correct|right|best|answer)"
 )
+_CHOICE_IS_RE = re.compile(
+    r"(?i)\b(?:my\s+)?(?:final\s+)?(?:choice|selection)\s+is\s*[:：]?\s*[*_]*\s*" + _LETTER_TOKEN
+)
 _CORRECT_OPTION_RE = re.compile(
     r"(?i)\b(?:correct|right|best)\s+(?:option|choice)\s*(?:is|:|would\s+be)\s*[*_]*\s*" + _LETTER_TOKEN
 )
-_BOLD_RE = re.compile(r"\*\*\s*[(\[]?([A-J])[)\]]?\s*[.:)]?\s*\*\*")
+# A bold letter that is the whole line ("**C**", "**(C).**"), not "**(B)** is wrong" in an
+# option-by-option analysis.
+_BOLD_RE = re.compile(r"(?m)^[^\S\n]*\*\*\s*[(\[]?([A-J])[)\]]?\s*[.:)]?\s*\*\*[^\S\n]*[.!]?[^\S\n]*$")
 _LINE_RE = re.compile(r"(?m)^[^\S\n]*[*_]*[(\[]?([A-J])[)\].:]?[*_]*[^\S\n]*$")
 
 
@@ -116,7 +123,7 @@ def extract_choice_rule(text: str) -> tuple[str, float, str] | None:
         if letter:
             explicit.append((start, letter, "boxed"))
     for pat, rule in ((_MARKER_RE, "marker"), (_OPTION_CORRECT_RE, "option_correct"),
-                      (_CORRECT_OPTION_RE, "option_correct")):
+                      (_CORRECT_OPTION_RE, "option_correct"), (_CHOICE_IS_RE, "marker")):
         for m in pat.finditer(body):
             if _letter_ok(body, m):
                 explicit.append((m.start(), m.group(1).upper(), rule))

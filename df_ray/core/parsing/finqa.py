@@ -328,8 +328,10 @@ def programs_equivalent(gold: str, pred: str) -> bool:
     ``EQUIVALENCE_TIMEOUT_S``); never raises.
     """
     from df_ray.core.parsing._bounded import ParseTimeout, call_bounded
+    from df_ray.core.parsing.math_kind import warm
 
     try:
+        warm()
         parse_program(gold)
         parse_program(pred)
         return bool(call_bounded(symbolic_equal, gold, pred, timeout_s=EQUIVALENCE_TIMEOUT_S))

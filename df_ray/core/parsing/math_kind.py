@@ -6,13 +6,17 @@ math-verify (huggingface/Math-Verify): ``parse`` extracts the last ``\\boxed{}``
 sympy. df_ray extracts the same final answer where an explicit marker exists and keys it so
 that equal keys are math-verify-equal (property-tested against math-verify).
 
-Extraction rules (``rule`` on the observation), in order of trust: ``boxed`` (the last complete
-``\\boxed{}``/``\\fbox{}``, 1.0) or ``final_answer`` (an explicit ``Final answer:`` /
-``Answer:`` line, 1.0) or ``answer_is`` (a softer "the answer is", 0.9), whichever comes last in
-the text; else ``last_number`` (the last number in the text, 0.5). Invalid: answer text after a
-marker with unbalanced braces, or a ``\\boxed{`` left open after the last candidate (a
-truncated output), or a canonicalization that runs past ``SYMPY_TIMEOUT_S`` (on any thread:
-see ``_bounded``), the reason being recorded.
+Extraction (``extract_math_answer``): math-verify's own extraction decides the answer text
+whenever it finds one, so df_ray reads what the reference grader reads (a box anywhere wins
+over a later "the answer is $x$"; several boxes are read together, as math-verify does).
+df_ray's rules come first only to refuse malformed answers: text after a marker with
+unbalanced braces, or a ``\\boxed{`` left open after the last candidate (a truncated output),
+is invalid; and after it, where it finds nothing: an explicit ``Final answer:`` / ``Answer:``
+line, else the last number in the text. ``rule`` on the observation names where the answer came
+from: ``boxed`` (1.0), ``final_answer`` (1.0), ``answer_is`` (a softer "the answer is", 0.9),
+``last_expression`` (math-verify's fallback, 0.5) or ``last_number`` (df_ray's, 0.5). Every
+math-verify and sympy call is bounded by ``SYMPY_TIMEOUT_S`` on any thread (see
+``_bounded``); an output that runs past it is invalid with reason ``timeout: ...``.
 
 Canonicalization: a cheap normalization of the LaTeX (``\\left``/``\\right``, ``\\dfrac``,
 ``\\text{units}``, degrees, percent, currency, trailing dots), a fast exact path for plain
@@ -263,6 +267,22 @@ def _sympy_key(s: str) -> str | None:
     return _shorten(key)
 
 
+@functools.lru_cache(maxsize=1)
+def warm() -> bool:
+    """Import math-verify and sympy and run one parse, outside any time bound (the first call
+    pays seconds of imports and grammar loading that must not count as a slow answer)."""
+    try:
+        from math_verify import parse as mv_parse
+
+        mv_parse("$\\frac{1}{2}$", parsing_timeout=None)  # type: ignore[arg-type]
+        import sympy
+
+        sympy.simplify(sympy.Symbol("x") + 1)
+        return True
+    except Exception:
+        return False
+
+
 @functools.lru_cache(maxsize=65536)
 def math_key(answer: str) -> tuple[str | None, str]:
     """``(key, reason)`` of a bare math answer: the key, or None with why (empty, timeout)."""
@@ -276,6 +296,7 @@ def math_key(answer: str) -> tuple[str | None, str]:
     if fr is not None:
         return _fraction_key(fr), ""
     if len(s) <= MAX_SYMPY_CHARS and not _looks_like_prose(s):
+        warm()
         try:
             key = call_bounded(_sympy_key, s, timeout_s=SYMPY_TIMEOUT_S)
         except ParseTimeout:
@@ -320,7 +341,12 @@ def _clean_marker_text(rest: str) -> str:
 
 
 class MathExtractError(ValueError):
-    """The output has a final-answer marker but its answer cannot be read (reason in args)."""
+    """No readable answer: the reason, and the rule and text df_ray's own rules found (if any)."""
+
+    def __init__(self, reason: str, rule: str = "", extracted: str | None = None) -> None:
+        super().__init__(reason)
+        self.rule = rule
+        self.extracted = extracted
 
 
 _OPEN_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -367,10 +393,61 @@ def extract_math_rule(text: str) -> tuple[str, float, str] | None:
     return None
 
 
+def mv_extract(text: str) -> str | None:
+    """The answer string math-verify's own ``parse`` extracts from a model output (its default
+    configs: LaTeX with boxed first, then plain expressions), or None. Unbounded: callers use
+    ``call_bounded``."""
+    from math_verify import parse as mv_parse
+
+    found = mv_parse(text, parsing_timeout=None)  # type: ignore[arg-type]
+    if len(found) >= 2 and isinstance(found[1], str) and found[1].strip():
+        return found[1]
+    return None
+
+
+def _squash(s: str) -> str:
+    return re.sub(r"\s+|\\[,;!: ]|\\left|\\right|\$", "", s)
+
+
+def extract_math_answer(text: str) -> tuple[str, float, str]:
+    """``(answer text, quality, rule)`` as the MATH leaderboards read it, or MathExtractError.
+
+    math-verify's own extraction decides the answer whenever it finds one (so df_ray reads what
+    the reference grader reads: a box anywhere before a later "the answer is $x$", several
+    boxes read together); df_ray's rules come first only to refuse malformed answers
+    (unbalanced braces, an unclosed box) and after it where it finds nothing. The rule is
+    df_ray's name for where the answer came from: ``boxed``, ``final_answer``, ``answer_is``,
+    ``last_expression`` (math-verify's fallback) or ``last_number`` (df_ray's).
+    """
+    own = extract_math_rule(text)
+    body = strip_confidence_lines(text)
+    warm()
+    try:
+        ref = call_bounded(mv_extract, body, timeout_s=SYMPY_TIMEOUT_S)
+    except ParseTimeout:
+        raise MathExtractError(
+            f"timeout: extracting the answer took over {SYMPY_TIMEOUT_S:g}s",
+            own[2] if own else "", own[0].strip() if own else None) from None
+    except Exception:
+        ref = None
+    if ref is None:
+        if own is None:
+            raise MathExtractError("no answer found")
+        return own
+    if own is not None and own[2] != "last_number" and _squash(own[0]) == _squash(ref):
+        return ref, own[1], own[2]
+    if any(_squash(ref) == _squash(c) for _, c in boxed_spans(squeeze(body))) or \
+            (own is not None and own[2] == "boxed" and "," in ref):
+        return ref, 1.0, "boxed"
+    if own is not None and own[2] != "last_number":
+        return ref, own[1], own[2]
+    return ref, 0.5, "last_expression"
+
+
 def extract_math(text: str) -> tuple[str, float] | None:
     """``(answer text, quality)`` of the final answer in a model output, or None."""
     try:
-        found = extract_math_rule(text)
+        found = extract_math_answer(text)
     except MathExtractError:
         return None
-    return None if found is None else (found[0], found[1])
+    return found[0], found[1]

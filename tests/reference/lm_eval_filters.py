@@ -1,0 +1,71 @@
+"""lm-evaluation-harness's own answer filters for MMLU-Pro and GPQA, run as the harness runs them.
+
+The regexes are read from the installed ``lm_eval`` package's task configs
+(``tasks/mmlu_pro/_default_template_yaml``: ``custom-extract``;
+``tasks/gpqa/cot_zeroshot/_gpqa_cot_zeroshot_yaml``: ``strict-match`` and
+``flexible-extract``) and applied with the harness's filter classes (``RegexFilter``,
+``MultiChoiceRegexFilter``, ``take_first``). Only ``lm_eval.filters`` is imported (the
+package is installed without its model dependencies).
+
+A filtered answer is turned into a letter the way the harness scores it: ``exact_match``
+with ``ignore_case`` and ``ignore_punctuation`` against the target (a letter for MMLU-Pro,
+``(X)`` for GPQA), so a filtered ``(b)`` or ``B`` counts as ``B`` and ``[invalid]`` or
+``(B) Paris`` as no answer.
+"""
+
+from __future__ import annotations
+
+import string
+from importlib import resources
+from typing import Any
+
+import yaml
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+_Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def _task_config(*parts: str) -> dict[str, Any]:
+    path = resources.files("lm_eval").joinpath("tasks", *parts)
+    return yaml.load(path.read_text(), Loader=_Loader)
+
+
+def _filters(cfg: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    return {f["name"]: f["filter"] for f in cfg["filter_list"]}
+
+
+MMLU_PRO_FILTERS = _filters(_task_config("mmlu_pro", "_default_template_yaml"))
+GPQA_FILTERS = _filters(_task_config("gpqa", "cot_zeroshot", "_gpqa_cot_zeroshot_yaml"))
+
+
+def _letter(filtered: str, n_options: int) -> str | None:
+    s = filtered.lower().translate(str.maketrans("", "", string.punctuation)).strip()
+    letters = "abcdefghij"[:n_options]
+    return s.upper() if len(s) == 1 and s in letters else None
+
+
+def _filter(steps: list[dict[str, Any]], text: str, doc: dict[str, Any], n: int) -> str | None:
+    from lm_eval.filters import build_filter_ensemble
+
+    comps = [(s["function"], {k: v for k, v in s.items() if k != "function"}) for s in steps]
+    resps: Any = [[text]]
+    for make in build_filter_ensemble("reference", comps).filters:
+        resps = list(make().apply(resps, [doc]))
+    out = resps[0]
+    return _letter(out if isinstance(out, str) else out[0], n)
+
+
+def mmlu_pro_custom_extract(text: str) -> str | None:
+    return _filter(MMLU_PRO_FILTERS["custom-extract"], text, {}, 10)
+
+
+def gpqa_strict_match(text: str) -> str | None:
+    return _filter(GPQA_FILTERS["strict-match"], text, {"choices": []}, 4)
+
+
+def gpqa_flexible_extract(text: str, choices: list[str]) -> str | None:
+    return _filter(GPQA_FILTERS["flexible-extract"], text, {"choices": choices}, 4)
