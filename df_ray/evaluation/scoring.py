@@ -86,6 +86,8 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> R
     final_grade = grade_obs(outcome.final)
     agent_correct = {o.agent: bool(grade_obs(o).correct)
                      for o in outcome.agent_observations if o.valid}
+    agent_grade_detail = {o.agent: grade_obs(o).detail
+                          for o in outcome.agent_observations if o.valid}
     d = outcome.decision
     coord = outcome.coordinator
     coord_answer = coord.answer if coord is not None and coord.valid else None
@@ -101,7 +103,9 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> R
     detail = {
         "observations": [_obs_dict(o) for o in outcome.agent_observations],
         "agent_correct": agent_correct,
+        "agent_grade_detail": agent_grade_detail,
         "final": _obs_dict(outcome.final) if outcome.final else None,
+        "final_grade_detail": final_grade.detail,
         "coordinator": _obs_dict(coord) if coord is not None else None,
         "extra": outcome.extra,
         "calls": [{"round": c.round, "role": c.role, "agent": c.agent, "cached": c.cached,
@@ -136,6 +140,8 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> R
 
 
 def _obs_dict(o: Observation) -> dict[str, Any]:
+    # extracted text, canonical key (answer) and the extraction rule that fired; for an
+    # invalid output, why (reason).
     return {"agent": o.agent, "answer": o.answer, "confidence": o.confidence, "valid": o.valid,
             "quality": o.quality, "extracted": (o.extracted or "")[:2000],
-            "raw": o.raw[:4000]}
+            "rule": o.rule, "reason": o.reason, "raw": o.raw[:4000]}

@@ -17,6 +17,15 @@ and machines, different between questions. ``gold`` is the letter of the correct
 Splits: test = all diamond rows in data-set order; calibration = main rows not in
 diamond (by Record ID and by question text), ordered by sha256(seed, id), the first
 ``calibration_size`` (100).
+
+Reference extraction: lm-evaluation-harness's ``gpqa_diamond_cot_zeroshot`` filters:
+``strict-match`` (``(?<=The answer is )(.*)(?=.)``, the first match) and ``flexible-extract``
+(the last ``(X)`` in the output, then the option texts), scored by ``exact_match`` ignoring
+case and punctuation. df_ray reads letters with the MMLU-Pro cascade
+(``df_ray.core.parsing.choice``, A-D), which agrees with ``strict-match`` wherever it finds a
+letter (``tests/core/test_reference_agreement.py``); ``flexible-extract`` picks letters out of
+option-by-option analyses and contradicts ``strict-match`` on the same outputs, so it is
+reported there, not followed. Metric: accuracy.
 """
 
 from __future__ import annotations

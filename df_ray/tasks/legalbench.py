@@ -40,6 +40,13 @@ sha256 of the row id; disjoint by construction, and the same for every run seed.
 Metric: normalized exact match (lower-case, punctuation removed, whitespace collapsed),
 i.e. accuracy, as the paper reports. LegalBench's own evaluation reports *balanced*
 accuracy per task over the same normalized match.
+
+Reference extraction: LegalBench's ``evaluation.py`` (HazyResearch/legalbench) compares
+the whole generation with the answer after ``normalize`` (punctuation removed, stripped,
+lower-cased); it does no extraction beyond that (its prompts ask for the label alone).
+df_ray reads the label after ``Answer:``/``Label:`` or from the last line
+(``df_ray.core.parsing.label``), so an answer that the reference scores right (the label
+alone) is read the same, and a label followed by an explanation is read too.
 """
 
 from __future__ import annotations

@@ -14,6 +14,14 @@ category, so it yields the same 2,100 test rows and an empty calibration split.
 
 Ids: ``mmlu_pro/<question_id>``, or a content hash when the source has no id (GoA).
 ``ParseSpec.n_options`` is the row's actual option count (some rows have fewer than 10).
+
+Reference extraction: the benchmark's evaluation script (TIGER-AI-Lab/MMLU-Pro,
+``evaluate_from_api.py``): the first ``answer is \\(?([A-J])\\)?``, else the first line with
+``[aA]nswer:\\s*([A-J])``, else a guess (the last standalone capital A-J); and
+lm-evaluation-harness's ``mmlu_pro`` task (``custom-extract``: the first regex only, then
+``exact_match``). df_ray's choice parser (``df_ray.core.parsing.choice``) applies the two
+regexes first, exactly, then reads what they miss and never guesses; the differential test
+``tests/core/test_reference_agreement.py`` checks both references. Metric: accuracy.
 """
 
 from __future__ import annotations
