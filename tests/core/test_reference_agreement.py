@@ -71,7 +71,12 @@ def test_choice_agrees_with_mmlu_pro_script_and_lm_eval(corpus: str, n_options: 
                              reason="lm-eval is a test dependency (scripts/setup.sh)")
     stats: Counter = Counter()
     failures = []
-    for r in _rows(corpus):
+    rows = _rows(corpus)
+    texts = [r["text"] for r in rows]
+    lm_mmlu = lm.mmlu_pro_custom_extract(texts)
+    lm_strict = lm.gpqa_strict_match(texts)
+    lm_flex = lm.gpqa_flexible_extract(texts, [r["options"] for r in rows])
+    for i, r in enumerate(rows):
         text = r["text"]
         obs = parse(text, ParseSpec("choice", n_options=n_options))
         ours = obs.answer
@@ -92,8 +97,7 @@ def test_choice_agrees_with_mmlu_pro_script_and_lm_eval(corpus: str, n_options: 
                 failures.append(("official guess", official, ours, obs.rule, text))
         else:
             stats["official_none:" + ("df_ray_finds" if ours else "none")] += 1
-        for name, ref in (("lm_eval_mmlu_pro", lm.mmlu_pro_custom_extract(text)),
-                          ("lm_eval_gpqa_strict", lm.gpqa_strict_match(text))):
+        for name, ref in (("lm_eval_mmlu_pro", lm_mmlu[i]), ("lm_eval_gpqa_strict", lm_strict[i])):
             if ref is None or ref not in "ABCDEFGHIJ"[:n_options]:
                 stats[f"{name}:none" + (":df_ray_finds" if ours else "")] += 1
             elif ref == ours:
@@ -101,14 +105,14 @@ def test_choice_agrees_with_mmlu_pro_script_and_lm_eval(corpus: str, n_options: 
             else:
                 stats[f"{name}:DIFFER"] += 1
                 failures.append((name, ref, ours, obs.rule, text))
-        flex = lm.gpqa_flexible_extract(text, r["options"])
+        flex = lm_flex[i]
         if flex is not None:
             stats["lm_eval_gpqa_flexible(report only):" +
                   ("agree" if flex == ours else "differ")] += 1
-    _report(f"{corpus} ({sum(1 for _ in _rows(corpus))} outputs)", stats)
+    _report(f"{corpus} ({len(rows)} outputs)", stats)
     assert not failures, failures[:5]
     # df_ray abstains on the guess only where the output has no answer marker at all
-    assert stats["official_guess:df_ray_abstains"] <= 0.15 * len(_rows(corpus))
+    assert stats["official_guess:df_ray_abstains"] <= 0.15 * len(rows)
 
 
 def test_math_agrees_with_math_verify() -> None:

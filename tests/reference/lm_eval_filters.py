@@ -48,24 +48,26 @@ def _letter(filtered: str, n_options: int) -> str | None:
     return s.upper() if len(s) == 1 and s in letters else None
 
 
-def _filter(steps: list[dict[str, Any]], text: str, doc: dict[str, Any], n: int) -> str | None:
+def _filter_many(steps: list[dict[str, Any]], texts: list[str], docs: list[dict[str, Any]],
+                 n: int) -> list[str | None]:
+    """The filter chain over a batch, as the harness applies it (one response per doc)."""
     from lm_eval.filters import build_filter_ensemble
 
     comps = [(s["function"], {k: v for k, v in s.items() if k != "function"}) for s in steps]
-    resps: Any = [[text]]
+    resps: Any = [[t] for t in texts]
     for make in build_filter_ensemble("reference", comps).filters:
-        resps = list(make().apply(resps, [doc]))
-    out = resps[0]
-    return _letter(out if isinstance(out, str) else out[0], n)
+        resps = list(make().apply(resps, docs))
+    return [_letter(r if isinstance(r, str) else r[0], n) for r in resps]
 
 
-def mmlu_pro_custom_extract(text: str) -> str | None:
-    return _filter(MMLU_PRO_FILTERS["custom-extract"], text, {}, 10)
+def mmlu_pro_custom_extract(texts: list[str]) -> list[str | None]:
+    return _filter_many(MMLU_PRO_FILTERS["custom-extract"], texts, [{} for _ in texts], 10)
 
 
-def gpqa_strict_match(text: str) -> str | None:
-    return _filter(GPQA_FILTERS["strict-match"], text, {"choices": []}, 4)
+def gpqa_strict_match(texts: list[str]) -> list[str | None]:
+    return _filter_many(GPQA_FILTERS["strict-match"], texts, [{"choices": []} for _ in texts], 4)
 
 
-def gpqa_flexible_extract(text: str, choices: list[str]) -> str | None:
-    return _filter(GPQA_FILTERS["flexible-extract"], text, {"choices": choices}, 4)
+def gpqa_flexible_extract(texts: list[str], choices: list[list[str]]) -> list[str | None]:
+    return _filter_many(GPQA_FILTERS["flexible-extract"], texts,
+                        [{"choices": c} for c in choices], 4)

@@ -451,6 +451,10 @@ def extract_finqa_rule(text: str) -> tuple[str, str, float, str] | None:
         return "program", prog, 1.0, rule
     lines = body.split("\n")[-2000:]
     for i in range(len(lines) - 1, -1, -1):
+        attempt = read_program(lines[i])
+        if attempt and not read_program(lines[i], known_ops_only=True):
+            # a line written as a program with an unknown operation: invalid, not a number
+            return "program", attempt, 0.7, "program_line"
         if read_program(lines[i], known_ops_only=True):
             # read from the line where this program starts (it may continue on later lines)
             j = i

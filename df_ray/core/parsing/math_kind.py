@@ -272,8 +272,13 @@ def warm() -> bool:
     """Import math-verify and sympy and run one parse, outside any time bound (the first call
     pays seconds of imports and grammar loading that must not count as a slow answer)."""
     try:
+        import math_verify.grader as mv_grader
+        import math_verify.parser as mv_parser
         from math_verify import parse as mv_parse
 
+        # df_ray bounds every call itself (call_bounded): silence the "timeout disabled" notice
+        mv_parser.TIMEOUT_WARNING_SHOWN = True
+        mv_grader.TIMEOUT_WARNING_SHOWN = True
         mv_parse("$\\frac{1}{2}$", parsing_timeout=None)  # type: ignore[arg-type]
         import sympy
 
