@@ -146,3 +146,23 @@ def sample_detail(row) -> dict[str, Any]:
     (extra.belief holds the clusters, top, runner_up and margin), calls."""
     d = row["detail"]
     return json.loads(d) if isinstance(d, str) else dict(d or {})
+
+
+def extraction_rules(samples: pd.DataFrame) -> pd.DataFrame:
+    """How often each extraction rule fired, per agent: the first thing to check when a
+    model's score looks wrong. One row per (agent, rule, valid, reason) with its ``count`` and
+    ``share`` of that agent's outputs; ``rule`` is empty and ``reason`` says why for outputs
+    no rule could read. ``samples`` is :func:`load_samples`'s frame (or the results Parquet)."""
+    rows = []
+    for _, row in samples.iterrows():
+        for o in sample_detail(row).get("observations", []):
+            rows.append({"agent": o.get("agent", ""), "rule": o.get("rule", ""),
+                         "valid": bool(o.get("valid", False)),
+                         "reason": "" if o.get("valid") else o.get("reason", "")})
+    if not rows:
+        return pd.DataFrame(columns=["agent", "rule", "valid", "reason", "count", "share"])
+    df = pd.DataFrame(rows)
+    out = df.groupby(["agent", "rule", "valid", "reason"], dropna=False).size()
+    out = out.rename("count").reset_index()
+    out["share"] = out["count"] / out.groupby("agent")["count"].transform("sum")
+    return out.sort_values(["agent", "count"], ascending=[True, False]).reset_index(drop=True)

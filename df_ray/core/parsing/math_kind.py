@@ -297,6 +297,7 @@ def math_key(answer: str) -> tuple[str | None, str]:
         return None, "unreadable answer"
     if not s:
         return None, "empty answer"
+    s = rewrite_repeating(s)  # inside sets, tuples, intervals too (math-verify reads them as 0)
     fr = _exact_number(s)
     if fr is not None:
         return _fraction_key(fr), ""
