@@ -8,7 +8,7 @@ import pandas as pd
 
 from df_ray.core.parsing import parse
 from df_ray.core.types import ParseSpec
-from df_ray.pipeline.stages import _obs_dict
+from df_ray.evaluation.scoring import _obs_dict
 from df_ray.reporting.runs import extraction_rules
 
 
