@@ -326,6 +326,7 @@ _FUNC_WORDS = frozenset(
 
 def _looks_like_prose(s: str) -> bool:
     """Words (``Monday``, ``no solution``): sympy would read them as products of symbols."""
+    s = re.sub(r"\\(?:begin|end)\{[A-Za-z*]+\}", " ", s)  # \begin{pmatrix} is not prose
     words = [w for w in re.findall(r"(?<![\\\w])[A-Za-z]{3,}(?!\w)", s) if w.lower() not in _FUNC_WORDS]
     return bool(words)
 
