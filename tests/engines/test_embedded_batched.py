@@ -67,7 +67,7 @@ def fields(cs):
 def test_greedy_batched_equals_sequential_mixed_prompts_and_lengths(smol_seq, smol_batched):
     # 10 requests through 4 slots: sequences finish at different steps and waiting requests
     # are admitted while others are mid-generation.
-    reqs = [ask(SMOL, p, max_tokens=8 + 7 * (i % 5)) for i, p in enumerate(PROMPTS)]
+    reqs = [ask(SMOL, p, max_tokens=4 + 4 * (i % 5)) for i, p in enumerate(PROMPTS)]
     want = smol_seq.generate(reqs)
     got = smol_batched.generate(reqs)
     assert fields(got) == fields(want)
@@ -76,7 +76,7 @@ def test_greedy_batched_equals_sequential_mixed_prompts_and_lengths(smol_seq, sm
 
 
 def test_gemma_completion_format_batched_equals_sequential():
-    reqs = [ask(GEMMA, p, max_tokens=6 + 5 * (i % 3)) for i, p in enumerate(PROMPTS[:5])]
+    reqs = [ask(GEMMA, p, max_tokens=4 + 4 * (i % 3)) for i, p in enumerate(PROMPTS[:5])]
     seq, bat = engine(GEMMA, 1), engine(GEMMA, 3)
     assert bat.prompt_format == "completion"
     assert fields(bat.generate(reqs)) == fields(seq.generate(reqs))
@@ -122,7 +122,7 @@ def test_an_over_long_prompt_fails_alone():
     assert bat.n_ctx == 256
     long = ask(SMOL, "word " * 400, max_tokens=8)
     reqs = [ask(SMOL, "Hi", max_tokens=6), long, ask(SMOL, "Say hello.", max_tokens=6),
-            ask(SMOL, "What is the capital of France?", max_tokens=250)]
+            ask(SMOL, "What is the capital of France?", max_tokens=240)]
     got = bat.generate(reqs)
     assert fields(got) == fields(seq.generate(reqs))
     assert got[1].error is not None and got[1].error.startswith("context_length_exceeded")
