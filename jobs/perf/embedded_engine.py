@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16])
     ap.add_argument("--reference", help="llama-batched-bench binary (default: build it with "
                     "jobs/perf/build_llama_reference.sh)")
+    ap.add_argument("--no-reference", action="store_true",
+                    help="--batched without llama-batched-bench: batched vs sequential only")
     args = ap.parse_args(argv)
     if args.batched:
         return batched(args)
@@ -171,7 +173,7 @@ def batched(args) -> int:
     from df_ray.engines.spec import EngineSpec
 
     binary = args.reference
-    if binary is None:
+    if binary is None and not args.no_reference:
         script = Path(__file__).with_name("build_llama_reference.sh")
         binary = subprocess.run([str(script), sys.executable], capture_output=True, text=True,
                                 check=True).stdout.strip().splitlines()[-1]
@@ -210,11 +212,13 @@ def batched(args) -> int:
     engines[sizes[0]].generate(reqs(1))  # warm-up (model pages)
     seq_engine.generate(reqs(1))
     for rnd in range(args.rounds):
-        ref = run_reference(binary, str(seq_engine.model_file), args.threads, pp, tg, sizes,
-                            2048)
+        ref = {} if binary is None else run_reference(
+            binary, str(seq_engine.model_file), args.threads, pp, tg, sizes, 2048)
         for b in sizes:
-            d = ref[b]
-            res["reference"].setdefault(b, []).append(b * tg / d["t"])
+            if b in ref:
+                res["reference"].setdefault(b, []).append(b * tg / ref[b]["t"])
+            else:
+                res["reference"].setdefault(b, []).append(float("nan"))
             res["batched"].setdefault(b, []).append(timed(engines[b], reqs(b)))
         res["sequential"].setdefault(seq_b, []).append(timed(seq_engine, reqs(seq_b)))
         print(f"round {rnd}: " + "; ".join(
