@@ -1,6 +1,7 @@
 """The embedded engine's batched decoding (parallel sequences in one llama.cpp context) against
 its one-request-at-a-time path (``engine_args: {n_parallel: 1}``), with the real packaged
-models. Needs llama-cpp-python and the model packages; skipped when llama_cpp is missing.
+models. Needs llama-cpp-python and the model packages; skipped when llama_cpp is missing. Each
+engine runs in its own process (`IsolatedEngine`), as in test_embedded.py.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ pytest.importorskip(
     "llama_cpp", reason="llama-cpp-python is not installed (see .ci/install-embedded.sh)"
 )
 
-from df_ray.engines import ChatRequest, EngineSpec, Message, SamplingParams, make_engine
+from df_ray.engines import ChatRequest, EngineSpec, Message, SamplingParams
+from tests.engines.isolated import IsolatedEngine
 
 pytestmark = [pytest.mark.embedded, pytest.mark.slow]
 
@@ -42,22 +44,27 @@ def ask(model, prompt, *, seed=0, temperature=0.0, max_tokens=24, stop=()):
     )
 
 
-def engine(model, n_parallel, **kw):
-    return make_engine(
+def engine(model, n_parallel, **kw) -> IsolatedEngine:
+    return IsolatedEngine(
         EngineSpec(
             kind="embedded", model=model, n_threads=1, engine_args={"n_parallel": n_parallel}, **kw
-        )
+        ),
+        timeout_s=1800,  # one generate call on a loaded 2-core machine
     )
 
 
 @pytest.fixture(scope="module")
 def smol_seq():
-    return engine(SMOL, 1)
+    eng = engine(SMOL, 1)
+    yield eng
+    eng.close()
 
 
 @pytest.fixture(scope="module")
 def smol_batched():
-    return engine(SMOL, 4)
+    eng = engine(SMOL, 4)
+    yield eng
+    eng.close()
 
 
 def fields(cs):
@@ -78,8 +85,12 @@ def test_greedy_batched_equals_sequential_mixed_prompts_and_lengths(smol_seq, sm
 def test_gemma_completion_format_batched_equals_sequential():
     reqs = [ask(GEMMA, p, max_tokens=4 + 4 * (i % 3)) for i, p in enumerate(PROMPTS[:5])]
     seq, bat = engine(GEMMA, 1), engine(GEMMA, 3)
-    assert bat.prompt_format == "completion"
-    assert fields(bat.generate(reqs)) == fields(seq.generate(reqs))
+    try:
+        assert bat.prompt_format == "completion"
+        assert fields(bat.generate(reqs)) == fields(seq.generate(reqs))
+    finally:
+        seq.close()
+        bat.close()
 
 
 def test_sampled_output_does_not_depend_on_the_batch(smol_seq, smol_batched):
@@ -123,8 +134,12 @@ def test_an_over_long_prompt_fails_alone():
     long = ask(SMOL, "word " * 400, max_tokens=8)
     reqs = [ask(SMOL, "Hi", max_tokens=6), long, ask(SMOL, "Say hello.", max_tokens=6),
             ask(SMOL, "What is the capital of France?", max_tokens=240)]
-    got = bat.generate(reqs)
-    assert fields(got) == fields(seq.generate(reqs))
+    try:
+        got = bat.generate(reqs)
+        assert fields(got) == fields(seq.generate(reqs))
+    finally:
+        seq.close()
+        bat.close()
     assert got[1].error is not None and got[1].error.startswith("context_length_exceeded")
     assert got[1].text == "" and got[1].prompt_tokens > 256 and got[1].completion_tokens == 0
     for c in (got[0], got[2], got[3]):
