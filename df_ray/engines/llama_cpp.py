@@ -16,9 +16,15 @@ A batch is decoded as parallel sequences in one llama.cpp context (``n_parallel`
 time, default 8): each request is a sequence id with its own KV cache stream, one
 ``llama_decode`` call per step advances every active sequence by one token and feeds (chunks
 of) the prompts of newly admitted ones, and a finished sequence's slot is given to the next
-waiting request at once (continuous admission). For a 135M-270M model on a couple of cores a
-decode step reads all the weights whatever the number of rows, so a step over 8 sequences
-costs little more than a step over one. Each sequence has its own sampler chain (the one
+waiting request at once (continuous admission). Where llama.cpp's matrix kernels are
+memory-bound (SIMD builds: ``DF_RAY_LLAMA_NATIVE=1`` in scripts/build_llama_cpp.sh), a step
+over 8 sequences reads the weights once for all of them and costs little more than a step over
+one. The portable build (no SIMD) computes its quantized dot products in scalar code and is
+compute-bound: there a step costs about as many times a one-sequence step as it has sequences
+(one measurement on 2 loaded cores: 0.86 s for 1 sequence, 6.4 s for 8), and batching saves only the
+per-request overhead. Separate KV streams (``kv_unified`` off) were 1.6x faster than one
+unified cache at 8 sequences: each sequence's attention reads only its own cells. Each
+sequence has its own sampler chain (the one
 ``llama_cpp.Llama`` builds: temperature, top-p, the request's seed) and its own stop strings,
 ``max_tokens`` and end-of-generation handling, written to give exactly what
 ``Llama.create_completion`` gives; a request's completion therefore does not depend on which
@@ -26,13 +32,13 @@ requests share its batch, and greedy completions equal the one-at-a-time engine'
 (``engine_args: {n_parallel: 1}`` runs that engine: ``create_completion`` per request, the KV
 cache reset before each).
 
-Why not a library: llama-cpp-python's high-level ``Llama`` runs one sequence (its
-``create_completion`` is sequential; its server serialises requests on one ``Llama``), and the
-Python projects that batch on llama.cpp either drive ``llama-server`` over HTTP (a separate
-process and port per replica, which the pipeline's actors are meant to avoid) or are
-unmaintained. So this module drives llama-cpp-python's own low-level bindings (``llama_batch``,
-``llama_decode``, ``llama_memory_seq_rm``, its ``LlamaSampler``), as llama.cpp's
-``llama-batched`` and ``llama-server`` do in C++.
+Why not a library: llama-cpp-python's high-level ``Llama`` decodes one sequence at a time (its
+``create_completion`` is sequential, and its server takes a model's requests in turn). The
+batched decoding llama.cpp offers ready-made is ``llama-server -np N``: a separate process over
+HTTP per replica, which the engine actors exist to avoid (the ``openai`` engine kind already
+calls such a server when one is wanted). So this module drives llama-cpp-python's own low-level
+bindings (``llama_batch``, ``llama_decode``, ``llama_memory_seq_rm``, its ``LlamaSampler``),
+as llama.cpp's ``llama-batched`` example and ``llama-server`` do in C++.
 """
 
 from __future__ import annotations
