@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${1:-.venv-vllm}
 PY=${PYTHON:-python3}
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import vllm, df_ray, pytest" 2>/dev/null; then
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import vllm, df_ray, pytest, ray" 2>/dev/null; then
   echo "vLLM CPU already installed in $VENV"
   exit 0
 fi
@@ -30,4 +30,6 @@ fi
 "${PIP[@]}" install --quiet --no-deps -e .
 "${PIP[@]}" install --quiet "pydantic>=2.7,<3" "pyyaml>=6,<7" "math-verify[antlr4_13_2]>=0.7,<1" \
   "pytest>=8,<10"
+# Ray (core only) for the engine-actor path of jobs/perf/vllm_overhead.py.
+"${PIP[@]}" install --quiet "ray>=2.40,<3"
 "$VENV/bin/python" -c "import vllm, df_ray; print('vllm', vllm.__version__, 'in $VENV')"

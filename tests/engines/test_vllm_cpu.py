@@ -125,3 +125,23 @@ def test_seed_determinism_and_context_error(engine):
     assert ok.error is None
     assert bad.error is not None and bad.error.startswith("context_length_exceeded")
     assert bad.prompt_tokens > 128
+
+
+def test_overhead_script_small_workload(tiny_llama):
+    """jobs/perf/vllm_overhead.py runs in this tier on a small workload and prints its ratio
+    (the ratio itself is a measurement, not asserted)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run(
+        [sys.executable, str(root / "jobs/perf/vllm_overhead.py"), "--model", tiny_llama,
+         "--device", "cpu", "--prompts", "8", "--max-tokens", "8", "--max-model-len", "128",
+         "--rounds", "1", "--paths", "engine"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(x for x in out.stdout.splitlines() if x.startswith("# engine/raw tokens/s"))
+    print(line)
