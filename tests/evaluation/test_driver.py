@@ -24,7 +24,7 @@ SAMPLES = [make_sample(f"q{i}") for i in range(3)]
 # With every agent answering B (the responder): calls per sample of each method.
 EXPECTED_CALLS = {"darkforest": 4, "single": 1, "self_consistency": 9, "weighted_vote": 3,
                   "debate": 6, "reconcile": 3, "moa": 7, "goa_max": 10, "goa_mean": 12,
-                  "self_refine": 9}
+                  "self_refine": 9}  # MoA: 2 proposer layers + aggregator; Self-Refine: 4 iterations
 
 
 def _members(methods=METHODS):
@@ -141,10 +141,6 @@ def test_evaluate_the_pieces_in_process():
     assert ev.metrics["llm_calls_per_sample"] == 4
     ev = df_ray.evaluate(("single", "mmlu_pro", {"a1": engines["a1"]}), SAMPLES[:1])
     assert ev.rows[0].n_calls == 1 and ev.accuracy == 1.0
-    one = ScriptedEngine("m-one", respond)  # one engine for every agent: four seeds, four calls
-    ev = df_ray.evaluate(("darkforest", "mmlu_pro",
-                          dict.fromkeys(("a1", "a2", "a3", "coordinator"), one)), SAMPLES[:1])
-    assert one.n_calls == 4 and ev.rows[0].n_fresh_calls == 4
 
 
 def test_evaluate_fits_a_missing_calibration_in_process(tmp_path):
