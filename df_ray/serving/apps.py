@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from df_ray.config import ConfigError, SweepConfig, format_validation_error
 from df_ray.engines.spec import EngineSpec
+from df_ray.experiments.pool import UnknownBackboneError, engine_spec
 from df_ray.serving import ENGINE_DEPLOYMENT, LLM_DEPLOYMENT_PREFIX
 
 
@@ -97,10 +98,12 @@ def load_pool(path: str | Path) -> tuple[dict[str, EngineSpec], ServeOptions]:
                               "(name -> engine spec), or give a run/sweep config")
         backbones = {}
         for name, spec in raw.items():
-            try:
-                backbones[str(name)] = EngineSpec.model_validate(spec)
+            try:  # a pool name (df_ray.experiments.pool) or a full engine spec
+                backbones[str(name)] = EngineSpec.model_validate(engine_spec(spec, str(name)))
             except ValidationError as e:
                 raise ConfigError(f"{p}: backbones.{name}:\n{format_validation_error(e)}") from None
+            except UnknownBackboneError as e:
+                raise ConfigError(f"{p}: backbones.{name}: {e}") from None
     unknown = sorted(set(opts.backbones) - set(backbones))
     if unknown:
         raise ConfigError(f"{p}: serve.backbones names unknown backbones {unknown}; "

@@ -171,3 +171,16 @@ def test_validate_source_option_is_checked():
         from df_ray.cli import parse_sources
 
         parse_sources(["finqa"])
+
+
+def test_the_shared_serve_pool_serves_the_backbone_pool():
+    """`df-ray serve --config cluster/serve_pool.yaml` deploys exactly the pool, with the
+    engine specs the sweeps use, so `--served` finds every sweep backbone by name."""
+    from df_ray.serving.apps import load_pool
+
+    served, _ = load_pool(ROOT / "cluster" / "serve_pool.yaml")
+    assert set(served) == set(POOL)
+    for exp in EXPERIMENTS.values():
+        for cfg in load_config(ROOT / exp.sweep).expand():
+            for name, spec in cfg.backbones.items():
+                assert served[name] == spec, (exp.name, name)
