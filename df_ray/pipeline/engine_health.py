@@ -280,6 +280,18 @@ class EngineSupervisor:
             pass
 
 
+class NoSupervision:
+    """The supervisor of a pool with no job-owned replica (every backbone served by the
+    shared service, which restarts its own replicas): nothing to watch."""
+
+    def __init__(self) -> None:
+        self.failure = None
+        self.deaths: list[ReplicaDeath] = []
+
+    def check(self) -> None:
+        return None
+
+
 def until_failure(iterable: Iterable[T], failure: Callable[[], BaseException | None],
                   poll_s: float = 0.5) -> Iterator[T]:
     """Yield from ``iterable`` (consumed by a helper thread) until it ends, or raise

@@ -47,8 +47,13 @@ class EngineLifecycle:
             # Job-owned engines, or (for backbones of kind serve) the shared service's handles.
             from df_ray.serving.client import make_pool
 
-            self._pool = make_pool(self.backbones)
-            self._pool.wait_ready()
+            pool = make_pool(self.backbones)
+            try:
+                pool.wait_ready()
+            except BaseException:
+                pool.shutdown()  # a replica failed to start: stop the others (and its restarts)
+                raise
+            self._pool = pool
             self.say(f"engines ready in {time.time() - t:.1f}s")
         return self._pool
 

@@ -109,6 +109,23 @@ class ServingPool:
         if self.owned is not None:
             self.owned.wait_ready(timeout_s)
 
+    @property
+    def supervisor(self):
+        """The job-owned replicas' supervisor (`df_ray.pipeline.engine_health`)."""
+        if self.owned is not None:
+            return self.owned.supervisor
+        from df_ray.pipeline.engine_health import NoSupervision
+
+        return NoSupervision()
+
+    @property
+    def failure(self):
+        return self.supervisor.failure
+
+    def stats(self, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+        """The job-owned replicas' counters (the service's are its own)."""
+        return self.owned.stats(timeout_s) if self.owned is not None else []
+
     def client(self, retries: int = 2):
         return make_client(self.handles, self.specs, retries=retries)
 
