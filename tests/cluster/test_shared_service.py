@@ -144,19 +144,27 @@ class Lab:
                 f"--metrics-export-port={me}", f"--runtime-env-agent-port={re_}"]
 
     def start(self) -> None:
-        self._spawn("head", [
-            RAY, "start", "--head", "--block", f"--port={self.gcs}",
-            f"--dashboard-port={self.dash}", "--dashboard-host=127.0.0.1",
-            "--include-dashboard=true", f"--ray-client-server-port={self.client_port}",
-            "--node-ip-address=127.0.0.1", "--num-cpus=4", "--num-gpus=0",
-            "--object-store-memory=200000000", "--disable-usage-stats",
-            f"--temp-dir={self.temp_dir}", *self._node_ports(0)])
         self._spawn("mlflow", [
             str(VENV_BIN / "mlflow"), "server", "--host", "127.0.0.1",
             "--port", str(self.mlflow_port), "--workers", "1",
             "--backend-store-uri", f"sqlite:///{self.tmp / 'mlflow-server.db'}",
             "--artifacts-destination", str(self.tmp / "mlflow-artifacts")])
-        self.wait_jobs_api()
+        for attempt in range(1, 5):
+            self._spawn("head", [
+                RAY, "start", "--head", "--block", f"--port={self.gcs}",
+                f"--dashboard-port={self.dash}", "--dashboard-host=127.0.0.1",
+                "--include-dashboard=true", f"--ray-client-server-port={self.client_port}",
+                "--node-ip-address=127.0.0.1", "--num-cpus=4", "--num-gpus=0",
+                "--object-store-memory=200000000", "--disable-usage-stats",
+                f"--temp-dir={self.temp_dir}", *self._node_ports(0)])
+            try:
+                self.wait_jobs_api()
+                break
+            except RuntimeError:
+                # `ray start` gives its node 30 s to register; a loaded machine may need more.
+                if self.procs["head"].poll() is None or attempt == 4:
+                    raise
+                self.kill_leftovers()
         for i in (1, 2):
             self.start_worker(i)
         self.wait(self.workers_joined, "the two worker nodes to join", 2 * START_TIMEOUT_S)
@@ -180,6 +188,11 @@ class Lab:
             if p.poll() is not None:
                 if self.starts[i] >= 8:
                     raise RuntimeError(f"worker{i} did not start:\n{self.tail(f'worker{i}')}")
+                # what the failed start left (its agents hold the node's ports)
+                for pid in _pids_matching(f"{self.temp_dir}/w{i}"):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(2.0)
                 self.start_worker(i)
         return len(self.alive_nodes()) == 3
 
@@ -294,6 +307,13 @@ class Lab:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         _kill_group(self.procs.get(f"worker{i}"))
+
+    def kill_leftovers(self) -> None:
+        """Every process of this cluster still running (they name its temp dir)."""
+        for pid in _pids_matching(self.temp_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(2.0)
 
     def stop(self) -> None:
         for name in ("worker1", "worker2", "head"):
