@@ -15,6 +15,7 @@ placement settings (:class:`ServeOptions`), global and per backbone.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from df_ray.config import ConfigError, SweepConfig, format_validation_error
 from df_ray.engines.spec import EngineSpec
 from df_ray.experiments.pool import UnknownBackboneError, engine_spec
 from df_ray.serving import ENGINE_DEPLOYMENT, LLM_DEPLOYMENT_PREFIX
+
+log = logging.getLogger(__name__)
 
 
 class ReplicaOptions(BaseModel):
@@ -258,10 +261,15 @@ def deploy(backbones: dict[str, EngineSpec], opts: ServeOptions, *, http_host: s
 def _replica_actors(app: str) -> list[dict[str, Any]]:
     """Every replica actor the application ever started (alive or dead), from Ray's state API."""
     try:
+        import ray
         from ray.util.state import list_actors
 
-        actors = list_actors(limit=10_000, detail=True, raise_on_missing_output=False)
-    except Exception:
+        # The connected cluster's address: without it the state API looks for "the" local
+        # cluster and fails where several Rays run on one machine.
+        actors = list_actors(address=ray.get_runtime_context().gcs_address, limit=10_000,
+                             detail=True, raise_on_missing_output=False)
+    except Exception as e:
+        log.warning("cannot list Serve replicas through Ray's state API: %s", e)
         return []
     prefix = f"ServeReplica:{app}:"
     out = []

@@ -485,7 +485,8 @@ def test_two_users_share_one_engine_service_and_survive_faults(lab):
     st = lab.serve_status()
     assert [st[a]["replicas_started"] for a in ("s1", "s2")] == [1, 1], st
     owned = lab.driver("from ray.util.state import list_actors\n"
-                       "result = len(list_actors(filters=[('class_name', '=', 'EngineActor')], "
+                       "result = len(list_actors(address=ray.get_runtime_context().gcs_address, "
+                       "filters=[('class_name', '=', 'EngineActor')], "
                        "raise_on_missing_output=False))")
     assert owned == 0
     # every call both users made was generated once: per sample 3 agents, and a coordinator
