@@ -174,8 +174,12 @@ class Cluster:
         self.env.update({"PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0",
                          "RAY_worker_niceness": "0", "DF_RAY_HOME": str(tmp / "home"),
                          "HF_HUB_OFFLINE": "1", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"})
-        self.env.pop("RAY_AUTH_MODE", None)
-        self.env.pop("RAY_AUTH_TOKEN", None)
+        # Token auth with a token of our own (Ray turns it on by default): every process of
+        # this script sends it, whatever other clusters on this machine use.
+        import secrets
+
+        self.env["RAY_AUTH_MODE"] = "token"
+        self.env["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
         cmd = [RAY, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}",
                "--dashboard-host=127.0.0.1", f"--ray-client-server-port={cl}",
                f"--node-manager-port={nm}", f"--object-manager-port={om}",
