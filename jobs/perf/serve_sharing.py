@@ -193,8 +193,12 @@ class Cluster:
                                      stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 180
         while time.time() < deadline:
-            p = subprocess.run([PY, "-c", f"import ray; ray.init(address='{self.address}'); "
-                                "print('ok')"], env=self.env, capture_output=True, text=True)
+            try:
+                p = subprocess.run([PY, "-c", f"import ray; ray.init(address='{self.address}');"
+                                    " print('ok')"], env=self.env, capture_output=True,
+                                   text=True, timeout=90)
+            except subprocess.TimeoutExpired:
+                continue
             if "ok" in p.stdout:
                 return
             time.sleep(2)
