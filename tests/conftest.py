@@ -21,3 +21,24 @@ def ray_local():
     init_ray()
     yield ray
     ray.shutdown()
+
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_FROZEN = os.path.join(_REPO, "calibration")
+
+
+def _frozen_files() -> set[str]:
+    return set(os.listdir(_FROZEN)) if os.path.isdir(_FROZEN) else set()
+
+
+_FROZEN_AT_START = _frozen_files()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A test that fits a calibration into the repository's own calibration/ (a relative
+    ``calibration.dir`` run from the repo root) fails the session, naming the files."""
+    new = sorted(_frozen_files() - _FROZEN_AT_START)
+    if new:
+        print(f"\nERROR: the tests wrote {new} into {_FROZEN}: give every test configuration "
+              "that fits a calibration its own calibration.dir (tmp_path)")
+        session.exitstatus = 1

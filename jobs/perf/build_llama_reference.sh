@@ -20,6 +20,13 @@ STAMP=$PREFIX/df_ray-llama-build.txt
 if [ -f "$STAMP" ]; then
   SPEC=$(sed -n 's/^spec: //p' "$STAMP")
   FLAGS=$(sed -n 's/^CMAKE_ARGS: //p' "$STAMP")
+  # The build df_ray's engine loads on this CPU (df_ray.engines.llama_build): the x86-64-v3
+  # one where the CPU reports its instruction sets, else the baseline.
+  V3=$(sed -n 's/^x86-64-v3 CMAKE_ARGS: //p' "$STAMP")
+  if [ -n "$V3" ] && [ "$V3" != none ] && [ "$("$PYBIN" -c \
+      'from df_ray.engines.llama_build import select_llama_library as s; print(s())')" = x86-64-v3 ]; then
+    FLAGS=$V3
+  fi
 else
   SPEC=${DF_RAY_LLAMA_SPEC:-llama-cpp-python==$("$PYBIN" -c \
     'import importlib.metadata as m; print(m.version("llama-cpp-python"))')}

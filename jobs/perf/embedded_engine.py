@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.batched:
         return batched(args)
     header("embedded engine: tokens/s through df_ray vs llama_cpp.Llama directly")
+    from df_ray.engines.llama_build import select_llama_library
+
+    select_llama_library()  # the build df_ray's engine loads, for both sides
     from llama_cpp import Llama
 
     from df_ray.engines.base import ChatRequest, Message, SamplingParams

@@ -9,6 +9,7 @@ records, is this test skipped.
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import subprocess
@@ -58,10 +59,12 @@ def test_llama_cpp_build_is_portable():
     if flags is not None and "GGML_NATIVE=OFF" not in flags:
         pytest.skip(f"a native build was chosen on purpose ({STAMP}: CMAKE_ARGS {flags})")
     # In a child process: a native build may already fault while loading.
+    # The baseline build itself: not the x86-64-v3 variant df_ray may have selected here.
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_LIB_PATH"}
     p = subprocess.run(
         [sys.executable, "-c",
          "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"],
-        capture_output=True, text=True, timeout=120)
+        capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, f"loading llama_cpp {exit_text(p.returncode)}:\n{p.stderr[-2000:]}"
     features = enabled_features(p.stdout)
     beyond = features & BEYOND_BASELINE.get(platform.machine().lower(), set())

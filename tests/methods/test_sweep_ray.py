@@ -34,6 +34,7 @@ def _sweep(tmp_path: Path, uri: str, fuse: bool = True) -> SweepConfig:
             "ablation": "no_calibration",
             "cache_root": str(tmp_path / "cache"),
             "results_dir": str(tmp_path / "results"),
+            "calibration": {"dir": str(tmp_path / "calibration")},
             "tracking": {"uri": uri, "experiment": "methods-sweep"},
             "batch_size": 2,
         },
