@@ -129,8 +129,8 @@ def test_naughty_outputs_never_break_the_chain(kind):
 
 def test_adversarial_outputs_parse_to_the_intended_answer():
     choice, math_, code = SPECS["choice"], SPECS["math"], SPECS["code"]
-    # two markers: the last one is the final answer, consistently
-    assert parse("Answer: A\nAnswer: B", choice).answer == "B"
+    # two markers: the first one, as MMLU-Pro's official script reads it (re.search)
+    assert parse("Answer: A\nAnswer: B", choice).answer == "A"
     assert parse("\\boxed{1}\\boxed{2}", math_).answer == "2"
     # a \boxed inside a code answer is part of the program, not a math answer
     src = "```python\ndef f(x):\n    return '\\\\boxed{5}' + str(x)\n```"
