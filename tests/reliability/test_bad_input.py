@@ -131,7 +131,8 @@ def test_adversarial_outputs_parse_to_the_intended_answer():
     choice, math_, code = SPECS["choice"], SPECS["math"], SPECS["code"]
     # two markers: the first one, as MMLU-Pro's official script reads it (re.search)
     assert parse("Answer: A\nAnswer: B", choice).answer == "A"
-    assert parse("\\boxed{1}\\boxed{2}", math_).answer == "2"
+    # two boxes: read as math-verify reads them (the set of both)
+    assert parse("\\boxed{1}\\boxed{2}", math_).answer == "{1, 2}"
     # a \boxed inside a code answer is part of the program, not a math answer
     src = "```python\ndef f(x):\n    return '\\\\boxed{5}' + str(x)\n```"
     o = parse(src, code)
