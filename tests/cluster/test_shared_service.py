@@ -525,7 +525,13 @@ def test_two_users_share_one_engine_service_and_survive_faults(lab):
     st = lab.serve_status()
     for app in ("s1", "s2"):
         assert st[app]["running"] == 1, st
-        assert st[app]["replicas_started"] == 1 + (app in lost), st
+        # An app on the killed node started a replacement (Serve may first place one on the
+        # node before it is declared dead, so more than one can start); the other app's
+        # engine was never reloaded.
+        if app in lost:
+            assert st[app]["replicas_started"] >= 2, st
+        else:
+            assert st[app]["replicas_started"] == 1, st
         assert victim_node not in st[app]["replica_nodes"]
     # the cache stays readable after the stop and the kill: every part is whole
     import pyarrow.parquet as pq
