@@ -12,7 +12,9 @@ cluster), both started at once. Two modes:
 
 Printed per mode: wall time (both jobs started -> both done), engine loads (engine processes
 started), peak engine RSS (the largest sum over all engine processes at one time, sampled
-every 0.2 s from /proc), engine calls generated, and requests per engine batch (mean).
+every 0.2 s from /proc), engine calls generated of those asked (the service generates a
+request that two jobs send at once only once), and requests per engine batch (mean; asked
+and generated).
 
     .venv/bin/python jobs/perf/serve_sharing.py                     # embedded models (real RSS)
     .venv/bin/python jobs/perf/serve_sharing.py --engine scripted --samples 40
@@ -147,8 +149,9 @@ def user_main(args) -> int:
     orig = runner_mod.Runner.shutdown
 
     def shutdown(self):
-        if self._pool is not None:
-            for hs in self._pool.handles.values():
+        pool = self.engines._pool  # the job-owned engines, if they were started
+        if pool is not None:
+            for hs in pool.handles.values():
                 for h in hs:
                     if hasattr(h, "stats"):
                         with contextlib.suppress(Exception):
@@ -274,10 +277,12 @@ def run_mode(mode: str, args, tmp: Path) -> dict:
                 s for _, out, _ in procs for s in json.loads(out.read_text())["engine_stats"]]
         batches = sum(s["batches"] for s in stats)
         generated = sum(s.get("generated", s.get("served", 0)) for s in stats)
+        asked = sum(s["served"] for s in stats)
         return {"mode": mode, "wall_s": wall, "deploy_s": deploy_s, "loads": len(mon.seen),
                 "peak_rss_mb": mon.peak_sum / 2**20, "generated": generated,
                 "batches": batches, "per_batch": generated / batches if batches else 0.0,
-                "served_requests": sum(s["served"] for s in stats)}
+                "served_requests": asked,
+                "asked_per_batch": asked / batches if batches else 0.0}
     finally:
         cluster.stop()
 
@@ -315,7 +320,8 @@ def main() -> int:
         print(f"{r['mode']:>6}: wall {r['wall_s']:.1f}s (service deploy {r['deploy_s']:.1f}s, "
               f"paid once), engine loads {r['loads']}, peak engine RSS {r['peak_rss_mb']:.0f} MB, "
               f"requests generated {r['generated']} of {r['served_requests']} asked, "
-              f"engine batches {r['batches']}, requests per batch {r['per_batch']:.2f}",
+              f"engine batches {r['batches']}, requests per batch {r['asked_per_batch']:.2f} "
+              f"asked, {r['per_batch']:.2f} generated",
               flush=True)
     return 0
 
