@@ -251,11 +251,33 @@ def deploy(backbones: dict[str, EngineSpec], opts: ServeOptions, *, http_host: s
     for name, spec in backbones.items():
         t = time.time()
         app = build_app(name, spec, opts.for_backbone(name))
-        serve.run(app, name=name, route_prefix=f"/{name}", blocking=False)
+        try:
+            serve.run(app, name=name, route_prefix=f"/{name}", blocking=False)
+        except RuntimeError as e:
+            # Serve says only "Failed to update the deployments"; the replicas' own error is
+            # in the deployment's status message.
+            raise RuntimeError(f"{name}: {spec.kind} {spec.model} failed to start: "
+                               f"{_start_failure(name) or e}") from e
         routes[name] = f"/{name}"
         say(f"{name}: {spec.kind} {spec.model} x{spec.replicas} running "
             f"({time.time() - t:.1f}s), route /{name}")
     return routes
+
+
+def _start_failure(app: str) -> str | None:
+    """The last line of the traceback a failed application's replicas reported, if any."""
+    from ray import serve
+
+    try:
+        deps = serve.status().applications[app].deployments
+    except Exception:  # the status only makes a better message
+        return None
+    for d in deps.values():
+        lines = [ln.strip() for ln in (d.message or "").splitlines() if ln.strip()]
+        causes = [ln for ln in lines if not ln.startswith(("File ", "Traceback", "raise "))]
+        if causes:
+            return causes[-1]
+    return None
 
 
 def _replica_actors(app: str) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 from df_ray.config import ConfigError
@@ -77,8 +78,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if update:
             opts = opts.model_validate({**opts.model_dump(), **update})
         apps.connect(args.address, local=args.local)
-        apps.deploy(backbones, opts, http_host=args.http_host, http_port=args.http_port,
-                    proxy_location=args.proxy_location)
+        try:
+            apps.deploy(backbones, opts, http_host=args.http_host, http_port=args.http_port,
+                        proxy_location=args.proxy_location)
+        except RuntimeError as e:  # a backbone's replicas failed to start: its cause, no trace
+            print(f"df-ray serve: {e}", file=sys.stderr)
+            return 1
         print("use them with backbones of kind 'serve', e.g. "
               + ", ".join(f"{n}: {{kind: serve, model: {s.model}}}" for n, s in backbones.items()))
         if args.local:

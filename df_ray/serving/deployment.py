@@ -139,11 +139,17 @@ class EngineServer:
     def __init__(self, spec: dict[str, Any], backbone: str) -> None:
         from df_ray.engines import make_engine
         from df_ray.engines.spec import EngineSpec
+        from df_ray.pipeline import engine_health, faults
 
+        faults.install(f"serve-{backbone}")  # a fatal signal is reported, by name
         self.spec = EngineSpec.model_validate(spec)
         self.backbone = backbone
         t = time.time()
         self.engine = make_engine(self.spec)
+        # As a job-owned replica: one greedy token before taking traffic, so an engine that
+        # cannot generate (a corrupt model file, a build this CPU cannot run) fails the
+        # deployment with its cause instead of failing every caller's requests.
+        engine_health.smoke_test(self.engine, self.spec)
         self.load_s = time.time() - t
         self.started_at = time.time()
         self.batcher = Batcher(self.engine, self.spec.max_batch_size)

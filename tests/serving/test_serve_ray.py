@@ -92,3 +92,17 @@ def test_a_missing_or_mismatched_application_fails_before_anything_runs(service,
                                                                   app="b1")}})
     with pytest.raises(ConfigError, match="serves model 'm1'"):
         Runner(shared_backbones([wrong]), tracker=None, progress=lambda m: None).pool  # noqa: B018
+
+
+def test_a_replica_that_cannot_start_fails_its_deployment_with_the_cause(service):
+    # Its own application beside the module's service (which it must leave running).
+    broken = {"broken": EngineSpec(kind="scripted", model="mb", script=SCRIPT,
+                                   engine_args={"raise_on_start": "the model file is corrupt"})}
+    try:
+        with pytest.raises(Exception, match="the model file is corrupt"):
+            deploy(broken, ServeOptions(num_cpus=0), proxy_location="Disabled",
+                   say=lambda m: None)
+    finally:
+        stop(list(broken), say=lambda m: None)
+    assert {n: e["status"] for n, e in status().items() if n in service} == \
+        {n: "RUNNING" for n in service}
