@@ -146,9 +146,9 @@ class RunConfig(_Strict):
     tracking: TrackingSettings = TrackingSettings()
     #: Samples per pipeline batch (one stage call).
     batch_size: int = Field(8, ge=1)
-    #: Actors per stage. Each works on several batches at once as threads, as many as keep
-    #: every engine replica full (`df_ray.pipeline.runner.stage_plan`); more actors add cores
-    #: for the CPU work (parsing, grading), not requests in flight.
+    #: Stage actors. Each works on several batches at once as threads, as many as keep every
+    #: engine replica full (`df_ray.pipeline.runner.stage_plan`); more actors add cores for
+    #: the CPU work (parsing, grading), not requests in flight.
     concurrency: int = Field(2, ge=1)
     results_dir: str = "results"
     max_request_retries: int = Field(2, ge=0)

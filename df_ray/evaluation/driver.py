@@ -261,8 +261,12 @@ def encode_sample(sample: Sample) -> str:
                        "gold": sample.gold, "meta": sample.meta})
 
 
+def decode_sample(sample: str) -> Sample:
+    return Sample(**json.loads(sample))
+
+
 def decode_row(sample: str, state: str) -> Row:
-    s = Sample(**json.loads(sample))
+    s = decode_sample(sample)
     d = json.loads(state)
     texts = d["texts"]
     for st in d["states"]:

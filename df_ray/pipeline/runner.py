@@ -69,7 +69,7 @@ def init_ray(address: str | None = None) -> None:
         return
     address = address or os.environ.get("RAY_ADDRESS")
     # Arrow's bundled jemalloc (with its background thread) under the many threads of a stage
-    # actor: glibc aborted a RoundStage worker on a corrupted mutex
+    # actor: glibc aborted a stage worker on a corrupted mutex
     # (tpp.c: __pthread_tpp_change_priority); df_ray changes no thread or process priority.
     # The system allocator has no such state; df_ray's tables are small.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")

@@ -1,4 +1,4 @@
-"""Fused row size: bytes of one pipeline row carrying 47 configurations (the sweep of
+"""Fused row size: bytes of one encoded row carrying 47 configurations (the sweep of
 sweep_sharing.py: Table 1 methods, DarkForest ablations, disclosure policies, lazy, the
 3 x 3 x 3 Table 9 grid) over heavy samples (HumanEval tests, FinQA tables), in two encodings:
 
@@ -7,9 +7,10 @@ sweep_sharing.py: Table 1 methods, DarkForest ablations, disclosure policies, la
   state without it, each completion that several configurations share written once
   (``state`` column), as ``df_ray.evaluation.driver.encode_row`` writes it.
 
-Measured on the first row (before any call) and on the row the grading stage receives (after
-every round, all calls in it), running the rounds in this process with the evaluation driver
-and scripted engines (no Ray).
+Measured on the first row (before any call) and on the row after every round (all calls in
+it), running the rounds in this process with the evaluation driver and scripted engines (no
+Ray). The in-process driver encodes its rows between rounds; the pipeline's stage runs every
+round of a batch itself, so its rows carry the sample alone.
 
     .venv/bin/python jobs/perf/row_size.py                 # 4 samples per benchmark
     .venv/bin/python jobs/perf/row_size.py --samples 8 --benchmarks humaneval

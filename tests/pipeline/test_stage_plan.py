@@ -20,24 +20,28 @@ def cfg(replicas: int, max_batch: int, batch_size: int, concurrency: int = 2) ->
     })
 
 
-@pytest.mark.parametrize("replicas, max_batch, batch_size, blocks, expected", [
-    # one replica taking 8, batches of 8: one batch fills it, one more overlaps the CPU work
-    (1, 8, 8, 100, (2, 1)),
-    # 8 replicas x 8 = 64 requests per backbone: 8 batches of 8 + 1, over 2 actors
-    (8, 8, 8, 100, (2, 5)),
-    # batches as large as the backbone: 2 in flight
-    (8, 8, 64, 100, (2, 1)),
+@pytest.mark.parametrize("replicas, max_batch, batch_size, rounds, blocks, expected", [
+    # one replica taking 8, batches of 8, one round: one batch fills it, one more overlaps
+    # the CPU work
+    (1, 8, 8, 1, 100, (2, 1)),
+    # two rounds (agents, then the coordinator on b1): a batch is in one round or the other
+    (1, 8, 8, 2, 100, (2, 2)),
+    # 8 replicas x 8 = 64 requests per backbone: 8 batches of 8 per round + 1, over 2 actors
+    (8, 8, 8, 1, 100, (2, 5)),
+    (8, 8, 8, 2, 100, (2, 9)),
+    # batches as large as the backbone
+    (8, 8, 64, 2, 100, (2, 2)),
     # never more batches in flight than there are blocks
-    (8, 8, 8, 3, (2, 2)),
-    (8, 8, 8, 1, (1, 1)),
+    (8, 8, 8, 2, 3, (2, 2)),
+    (8, 8, 8, 2, 1, (1, 1)),
     # a huge backbone is capped
-    (64, 256, 1, 10_000, (2, MAX_BATCHES_IN_FLIGHT // 2)),
+    (64, 256, 1, 2, 10_000, (2, MAX_BATCHES_IN_FLIGHT // 2)),
 ])
-def test_enough_batches_in_flight_to_fill_every_replica(replicas, max_batch, batch_size, blocks,
-                                                        expected):
-    assert stage_plan(cfg(replicas, max_batch, batch_size), blocks) == expected
+def test_enough_batches_in_flight_to_fill_every_replica(replicas, max_batch, batch_size, rounds,
+                                                        blocks, expected):
+    assert stage_plan(cfg(replicas, max_batch, batch_size), blocks, rounds) == expected
 
 
-def test_in_flight_covers_the_busiest_backbone():
-    actors, calls = stage_plan(cfg(4, 32, 16, concurrency=3), 1000)
-    assert actors == 3 and actors * calls >= 4 * 32 // 16 + 1
+def test_in_flight_covers_the_busiest_backbone_in_every_round():
+    actors, calls = stage_plan(cfg(4, 32, 16, concurrency=3), 1000, rounds=3)
+    assert actors == 3 and actors * calls >= 3 * (4 * 32 // 16) + 1
