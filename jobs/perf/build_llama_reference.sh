@@ -22,9 +22,18 @@ if [ -f "$STAMP" ]; then
   FLAGS=$(sed -n 's/^CMAKE_ARGS: //p' "$STAMP")
   # The build df_ray's engine loads on this CPU (df_ray.engines.llama_build): the x86-64-v3
   # one where the CPU reports its instruction sets, else the baseline.
+  # A caller that already chose (LLAMA_CPP_LIB_PATH set, as the engine's process does) is
+  # read from that path; otherwise the engine's own choice for this CPU is asked.
   V3=$(sed -n 's/^x86-64-v3 CMAKE_ARGS: //p' "$STAMP")
-  if [ -n "$V3" ] && [ "$V3" != none ] && [ "$("$PYBIN" -c \
-      'from df_ray.engines.llama_build import select_llama_library as s; print(s())')" = x86-64-v3 ]; then
+  case "${LLAMA_CPP_LIB_PATH:-}" in
+    */lib-x86-64-v3) SEL=x86-64-v3 ;;
+    "") SEL=$("$PYBIN" -c \
+          'from df_ray.engines.llama_build import select_llama_library as s; print(s())') ;;
+    *) SEL=other
+       echo "note: LLAMA_CPP_LIB_PATH=$LLAMA_CPP_LIB_PATH is a build of your own; the" \
+            "reference gets the baseline flags" >&2 ;;
+  esac
+  if [ -n "$V3" ] && [ "$V3" != none ] && [ "$SEL" = x86-64-v3 ]; then
     FLAGS=$V3
   fi
 else
