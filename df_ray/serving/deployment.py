@@ -146,11 +146,11 @@ class EngineServer:
         self.backbone = backbone
         t = time.time()
         self.engine = make_engine(self.spec)
+        self.load_s = time.time() - t
         # As a job-owned replica: one greedy token before taking traffic, so an engine that
         # cannot generate (a corrupt model file, a build this CPU cannot run) fails the
         # deployment with its cause instead of failing every caller's requests.
         engine_health.smoke_test(self.engine, self.spec)
-        self.load_s = time.time() - t
         self.started_at = time.time()
         self.batcher = Batcher(self.engine, self.spec.max_batch_size)
         log.info("df_ray engine %s (%s: %s) loaded in %.1fs", backbone, self.spec.kind,
