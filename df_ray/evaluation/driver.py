@@ -196,12 +196,10 @@ class Driver:
 
     # ------------------------------------------------------------------ in process
     def run(self, samples: Sequence[Sample]) -> list[Row]:
-        """Every round over ``samples`` in this process. Between rounds the rows go through
-        their encoded form, as they do between Ray Data stages."""
+        """Every round over ``samples`` in this process."""
         rows = self.new_rows(samples)
         for r in range(self.rounds):
             self.run_round(r, rows)
-            rows = [decode_row(**encode_row(states)) for states in rows]
         return rows
 
 
@@ -233,27 +231,7 @@ def record_from_dict(d: dict[str, Any]) -> CalibrationRecord:
                              correct=d["correct"])
 
 
-# ----------------------------------------------------------------------------- rows
-
-
-def encode_row(states: Row) -> dict[str, str]:
-    """A row as two JSON columns: ``sample``, the sample once, and ``state``
-    (``encode_states``)."""
-    return {"sample": encode_sample(states[0].sample), "state": encode_states(states)}
-
-
-def encode_states(states: Row) -> str:
-    """Each member's state without the sample; a completion several members hold (the
-    independent answers every DarkForest variant shares) is written once, by request key."""
-    texts: dict[str, str] = {}
-    out = []
-    for st in states:
-        d = st.to_dict(with_sample=False)
-        for c in d["calls"]:
-            if texts.setdefault(c["key"], c["text"]) == c["text"]:
-                del c["text"]
-        out.append(d)
-    return json.dumps({"texts": texts, "states": out})
+# ----------------------------------------------------------------------------- samples
 
 
 def encode_sample(sample: Sample) -> str:
@@ -263,14 +241,3 @@ def encode_sample(sample: Sample) -> str:
 
 def decode_sample(sample: str) -> Sample:
     return Sample(**json.loads(sample))
-
-
-def decode_row(sample: str, state: str) -> Row:
-    s = decode_sample(sample)
-    d = json.loads(state)
-    texts = d["texts"]
-    for st in d["states"]:
-        for c in st["calls"]:
-            if "text" not in c:
-                c["text"] = texts[c["key"]]
-    return [SampleState.from_dict(st, s) for st in d["states"]]

@@ -13,8 +13,8 @@ import df_ray
 from df_ray.config import METHODS, RunConfig
 from df_ray.engines.scripted import ScriptedEngine
 from df_ray.evaluation import Driver, Member, MetricsAccumulator, ResultRow, arrow_schema
-from df_ray.evaluation.driver import decode_row, encode_row
 from df_ray.evaluation.scoring import RESULT_COLUMNS, SUMMED
+from df_ray.methods.base import SampleState
 from tests.methods.conftest import config, make_sample
 from tests.methods.responders import respond
 
@@ -65,15 +65,16 @@ def test_fused_members_share_calls_and_equal_members_run_alone():
         assert a == b, METHODS[m]
 
 
-def test_a_row_carries_its_sample_once():
+def test_a_state_survives_its_json_form():
     driver = Driver(_members(["darkforest", "single", "debate"]),
                     ScriptedEngine("scripted", respond))
-    rows = driver.run(SAMPLES[:1])
-    enc = encode_row(rows[0])
-    assert SAMPLES[0].question not in enc["state"]
-    assert enc["sample"].count(SAMPLES[0].question.split("\n")[0]) == 1
-    back = decode_row(**enc)
-    assert [st.to_dict() for st in back] == [st.to_dict() for st in rows[0]]
+    (row,) = driver.run(SAMPLES[:1])
+    for st in row:
+        assert SampleState.from_dict(json.loads(json.dumps(st.to_dict()))).to_dict() == \
+            st.to_dict()
+        bare = json.loads(json.dumps(st.to_dict(with_sample=False)))
+        assert "sample" not in bare
+        assert SampleState.from_dict(bare, st.sample).to_dict() == st.to_dict()
 
 
 def test_result_row_is_the_one_schema():
