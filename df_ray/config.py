@@ -148,8 +148,10 @@ class RunConfig(_Strict):
     batch_size: int = Field(8, ge=1)
     #: Stage actors. Each works on several batches at once as threads, as many as keep every
     #: engine replica full (`df_ray.pipeline.runner.stage_plan`); more actors add cores for
-    #: the CPU work (parsing, grading), not requests in flight.
-    concurrency: int = Field(2, ge=1)
+    #: the CPU work (parsing, grading), not requests in flight. One by default: it starts one
+    #: Ray worker process instead of several and kept simulated engines busier than two did
+    #: (jobs/perf/pipeline_efficiency.py); raise it when grading needs more than one core.
+    concurrency: int = Field(1, ge=1)
     results_dir: str = "results"
     max_request_retries: int = Field(2, ge=0)
     sandbox: SandboxSettings = SandboxSettings()

@@ -16,12 +16,14 @@ A batch is decoded as parallel sequences in one llama.cpp context (``n_parallel`
 time, default 8): each request is a sequence id with its own KV cache stream, one
 ``llama_decode`` call per step advances every active sequence by one token and feeds (chunks
 of) the prompts of newly admitted ones, and a finished sequence's slot is given to the next
-waiting request at once (continuous admission). Where llama.cpp's matrix kernels are
-memory-bound (SIMD builds: ``DF_RAY_LLAMA_NATIVE=1`` in scripts/build_llama_cpp.sh), a step
-over 8 sequences reads the weights once for all of them and costs little more than a step over
-one. The portable build (no SIMD) computes its quantized dot products in scalar code and is
-compute-bound: there a step costs about as many times a one-sequence step as it has sequences
-(one measurement on 2 loaded cores: 0.86 s for 1 sequence, 6.4 s for 8), and batching saves only the
+waiting request at once (continuous admission). A step over 8 sequences does the work of
+prompt processing over 8 tokens, so the tokens/s of prompt processing bounds what batching can
+gain: where the matrix kernels are memory-bound (a large model, a wide SIMD unit) a step over 8
+sequences costs little more than a step over one; on a small CPU with a 135M model they are
+compute-bound (measured with the x86-64-v3 build at 1 thread: prompt processing about 110
+tokens/s against one sequence's decoding at about 60: decoding many sequences at once can reach
+at most ~1.8x the tokens/s of one, ~1.5x once their prompts are counted), and the scalar
+baseline build is more so, saving little beyond the
 per-request overhead. Separate KV streams (``kv_unified`` off) were 1.6x faster than one
 unified cache at 8 sequences: each sequence's attention reads only its own cells. Each
 sequence has its own sampler chain (the one

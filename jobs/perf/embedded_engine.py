@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16])
     ap.add_argument("--reference", help="llama-batched-bench binary (default: build it with "
                     "jobs/perf/build_llama_reference.sh)")
+    ap.add_argument("--flash-attn", choices=["on", "off"], default="off",
+                    help="--batched: llama.cpp's flash attention in every engine and the reference "
+                    "(engine_args: {flash_attn: true}); off is llama-cpp-python's default")
     ap.add_argument("--no-reference", action="store_true",
                     help="--batched without llama-batched-bench: batched vs sequential only")
     args = ap.parse_args(argv)
@@ -152,9 +155,9 @@ LONG_PROMPTS = [
 
 
 def run_reference(binary: str, model: str, threads: int, pp: int, tg: int, sizes: list[int],
-                  n_ctx: int) -> dict[int, dict]:
+                  n_ctx: int, flash_attn: str = "off") -> dict[int, dict]:
     cmd = [binary, "-m", model, "-t", str(threads), "-tb", str(threads),
-           "-c", str(n_ctx * max(sizes)), "-b", "512", "-ub", "512", "-fa", "off",
+           "-c", str(n_ctx * max(sizes)), "-b", "512", "-ub", "512", "-fa", flash_attn,
            "-npp", str(pp), "-ntg", str(tg), "-npl", ",".join(map(str, sizes)),
            "--output-format", "jsonl"]
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -186,7 +189,8 @@ def batched(args) -> int:
 
     def spec(n_parallel: int) -> EngineSpec:
         return EngineSpec(kind="embedded", model=args.model, n_threads=args.threads, n_ctx=2048,
-                          engine_args={"n_parallel": n_parallel})
+                          engine_args={"n_parallel": n_parallel,
+                                       "flash_attn": args.flash_attn == "on"})
 
     seq_engine = EmbeddedEngine(spec(1))
     engines = {b: EmbeddedEngine(spec(b)) for b in sizes}
@@ -199,9 +203,10 @@ def batched(args) -> int:
     pp = round(statistics.mean(seq_engine.prompt_tokens(r) for r in reqs(len(LONG_PROMPTS))))
     print(f"# model {args.model} ({seq_engine.model_file.name}), {args.threads} thread(s); "
           f"B requests of ~{pp} prompt tokens, greedy, max_tokens {tg}; reference {binary} "
-          f"-npp {pp} -ntg {tg}; {args.rounds} round(s)", flush=True)
+          f"-npp {pp} -ntg {tg} -fa {args.flash_attn}; {args.rounds} round(s)", flush=True)
     seq_b = 8 if 8 in sizes else sizes[len(sizes) // 2]
     res: dict[str, dict[int, list[float]]] = {"reference": {}, "batched": {}, "sequential": {}}
+    pp_speed: list[float] = []  # the reference's prompt processing at the largest B
     short: list[str] = []
 
     def timed(engine, rs) -> float:
@@ -217,7 +222,10 @@ def batched(args) -> int:
     seq_engine.generate(reqs(1))
     for rnd in range(args.rounds):
         ref = {} if binary is None else run_reference(
-            binary, str(seq_engine.model_file), args.threads, pp, tg, sizes, 2048)
+            binary, str(seq_engine.model_file), args.threads, pp, tg, sizes, 2048,
+            args.flash_attn)
+        if ref:
+            pp_speed.append(float(ref[max(ref)]["speed_pp"]))
         for b in sizes:
             if b in ref:
                 res["reference"].setdefault(b, []).append(b * tg / ref[b]["t"])
@@ -241,6 +249,15 @@ def batched(args) -> int:
               f"{statistics.median(res['batched'][b]) / seq:>18.2f}")
     print(f"# sequential engine (n_parallel 1, B={seq_b}): {seq:.1f} tok/s. Targets: "
           "batched/ref >= 0.9 at every B; batched/sequential >= 2 at B=8")
+    if pp_speed:
+        # A decode step over B sequences is the same matrix products as prompt processing over
+        # B tokens, so prompt processing's tokens/s bounds it. Each sequence first processes its
+        # pp prompt tokens, then decodes tg: at best B*(pp+tg) tokens at that rate.
+        ceil_pp = statistics.median(pp_speed)
+        best = tg * ceil_pp / (pp + tg)
+        print(f"# compute ceiling: the reference processes prompts at {ceil_pp:.1f} tokens/s "
+              f"(B={max(sizes)}); no batch can generate faster than {best:.1f} tokens/s with "
+              f"{pp}-token prompts, {best / seq:.2f}x the sequential engine")
     return 0
 
 

@@ -14,12 +14,13 @@ Two efficiencies, both = samples/s / bound:
              from the simulated engines' logs): the pipeline's steady ability to feed engines,
              without stage start-up.
 busy = the busiest replica's busy time / engine window (1.0 = never idle).
-head = run start to the first engine batch (Ray Data plans the dataset and starts one actor
-       pool per stage: about 1 s per pool on 2 cores, paid once per configuration);
+head = run start to the first engine batch (Ray Data plans the dataset and starts the stage's
+       actors, Ray worker processes that import Ray Data and df_ray: 2 to 3 s on 2 cores, paid
+       once per pipeline);
 tail = the last engine batch's end to the run's end (grading and writing the last batch).
 
 Variants:
-  shipped  : the config defaults (batch_size 8, concurrency 2).
+  shipped  : the config defaults (batch_size 8, concurrency 1; --concurrency N overrides).
   tuned    : batch_size = replicas * C (one stage call fills every replica of a backbone).
 
     .venv/bin/python jobs/perf/pipeline_efficiency.py                    # all, ~12 min on 2 cores
@@ -44,7 +45,7 @@ NICENESS = "RAY_worker_niceness"  # Ray's own (lower-case) name
 
 
 def run_one(variant: str, replicas: int, n: int, bound: float, capacity: int,
-            tokens: int) -> dict:
+            tokens: int, concurrency: int | None = None) -> dict:
     from df_ray.pipeline.runner import Runner, shared_backbones
 
     # bound = replicas * C / (2 T)  ->  T = replicas * C / (2 * bound)
@@ -55,6 +56,8 @@ def run_one(variant: str, replicas: int, n: int, bound: float, capacity: int,
     over = {}
     if variant == "tuned":
         over = {"batch_size": replicas * capacity, "concurrency": 2}
+    if concurrency is not None:
+        over["concurrency"] = concurrency
     with tempfile.TemporaryDirectory(prefix="dfperf-") as tmp:
         logdir = os.environ["DFPERF_SIM_LOG"]
         for f in os.listdir(logdir):
@@ -100,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the busiest engine's bound in samples/s (T is derived from it)")
     ap.add_argument("--capacity", type=int, default=8, help="C: requests per engine batch")
     ap.add_argument("--tokens", type=int, default=50)
+    ap.add_argument("--concurrency", type=int,
+                    help="stage actors (the config's concurrency; default: the config default)")
     ap.add_argument("--keep-niceness", action="store_true",
                     help="leave Ray's default worker niceness (15) instead of 0")
     args = ap.parse_args(argv)
@@ -118,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'eff':>5} {'win/s':>7} {'win.eff':>7} {'busy':>5} {'wall(s)':>7}")
     for variant in args.variants:
         for r in args.replicas:
-            row = run_one(variant, r, args.samples, args.bound, args.capacity, args.tokens)
+            row = run_one(variant, r, args.samples, args.bound, args.capacity, args.tokens,
+                          args.concurrency)
             rows.append(row)
             print(f"{row['variant']:8} {row['replicas']:>8} {row['batch_s']:>6.2f} "
                   f"{row['bound']:>8.1f} {row['rate']:>7.2f} {row['eff']:>5.2f} "

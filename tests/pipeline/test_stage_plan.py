@@ -45,3 +45,17 @@ def test_enough_batches_in_flight_to_fill_every_replica(replicas, max_batch, bat
 def test_in_flight_covers_the_busiest_backbone_in_every_round():
     actors, calls = stage_plan(cfg(4, 32, 16, concurrency=3), 1000, rounds=3)
     assert actors == 3 and actors * calls >= 3 * (4 * 32 // 16) + 1
+
+
+def test_one_actor_by_default_holds_every_batch_in_flight():
+    """The default is one stage actor (one Ray worker process to start per pipeline) running
+    every batch in flight as a thread: 8 replicas x 8 over two rounds is 17 batches."""
+    default = RunConfig.model_validate({
+        "benchmark": "gpqa",
+        "backbones": {"b1": {"kind": "scripted", "model": "m1", "replicas": 8,
+                             "max_batch_size": 8}},
+        "agents": [{"id": "a1", "backbone": "b1"}],
+        "coordinator": {"id": "c", "backbone": "b1"},
+    })
+    assert default.concurrency == 1
+    assert stage_plan(default, 100, rounds=2) == (1, 17)
