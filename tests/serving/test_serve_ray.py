@@ -94,15 +94,45 @@ def test_a_missing_or_mismatched_application_fails_before_anything_runs(service,
         Runner(shared_backbones([wrong]), tracker=None, progress=lambda m: None).pool  # noqa: B018
 
 
-def test_a_replica_that_cannot_start_fails_its_deployment_with_the_cause(service):
-    # Its own application beside the module's service (which it must leave running).
-    broken = {"broken": EngineSpec(kind="scripted", model="mb", script=SCRIPT,
-                                   engine_args={"raise_on_start": "the model file is corrupt"})}
+def test_a_replica_that_cannot_start_fails_its_deployment_with_the_cause(service, tmp_path,
+                                                                          capsys):
+    # `df-ray serve` of its own application beside the module's service (which it must leave
+    # running): one line with the replica's exception, exit status 1.
+    import yaml
+
+    from df_ray.cli import main
+
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(yaml.safe_dump({"backbones": {"broken": {
+        "kind": "scripted", "model": "mb", "script": SCRIPT,
+        "engine_args": {"raise_on_start": "the model file is corrupt"}}}}))
     try:
-        with pytest.raises(Exception, match="the model file is corrupt"):
-            deploy(broken, ServeOptions(num_cpus=0), proxy_location="Disabled",
-                   say=lambda m: None)
+        rc = main(["serve", "--config", str(pool), "--num-cpus", "0",
+                   "--proxy-location", "Disabled"])
     finally:
-        stop(list(broken), say=lambda m: None)
+        stop(["broken"], say=lambda m: None)
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("df-ray serve:")]
+    assert rc == 1
+    assert len(err) == 1 and "broken: scripted mb failed to start:" in err[0] \
+        and "the model file is corrupt" in err[0], err
     assert {n: e["status"] for n, e in status().items() if n in service} == \
         {n: "RUNNING" for n in service}
+
+
+def test_a_replica_that_dies_in_its_smoke_generation_is_named_by_its_signal(service, tmp_path):
+    # The replica's one-token smoke generation kills it with SIGILL, as a build this CPU cannot
+    # run would, once (the marker file): its fault log names the signal, and Serve's
+    # replacement starts and serves.
+    from df_ray.pipeline import faults
+
+    marker = tmp_path / "fired"
+    crashy = {"crashy": EngineSpec(kind="scripted", model="mx", script=SCRIPT, engine_args={
+        "signal_on_start": True, "fault_marker": str(marker)})}
+    try:
+        deploy(crashy, ServeOptions(num_cpus=0), proxy_location="Disabled", say=lambda m: None)
+        assert marker.exists()
+        died = [f for f in faults.read_faults() if f.label == "serve-crashy"]
+        assert [f.signal for f in died] == [4], died  # SIGILL
+        assert status()["crashy"]["status"] == "RUNNING"
+    finally:
+        stop(list(crashy), say=lambda m: None)
