@@ -8,7 +8,9 @@ from df_ray.config import RunConfig
 from df_ray.pipeline.runner import MAX_BATCHES_IN_FLIGHT, stage_plan
 
 
-def cfg(replicas: int, max_batch: int, batch_size: int, concurrency: int = 2) -> RunConfig:
+def cfg(replicas: int, max_batch: int, batch_size: int,
+        concurrency: int | None = 2) -> RunConfig:
+    """``concurrency=None`` leaves the field at its default."""
     return RunConfig.model_validate({
         "benchmark": "gpqa",
         "backbones": {"b1": {"kind": "scripted", "model": "m1", "replicas": replicas,
@@ -16,7 +18,8 @@ def cfg(replicas: int, max_batch: int, batch_size: int, concurrency: int = 2) ->
                       "b2": {"kind": "scripted", "model": "m2", "max_batch_size": 1}},
         "agents": [{"id": "a1", "backbone": "b1"}, {"id": "a2", "backbone": "b2"}],
         "coordinator": {"id": "c", "backbone": "b1"},
-        "batch_size": batch_size, "concurrency": concurrency,
+        "batch_size": batch_size,
+        **({} if concurrency is None else {"concurrency": concurrency}),
     })
 
 
@@ -50,12 +53,6 @@ def test_in_flight_covers_the_busiest_backbone_in_every_round():
 def test_one_actor_by_default_holds_every_batch_in_flight():
     """The default is one stage actor (one Ray worker process to start per pipeline) running
     every batch in flight as a thread: 8 replicas x 8 over two rounds is 17 batches."""
-    default = RunConfig.model_validate({
-        "benchmark": "gpqa",
-        "backbones": {"b1": {"kind": "scripted", "model": "m1", "replicas": 8,
-                             "max_batch_size": 8}},
-        "agents": [{"id": "a1", "backbone": "b1"}],
-        "coordinator": {"id": "c", "backbone": "b1"},
-    })
+    default = cfg(8, 8, 8, concurrency=None)
     assert default.concurrency == 1
     assert stage_plan(default, 100, rounds=2) == (1, 17)
