@@ -13,7 +13,7 @@ Both return a :class:`SandboxResult` with ``status`` one of ``passed``, ``failed
 ``timeout`` or ``error`` (the sandbox could not run it, e.g. the isolation level's layers
 are missing: the detail says what to install). ``isolation`` is ``strict`` (default, or
 ``$DF_RAY_SANDBOX_ISOLATION``) or ``best_effort``; see :mod:`df_ray.sandbox.policy` and the
-README's sandbox section for what each layer guarantees.
+``docs/sandbox.md`` for what each layer guarantees.
 """
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ def _make_plan(level: str, python: str | None) -> Plan:
             f"{INSTALL_HINT}; unprivileged evaluators also need user namespaces "
             "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces>0, and "
             "no AppArmor restriction on them). Or choose sandbox.isolation: best_effort "
-            "explicitly (weaker: see the README's sandbox section)."))
+            "explicitly (weaker: see docs/sandbox.md)."))
     log.warning("sandbox: isolation 'best_effort' without the strict layers (%s); generated "
                 "code is confined by rlimits, namespaces where unshare works and Python audit "
                 "hooks only", why)
