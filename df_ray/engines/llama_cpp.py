@@ -58,8 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion_prompt
 from df_ray.engines.llama_build import select_llama_library
-from df_ray.engines.prompts import COMPLETION_STOPS, render_completion_prompt
 from df_ray.engines.spec import EngineSpec
 
 #: Before any ``import llama_cpp`` of this process: the portable or the x86-64-v3 build.

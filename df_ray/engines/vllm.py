@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from df_ray.engines.base import ChatRequest, Completion
-from df_ray.engines.prompts import COMPLETION_STOPS, render_completion_prompt
+from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion_prompt
 from df_ray.engines.spec import EngineSpec
 
 CONTEXT_LENGTH_ERROR = "context_length_exceeded"

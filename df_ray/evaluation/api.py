@@ -99,7 +99,7 @@ def evaluate(config: Any, samples: Sequence[Sample] | None = None, *,
 def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mapping[str, Any] | None,
                      calibration: Any, cache: Any) -> Evaluation:
     from df_ray.engines import make_engine
-    from df_ray.evaluation.calibration import fit_and_save, resolve_calibration
+    from df_ray.evaluation.calibration_files import fit_and_save, resolve_calibration
     from df_ray.evaluation.context import load_samples
 
     if engines is None:

@@ -31,7 +31,7 @@ from df_ray.core import (
 from df_ray.core.disclosure import POLICIES
 from df_ray.core.types import Belief, Observation
 from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
-from df_ray.methods.prompts import coordinator_prompt
+from df_ray.methods.prompt_templates import coordinator_prompt
 from df_ray.tasks.base import problem_statement
 
 Disclosure = Literal[POLICIES]  # type: ignore[valid-type]

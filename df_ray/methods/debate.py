@@ -38,7 +38,7 @@ from df_ray.methods.common import (
     records_by_agent,
     vote_counts,
 )
-from df_ray.methods.prompts import debate_prompt, response_text
+from df_ray.methods.prompt_templates import debate_prompt, response_text
 
 DEBATE_ROLE = "debate"
 

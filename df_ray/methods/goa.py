@@ -79,7 +79,7 @@ from df_ray.methods.common import (
     records_by_agent,
     single_final,
 )
-from df_ray.methods.prompts import (
+from df_ray.methods.prompt_templates import (
     goa_pooling_prompt,
     goa_scoring_prompt,
     goa_selection_prompt,

@@ -30,7 +30,7 @@ from df_ray.methods.common import (
     records_by_agent,
     single_final,
 )
-from df_ray.methods.prompts import moa_prompt
+from df_ray.methods.prompt_templates import moa_prompt
 
 PROPOSER_ROLE = "proposer"
 AGGREGATOR_ROLE = "aggregator"

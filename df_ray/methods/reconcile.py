@@ -40,7 +40,7 @@ from df_ray.methods.common import (
     records_by_agent,
     weighted,
 )
-from df_ray.methods.prompts import reconcile_prompt
+from df_ray.methods.prompt_templates import reconcile_prompt
 from df_ray.tasks.base import problem_statement
 
 DISCUSS_ROLE = "discussion"

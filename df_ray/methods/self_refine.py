@@ -7,7 +7,7 @@ history of attempts and critiques (REFINE, slot ``"refine-<t>"``), for t = 1..it
 
 The critique is task-specific, as the paper's feedback prompts are per task: besides the
 general review it names what to check for the task's kind (``FEEDBACK_FOCUS`` in
-``df_ray.methods.prompts``: each calculation for math, the table values and program steps for
+``df_ray.methods.prompt_templates``: each calculation for math, the table values and program steps for
 FinQA, the docstring's examples and edge cases for code, every option for multiple choice,
 the instruction's definition and the allowed labels for LegalBench), and it sees the whole
 task (``problem_statement``).
@@ -53,7 +53,7 @@ from df_ray.methods.common import (
     parse_record,
     pick_agent,
 )
-from df_ray.methods.prompts import self_refine_feedback_prompt, self_refine_refine_prompt
+from df_ray.methods.prompt_templates import self_refine_feedback_prompt, self_refine_refine_prompt
 from df_ray.tasks.base import problem_statement
 
 FEEDBACK_ROLE = "feedback"

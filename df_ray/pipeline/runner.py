@@ -23,7 +23,7 @@ from typing import Any
 
 from df_ray.config import ConfigError, RunConfig, SweepConfig
 from df_ray.core import Calibration
-from df_ray.evaluation.calibration import check_calibration, fit_and_save, resolve_calibration
+from df_ray.evaluation.calibration_files import check_calibration, fit_and_save, resolve_calibration
 from df_ray.evaluation.context import load_samples
 from df_ray.evaluation.driver import record_from_dict
 from df_ray.pipeline.graph import MAX_BATCHES_IN_FLIGHT, stage_plan, stream_batches
@@ -116,7 +116,7 @@ def provenance(cfg: RunConfig, samples: Sequence[Sample]) -> dict[str, str]:
     """What a configuration ran, for MLflow: each backbone's model and revision (``unpinned``:
     the hub's main at engine start), the data set's fingerprint, source and revision, and
     the prompts' version (the declared version and a hash of the first sample's prompts)."""
-    from df_ray.methods.prompts import PROMPT_VERSION
+    from df_ray.methods.prompt_templates import PROMPT_VERSION
     from df_ray.tasks.base import problem_statement
 
     task = get_task(cfg.benchmark)

@@ -61,7 +61,7 @@ class Task(Protocol):
 
     def agent_prompt(self, sample: Sample) -> str:
         """The user message: the question, 'reason, then give the final answer in <marker>'
-        and the confidence line (``df_ray.tasks.prompts.answer_instruction``)."""
+        and the confidence line (``df_ray.tasks.answer_instruction.answer_instruction``)."""
         ...
 
     def answer_instructions(self) -> str:

@@ -36,9 +36,9 @@ from pathlib import Path
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
+from df_ray.tasks.answer_instruction import answer_instruction
 from df_ray.tasks.base import Grade, Sample, Split
 from df_ray.tasks.mmlu_pro import grade_letter, render_options
-from df_ray.tasks.prompts import answer_instruction
 
 HUB = "Idavidrein/gpqa"
 HUB_PAGE = "https://huggingface.co/datasets/Idavidrein/gpqa"

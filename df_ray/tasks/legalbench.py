@@ -58,8 +58,8 @@ from pathlib import Path
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
+from df_ray.tasks.answer_instruction import answer_instruction
 from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
-from df_ray.tasks.prompts import answer_instruction
 
 HUB = "nguha/legalbench"
 PARQUET_REVISION = "refs/convert/parquet"

@@ -44,8 +44,8 @@ from typing import Any
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
+from df_ray.tasks.answer_instruction import answer_instruction
 from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
-from df_ray.tasks.prompts import answer_instruction
 
 MATH500 = "HuggingFaceH4/MATH-500"
 HENDRYCKS = "EleutherAI/hendrycks_math"

@@ -30,8 +30,8 @@ import re
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
+from df_ray.tasks.answer_instruction import answer_instruction
 from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
-from df_ray.tasks.prompts import answer_instruction
 
 HUB = "TIGER-Lab/MMLU-Pro"
 _INLINE = re.compile(r"\(([A-Z])\)\s")

@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         if engine.prompt_format == "chat":
             outs = llm.chat(convs, params, use_tqdm=False)
         else:
-            from df_ray.engines.prompts import render_completion_prompt
+            from df_ray.engines.completion_prompt import render_completion_prompt
 
             outs = llm.generate([render_completion_prompt(r.messages) for r in reqs], params,
                                 use_tqdm=False)

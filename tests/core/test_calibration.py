@@ -17,7 +17,7 @@ from df_ray.core.calibration import (
     load_calibration,
 )
 from df_ray.core.types import Observation
-from df_ray.evaluation.calibration import calibration_filename, find_calibration
+from df_ray.evaluation.calibration_files import calibration_filename, find_calibration
 
 Obs = Observation
 AGENTS = ("a", "b", "c")

@@ -14,8 +14,8 @@ pytest.importorskip(
 )
 
 from df_ray.engines import ChatRequest, Engine, EngineSpec, Message, SamplingParams
+from df_ray.engines.completion_prompt import render_completion_prompt
 from df_ray.engines.llama_cpp import model_path
-from df_ray.engines.prompts import render_completion_prompt
 from tests.engines.isolated import IsolatedEngine
 
 pytestmark = [pytest.mark.embedded, pytest.mark.slow]

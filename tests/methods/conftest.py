@@ -20,7 +20,7 @@ from df_ray.engines.scripted import ScriptedEngine, last_user_content, whitespac
 from df_ray.evaluation import Driver, Member, PlannedCall, build_context
 from df_ray.methods import get_method
 from df_ray.methods.base import Call, Outcome, SampleState
-from df_ray.methods.prompts import (
+from df_ray.methods.prompt_templates import (
     DEBATE_HEADER,
     MOA_AGGREGATE,
     RECONCILE_INTRO,

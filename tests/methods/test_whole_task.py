@@ -169,7 +169,7 @@ def test_options_reach_every_later_prompt(run_method, method, args):
 
 
 def test_self_refine_feedback_is_task_specific(run_method):
-    from df_ray.methods.prompts import FEEDBACK_FOCUS
+    from df_ray.methods.prompt_templates import FEEDBACK_FOCUS
 
     run = run_method("self_refine", _disagree, {"iterations": 1}, samples=[FINQA],
                      cfg=_cfg("finqa", "self_refine"))

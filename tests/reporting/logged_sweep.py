@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from df_ray.config import SweepConfig
-from df_ray.pipeline.metrics import MetricsAccumulator
+from df_ray.evaluation.metrics import MetricsAccumulator
 from df_ray.pipeline.runner import RESULT_SCHEMA
 from df_ray.tracking import Tracker
 

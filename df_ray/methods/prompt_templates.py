@@ -3,7 +3,7 @@
 Every method's first, independent answer is the task's own ``agent_prompt`` (so it shares its
 cache entry with DarkForest's independent generation); the templates here are for what comes
 after. Each template ends with the task's final-answer instruction (``answer_instructions``,
-built by ``df_ray.tasks.prompts.answer_instruction``, confidence line included), so that every
+built by ``df_ray.tasks.answer_instruction.answer_instruction``, confidence line included), so that every
 answer can be parsed by the same parser as DarkForest's.
 
 Text taken from a published protocol says where it comes from; the rest is ours.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from df_ray.tasks.prompts import answer_instruction, asks_confidence
+from df_ray.tasks.answer_instruction import answer_instruction, asks_confidence
 
 #: The version of every prompt text in df_ray (tasks' agent prompts and problem statements,
 #: DarkForest's coordinator, the baselines' templates). Logged with every MLflow run; bump it
@@ -31,7 +31,7 @@ def response_text(text: str | None) -> str:
 
 def with_instructions(body: str, instructions: str, *, confidence: bool = False) -> str:
     """``body``, then the task's answer instruction; with ``confidence``, also the confidence
-    line (``df_ray.tasks.prompts.answer_instruction``) unless the task's instruction already
+    line (``df_ray.tasks.answer_instruction.answer_instruction``) unless the task's instruction already
     asks for it (every built-in task's does)."""
     tail = instructions.strip()
     if confidence and not asks_confidence(tail):

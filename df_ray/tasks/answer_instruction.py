@@ -2,7 +2,7 @@
 
 A task's own prompt text lives in its module (``agent_prompt``: the question and how to
 answer; ``answer_instructions``: the final-answer format alone, which methods append to their
-own prompts, see ``df_ray.methods.prompts``). Both end with :func:`answer_instruction`, so
+own prompts, see ``df_ray.methods.prompt_templates``). Both end with :func:`answer_instruction`, so
 every answer any method asks for carries the same confidence line and parses the same way.
 """
 
