@@ -79,9 +79,10 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> R
     def grade_obs(o: Observation | None):
         if o is None or not o.valid:
             return task.grade(sample, None)
-        if o.answer not in grades:
-            grades[o.answer] = task.grade(sample, o)
-        return grades[o.answer]
+        key = grade_key(o)
+        if key not in grades:
+            grades[key] = task.grade(sample, o)
+        return grades[key]
 
     final_grade = grade_obs(outcome.final)
     agent_correct = {o.agent: bool(grade_obs(o).correct)
@@ -137,6 +138,16 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> R
         t_cross=int(outcome.t_cross),
         detail=json.dumps(detail, default=str),
     )
+
+
+def grade_key(o: Observation) -> tuple[str | None, str | None]:
+    """What a grade may depend on: the canonical key and the answer as written.
+
+    Graders read ``extracted`` (the code that runs, the FinQA program, the LaTeX), not only
+    the canonical key, and canonicalisation is made for clustering, not for grading: two
+    programs with one key (docstrings and ``__main__`` blocks dropped) can behave
+    differently. Answers share a grade only when both texts are identical."""
+    return (o.answer, o.extracted)
 
 
 def _obs_dict(o: Observation) -> dict[str, Any]:

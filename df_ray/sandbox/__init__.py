@@ -18,12 +18,12 @@ are missing: the detail says what to install). ``isolation`` is ``strict`` (defa
 
 from __future__ import annotations
 
+from df_ray.sandbox.planner import plan
 from df_ray.sandbox.policy import (
     LEVELS,
     SandboxUnavailable,
     check_level,
     default_level,
-    plan,
 )
 from df_ray.sandbox.runner import Limits, SandboxResult, SandboxStatus, execute
 

@@ -75,6 +75,10 @@ def write_frame(fd: int, data: bytes) -> None:
 
 
 def encode(x, depth: int = 0):
+    """``x`` as tagged JSON. Built-in types, and instances of their subclasses (``Counter``,
+    ``OrderedDict``, a namedtuple, an ``IntEnum``) as their base type: the value the
+    reference harness's ``==`` would compare. Runs in the program's process only (what it
+    sends is untrusted data either way)."""
     if depth > MAX_DEPTH:
         raise ValueError("value nested too deeply")
     t = type(x)
@@ -98,7 +102,39 @@ def encode(x, depth: int = 0):
         return {"b": x.hex()}
     if t is complex:
         return {"c": [repr(x.real), repr(x.imag)]}
+    base = _base_value(x)
+    if base is not _NO_BASE:
+        return encode(base, depth)
     raise TypeError(f"values of type {t.__name__} cannot cross the sandbox boundary")
+
+
+_NO_BASE = object()
+
+
+def _base_value(x):
+    """A subclass instance of a built-in type as that type's own value (the base type's
+    methods read it, not the subclass's overrides), or ``_NO_BASE``."""
+    if isinstance(x, int):
+        return int.__int__(x)
+    if isinstance(x, float):
+        return float.__float__(x)
+    if isinstance(x, str):
+        return str.__str__(x)
+    if isinstance(x, bytes):
+        return bytes(memoryview(x))
+    if isinstance(x, complex):
+        return complex(complex.__getattribute__(x, "real"), complex.__getattribute__(x, "imag"))
+    if isinstance(x, dict):
+        return dict(dict.items(x))
+    if isinstance(x, list):
+        return list(list.__iter__(x))
+    if isinstance(x, tuple):
+        return tuple(tuple.__iter__(x))
+    if isinstance(x, frozenset):
+        return frozenset(frozenset.__iter__(x))
+    if isinstance(x, set):
+        return set(set.__iter__(x))
+    return _NO_BASE
 
 
 def decode(x, depth: int = 0):
@@ -172,16 +208,49 @@ def _limits(cfg: dict) -> None:
     setl(resource.RLIMIT_MSGQUEUE, 0)
 
 
-def _become_child(cfg: dict, keep: tuple[int, ...]) -> None:
+class _NoInput:
+    """``sys.stdin`` as the reference harness sets it (``WriteOnlyStringIO``): reading raises
+    ``OSError`` (``input()`` too); file descriptor 0 is ``/dev/null``."""
+
+    closed = False
+    encoding = "utf-8"
+    errors = "strict"
+
+    def _refuse(self, *a, **k):
+        raise OSError("stdin is not readable in the sandbox")
+
+    read = readline = readlines = _refuse
+
+    def readable(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return 0
+
+    def isatty(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self._refuse()
+
+
+def _become_child(cfg: dict, keep: tuple[int, ...], uid_key: str = "uid") -> None:
     """In a forked child, before any program code: default signals, stdin from /dev/null,
-    every descriptor but 0-2 and ``keep`` closed, limits, the unprivileged uid."""
+    every descriptor but 0-2 and ``keep`` closed, limits, the unprivileged uid
+    (``cfg[uid_key]``, falling back to ``cfg["uid"]``)."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
     devnull = os.open("/dev/null", os.O_RDONLY)
     if devnull != 0:
         os.dup2(devnull, 0)
         os.close(devnull)
-    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    sys.stdin = _NoInput()
     keep_sorted = sorted({0, 1, 2, *keep})
     lo = 3
     for fd in [*keep_sorted[3:], 1 << 16]:
@@ -191,7 +260,9 @@ def _become_child(cfg: dict, keep: tuple[int, ...]) -> None:
     os.environ.clear()
     os.environ.update(cfg.get("env", {}))
     _limits(cfg)
-    uid = cfg.get("uid")
+    uid = cfg.get(uid_key)
+    if uid is None:
+        uid = cfg.get("uid")
     if uid is not None:
         os.setgroups([])
         os.setgid(int(uid))
@@ -354,7 +425,17 @@ def run_program(source: str, cfg: dict, req_r: int | None, resp_w: int | None) -
         traceback.print_exc(limit=0)
         _flush()
         _exit(1)
-    glb = {"__name__": "__main__", "__builtins__": builtins, "__file__": "solution.py"}
+    # As the reference harness runs it: not as ``__main__`` (its ``exec(program, {})`` sees
+    # ``__name__ == "builtins"``), so an ``if __name__ == "__main__":`` block does not run.
+    # Here the program is a module named ``solution`` in ``sys.modules``, so its functions
+    # pickle by reference (``multiprocessing``).
+    import types
+
+    mod = types.ModuleType("solution")
+    mod.__file__ = "solution.py"
+    sys.modules["solution"] = mod
+    glb = mod.__dict__
+    glb["__builtins__"] = builtins
     entry = cfg.get("entry_point")
     del cfg
     try:
@@ -436,11 +517,21 @@ def run_tests(harness: dict, req_w: int, resp_r: int) -> None:
     entry = harness["entry_point"]
     call.__name__ = call.__qualname__ = entry
     glb = {"__name__": "__main__", "__builtins__": builtins}
+
+    def source(name: str, text: str):
+        # "<name>": the traceback reads these lines from linecache, never from a file the
+        # program may have written in the shared work directory.
+        import linecache
+
+        fname = f"<{name}>"
+        linecache.cache[fname] = (len(text), None, text.splitlines(True), fname)
+        return compile(text, fname, "exec", dont_inherit=True)
+
     try:
-        exec(compile(harness.get("prelude", ""), "prompt.py", "exec"), glb)
+        exec(source("prompt", harness.get("prelude", "")), glb)
         glb[entry] = call
-        exec(compile(harness["tests"], "tests.py", "exec"), glb)
-        exec(compile(harness.get("call", f"check({entry})"), "call.py", "exec"), glb)
+        exec(source("tests", harness["tests"]), glb)
+        exec(source("call", harness.get("call", f"check({entry})")), glb)
     except BaseException:
         try:
             import traceback
@@ -535,6 +626,11 @@ def main() -> None:
             if tests_mode:
                 os.close(req_w)  # type: ignore[arg-type]
                 os.close(resp_r)  # type: ignore[arg-type]
+            # At the sandbox's memory limit the kernel kills the program (and what it
+            # forks) first, not the launcher or the tests.
+            with contextlib.suppress(OSError):
+                with open("/proc/self/oom_score_adj", "w") as f:
+                    f.write("1000")
             _become_child(cfg, keep)  # type: ignore[arg-type]
         except BaseException as e:
             sys.stderr.write(f"sandbox setup error: {e!r}\n")
@@ -557,7 +653,11 @@ def main() -> None:
         if t_pid == 0:
             try:
                 os.close(result_fd)
-                _become_child(cfg, (req_w, resp_r))  # type: ignore[arg-type]
+                _become_child(cfg, (req_w, resp_r), "tests_uid")  # type: ignore[arg-type]
+                # After the uid change (which resets it from fs.suid_dumpable): no process
+                # of the program's may ptrace the tests or open their /proc/<pid>/mem.
+                if not _set_nondumpable():
+                    raise OSError("prctl(PR_SET_DUMPABLE) failed in the tests' process")
             except BaseException as e:
                 sys.stderr.write(f"sandbox setup error: {e!r}\n")
                 _flush()

@@ -1,16 +1,21 @@
-"""Isolation levels, the layers each needs, and how they are obtained on this machine.
+"""Isolation levels, the layers each needs, and how they are found on this machine.
 
 ``strict`` (the default) runs a program only under bubblewrap with every kernel layer:
 user and mount namespaces (a fresh root holding the interpreter and system libraries
-read-only, its own ``/proc``, a private ``/tmp`` and work dir, nothing else of the host),
-PID, network, IPC and UTS namespaces, no capabilities, an unprivileged uid and a
-per-sandbox process limit. When any of it is missing the sandbox refuses to run (status
-``error``, with what is missing and how to enable it): it never degrades silently.
+read-only, its own ``/proc``, a private ``/tmp``, ``/dev/shm`` and work dir, nothing else
+of the host), PID, network, IPC and UTS namespaces, no capabilities, unprivileged uids (one
+for the program, another for the tests) and a cgroup of its own (memory of every process
+with no swap, a process count and a CPU share: :mod:`df_ray.sandbox.cgroup`). When any of
+it is missing the sandbox refuses to run (status ``error``, with what is missing and how to
+enable it): it never degrades silently.
 
 ``best_effort`` (explicit only) uses the strict plan where it works and otherwise what is
-there: ``unshare`` for network/PID namespaces, the uid drop when root, rlimits and
-Python-level audit hooks. The result's ``isolation`` tuple and the run's MLflow tags say
-which layers were active.
+there: ``unshare`` for network/PID namespaces, the uid drop when root, the cgroup where it
+can be had, rlimits and Python-level audit hooks. The result's ``isolation`` tuple and the
+run's MLflow tags say which layers were active.
+
+The plans themselves are made (and probed by running a program) in
+:mod:`df_ray.sandbox.planner`; this module only describes and detects.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Literal
 
+from df_ray.sandbox import cgroup
+
 log = logging.getLogger(__name__)
 
 Level = Literal["strict", "best_effort"]
@@ -33,15 +40,24 @@ ENV_LEVEL = "DF_RAY_SANDBOX_ISOLATION"
 
 #: The kernel layers ``strict`` requires (``userns`` when the evaluator is not root; as root
 #: the uid is a pool uid, one per concurrent sandbox).
-STRICT_LAYERS = ("mountns", "pidns", "netns", "ipcns", "utsns", "nocaps", "uid", "nproc")
+STRICT_LAYERS = ("mountns", "pidns", "netns", "ipcns", "utsns", "nocaps", "uid", "nproc",
+                 "cgroup")
 
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; "
                 "Fedora/RHEL: dnf install bubblewrap; or run scripts/setup.sh as root)")
 
-#: First uid of the pool a root evaluator gives its sandboxes (one uid per concurrent
-#: sandbox, so RLIMIT_NPROC is a per-sandbox process limit).
+#: First uid of the pool a root evaluator gives its sandboxes: two per concurrent sandbox
+#: (the program's and the tests'), so RLIMIT_NPROC is a per-sandbox process limit and the
+#: program's processes cannot signal, trace or read the tests'.
 UID_BASE = int(os.environ.get("DF_RAY_SANDBOX_UID_BASE", "1900000000"))
 UID_SLOTS = 4096
+
+#: glibc malloc arenas per process: each thread would otherwise reserve an arena of 64 MB of
+#: address space (8 per core), which RLIMIT_AS counts.
+MALLOC_ARENA_MAX = 2
+#: With the cgroup layer the memory limit is the cgroup's; RLIMIT_AS stays as a second, looser
+#: layer (address space, not memory: thread stacks and arenas are reserved, not used).
+RLIMIT_AS_FACTOR = 4
 
 #: Inside the sandbox.
 WORKDIR = "/work"
@@ -135,7 +151,7 @@ def _bwrap_usable() -> tuple[str | None, str]:
         h = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError) as e:
         return None, f"bwrap cannot run: {e}"
-    missing = [f for f in ("--as-pid-1", "--disable-userns", "--file", "--cap-drop")
+    missing = [f for f in ("--as-pid-1", "--disable-userns", "--ro-bind-data", "--cap-drop")
                if f not in h.stdout + h.stderr]
     if missing:
         return None, (f"bwrap at {exe} is too old (lacks {' '.join(missing)}; "
@@ -159,73 +175,9 @@ def _unshare_usable() -> tuple[str, ...] | None:
     return None
 
 
-def plan(level: str | None = None, python: str | None = None) -> Plan:
-    """How programs will be run at ``level`` with ``python``; probed once per process.
-
-    A strict plan that cannot be had comes back with ``error`` set (the runner then
-    refuses every program with that message)."""
-    level = check_level(level)
-    key = (level, python or sys.executable)
-    with _lock:
-        if key in _plan_cache:
-            return _plan_cache[key]
-    p = _make_plan(level, python)
-    with _lock:
-        _plan_cache[key] = p
-    return p
-
-
 def reset_cache() -> None:
+    """Forget every probe (levels, interpreters, cgroups): the next plan probes again."""
     with _lock:
         _plan_cache.clear()
         _interp_cache.clear()
-
-
-def _make_plan(level: str, python: str | None) -> Plan:
-    interp = resolve_interpreter(python)
-    if isinstance(interp, str):
-        return Plan(level, "plain", None, error=interp)
-    root = hasattr(os, "geteuid") and os.geteuid() == 0
-    disabled = os.environ.get("DF_RAY_SANDBOX_NO_BWRAP", "") not in ("", "0")
-    bwrap, why = (None, "bubblewrap disabled by DF_RAY_SANDBOX_NO_BWRAP") if disabled \
-        else _bwrap_usable()
-    if not sys.platform.startswith("linux"):
-        bwrap, why = None, f"kernel namespaces need Linux (this is {sys.platform})"
-    if bwrap is not None:
-        from df_ray.sandbox import seccomp
-
-        layers = STRICT_LAYERS if root else ("userns", *STRICT_LAYERS)
-        if seccomp.build() is not None:
-            layers = (*layers, "seccomp")
-        cand = Plan(level, "bwrap", interp, layers, root=root, bwrap=bwrap)
-        from df_ray.sandbox.runner import probe_plan
-
-        err = probe_plan(cand)
-        if err is None:
-            return cand
-        why = err
-    if level == "strict":
-        return Plan(level, "bwrap", interp, error=(
-            f"sandbox isolation 'strict' is not available: {why}. To enable it: "
-            f"{INSTALL_HINT}; unprivileged evaluators also need user namespaces "
-            "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces>0, and "
-            "no AppArmor restriction on them). Or choose sandbox.isolation: best_effort "
-            "explicitly (weaker: see docs/sandbox.md)."))
-    log.warning("sandbox: isolation 'best_effort' without the strict layers (%s); generated "
-                "code is confined by rlimits, namespaces where unshare works and Python audit "
-                "hooks only", why)
-    unshare = _unshare_usable()
-    layers = ["rlimits", "audit-hook"]
-    if unshare:
-        layers += ["netns", "pidns"]
-    notes = (f"strict unavailable: {why}",)
-    backend = "unshare" if unshare else "plain"
-    if root:
-        from df_ray.sandbox.runner import probe_plan
-
-        cand = Plan(level, backend, interp, (*layers, "uid"), root=True, unshare=unshare,
-                    notes=notes)
-        if probe_plan(cand) is None:
-            return cand
-        notes = (*notes, "uid drop unavailable: the interpreter is not readable by other users")
-    return Plan(level, backend, interp, tuple(layers), root=root, unshare=unshare, notes=notes)
+    cgroup.reset()

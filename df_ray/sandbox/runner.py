@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
+import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -16,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from df_ray.sandbox import policy, seccomp
+from df_ray.sandbox import cgroup, policy, seccomp
 from df_ray.sandbox.policy import Plan
+
+log = logging.getLogger(__name__)
 
 SandboxStatus = Literal["passed", "failed", "timeout", "error"]
 
@@ -37,6 +42,12 @@ class SandboxResult:
     detail: str = ""
     isolation: tuple[str, ...] = ()
     level: str = ""
+    #: Read from the sandbox's cgroup after the run (None without the cgroup layer): the
+    #: most memory charged to it at once, its CPU time, and whether the kernel killed a
+    #: process of it at the memory limit.
+    memory_peak_bytes: int | None = None
+    cpu_time_s: float | None = None
+    memory_limit_hit: bool = False
 
     @property
     def passed(self) -> bool:
@@ -45,29 +56,67 @@ class SandboxResult:
 
 @dataclass(frozen=True)
 class Limits:
-    timeout_s: float = 10.0
-    memory_mb: int = 1024
-    cpu_s: int | None = None
+    timeout_s: float = 10.0  # wall clock, not counting time spent waiting for a CPU
+    memory_mb: int = 1024  # the whole sandbox (cgroup); rlimits are a looser second layer
+    cpu_s: float | None = None  # CPU time of the whole sandbox; None: timeout_s
     file_size_mb: int = 16
-    tmpfs_mb: int = 64
+    tmpfs_mb: int = 64  # each of /tmp, the work dir and /dev/shm
     max_output_bytes: int = 64 * 1024
     nofile: int = 64
-    nproc: int = 64
+    nproc: int = 64  # processes and threads of the whole sandbox (pids.max)
+    cpu_weight: int = 100  # relative CPU share (cgroup v2 cpu.weight scale)
+    cpu_cores: float | None = 1.0  # CPU quota in cores (cpu.max); None: no quota
+
+    @property
+    def cpu_budget_s(self) -> float:
+        return float(self.cpu_s) if self.cpu_s is not None else float(self.timeout_s)
+
+    @property
+    def wall_cap_s(self) -> float:
+        """The wall-clock bound that holds even while the sandbox waits for a CPU."""
+        return max(4 * self.timeout_s, self.timeout_s + 60.0)
 
 
 # ----------------------------------------------------------------------------- uid pool
 
+_rotation = itertools.count()
+
+
+def _uid_busy(uids: tuple[int, ...]) -> bool:
+    """Whether any task (process or thread) of ``uids`` is still alive or unreaped."""
+    want = {str(u) for u in uids}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return False
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        if want & set(line.decode().split()[1:]):
+                            return True
+                        break
+        except OSError:
+            continue
+    return False
+
 
 class _UidSlot:
-    """One uid of the pool, held (flock) for one sandbox's lifetime, across processes."""
+    """Two uids of the pool (the program's, the tests'), held (flock) for one sandbox's
+    lifetime across processes. Slots rotate (a freed slot is the last one tried again), a
+    slot whose uids still own a process is skipped, and one is released only once no
+    process of its uids remains (a dying sandbox keeps its process count until reaped)."""
 
     def __init__(self) -> None:
         d = Path("/run/df_ray-sandbox") if os.access("/run", os.W_OK) else \
             Path(tempfile.gettempdir()) / f"df_ray-sandbox-{os.getuid()}"
         d.mkdir(mode=0o700, exist_ok=True)
         self.fd = -1
-        self.uid = -1
-        start = (os.getpid() * 7919 + threading.get_ident()) % policy.UID_SLOTS
+        self.uid = self.tests_uid = -1
+        start = (os.getpid() * 7919 + next(_rotation) * 97) % policy.UID_SLOTS
         for i in range(policy.UID_SLOTS):
             slot = (start + i) % policy.UID_SLOTS
             fd = os.open(d / f"slot-{slot}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -76,14 +125,30 @@ class _UidSlot:
             except OSError:
                 os.close(fd)
                 continue
-            self.fd, self.uid = fd, policy.UID_BASE + slot
+            uids = (policy.UID_BASE + 2 * slot, policy.UID_BASE + 2 * slot + 1)
+            if _uid_busy(uids):  # left over from an evaluator that died
+                os.close(fd)
+                continue
+            self.fd = fd
+            self.uid, self.tests_uid = uids
             return
         raise RuntimeError("no free sandbox uid slot")
 
-    def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+    def release(self, wait_s: float = 30.0) -> bool:
+        """Release once no process of the slot's uids remains; False (slot kept held by
+        this process) when some still do after ``wait_s``."""
+        if self.fd < 0:
+            return True
+        end = time.monotonic() + wait_s
+        while _uid_busy((self.uid, self.tests_uid)):
+            if time.monotonic() > end:
+                log.warning("sandbox uid %d/%d still owns processes; slot kept out of the pool",
+                            self.uid, self.tests_uid)
+                return False
+            time.sleep(0.02)
+        os.close(self.fd)
+        self.fd = -1
+        return True
 
 
 # ----------------------------------------------------------------------------- argv
@@ -126,14 +191,29 @@ def _bwrap_argv(plan: Plan, limits: Limits, launcher_fd: int, result_fd: int,
             bound.append(rp)
     if seccomp_fd >= 0:
         a += ["--add-seccomp-fd", str(seccomp_fd)]
+    size = str(limits.tmpfs_mb * 1024 * 1024)
     a += ["--proc", "/proc", "--dev", "/dev",
-          "--size", str(limits.tmpfs_mb * 1024 * 1024), "--perms", "1777", "--tmpfs", "/tmp",
-          "--size", str(limits.tmpfs_mb * 1024 * 1024), "--perms", "1777",
-          "--tmpfs", policy.WORKDIR,
-          "--file", str(launcher_fd), policy.LAUNCHER_PATH,
+          # POSIX semaphores and shared memory (multiprocessing) need a writable /dev/shm;
+          # a tmpfs of its own, size-capped, charged to the sandbox's cgroup.
+          "--size", size, "--perms", "1777", "--tmpfs", "/dev/shm",
+          # No pseudo-terminals: the devpts instance bwrap mounts is hidden, so a program
+          # cannot take the host-wide pty count (kernel.pty.max) from its neighbours.
+          "--perms", "0755", "--tmpfs", "/dev/pts",
+          "--size", size, "--perms", "1777", "--tmpfs", "/tmp",
+          "--size", size, "--perms", "1777", "--tmpfs", policy.WORKDIR,
+          "--perms", "0444", "--ro-bind-data", str(launcher_fd), policy.LAUNCHER_PATH,
           "--chdir", policy.WORKDIR,
           "--", interp.executable, "-I", "-S", "-B", policy.LAUNCHER_PATH, str(result_fd)]
     return a
+
+
+def _in_cgroup(cg: cgroup.Cgroup, argv: list[str]) -> list[str]:
+    """``argv`` started by a shell that first moves itself into ``cg`` (so every process
+    the sandbox starts is charged to it), then becomes ``argv``."""
+    files = cg.procs_files
+    script = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit %d; shift; '
+              'n=$((n - 1)); done; exec "$@"' % SETUP_ERROR)
+    return ["/bin/sh", "-c", script, "sh", str(len(files)), *files, *argv]
 
 
 def _frame(b: bytes) -> bytes:
@@ -143,16 +223,41 @@ def _frame(b: bytes) -> bytes:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _read_capped(path: Path, limit: int) -> str:
-    try:
-        with path.open("rb") as f:
-            data = f.read(limit + 1)
-    except OSError:
-        return ""
-    text = data[:limit].decode("utf-8", errors="replace")
-    if len(data) > limit:
-        text += "\n[... output truncated ...]"
-    return text
+class _CappedReader:
+    """Reads a pipe to its end on a thread, keeping the first ``limit`` bytes: a program
+    may print as much as it likes, its output costs no disk and at most ``limit`` memory."""
+
+    def __init__(self, fd: int, limit: int):
+        self.fd, self.limit = fd, limit
+        self.chunks: list[bytes] = []
+        self.kept = self.total = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                b = os.read(self.fd, 1 << 16)
+                if not b:
+                    break
+                self.total += len(b)
+                room = self.limit + 1 - self.kept
+                if room > 0:
+                    self.chunks.append(b[:room])
+                    self.kept += min(room, len(b))
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+
+    def text(self, wait_s: float = 5.0) -> str:
+        self.thread.join(wait_s)
+        data = b"".join(self.chunks)
+        text = data[: self.limit].decode("utf-8", errors="replace")
+        if self.total > self.limit:
+            text += f"\n[... output truncated: {self.total} bytes ...]"
+        return text
 
 
 def _drain(fd: int, limit: int = 8192) -> str:
@@ -192,6 +297,65 @@ def _why(d: dict) -> str:
     return f"exit status {d['exited']}"
 
 
+class _Waiter:
+    """Waits for the sandbox's first process with a pidfd (woken at once when it exits),
+    else by polling."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.pidfd = -1
+        with contextlib.suppress(AttributeError, OSError):
+            self.pidfd = os.pidfd_open(proc.pid)
+
+    def wait(self, timeout: float) -> bool:
+        if self.proc.poll() is not None:
+            return True
+        if self.pidfd >= 0:
+            select.select([self.pidfd], [], [], max(0.0, timeout))
+            return self.proc.poll() is not None
+        try:
+            self.proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def close(self) -> None:
+        if self.pidfd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.pidfd)
+            self.pidfd = -1
+
+
+def _supervise(proc: subprocess.Popen, cg: cgroup.Cgroup | None, limits: Limits) -> str | None:
+    """Wait for the sandbox to end; None when it ended by itself, else why it was stopped.
+
+    Wall time counts only while the sandbox is not stalled waiting for a CPU (the cgroup's
+    ``cpu.pressure`` ``full`` time, where the kernel reports it); CPU time counts every
+    process of the sandbox (its cgroup). ``wall_cap_s`` bounds a starved sandbox too."""
+    waiter = _Waiter(proc)
+    t0 = time.monotonic()
+    stall0 = (cg.cpu_stall_s() if cg else None) or 0.0
+    budget = limits.cpu_budget_s
+    try:
+        while True:
+            if waiter.wait(0.05):
+                return None
+            elapsed = time.monotonic() - t0
+            stall = 0.0
+            if cg is not None:
+                s = cg.cpu_stall_s()
+                stall = (s - stall0) if s is not None else 0.0
+                if cg.cpu_usage_s() > budget:
+                    return f"CPU time limit ({budget:g}s of CPU, all processes)"
+            if elapsed - stall > limits.timeout_s:
+                extra = f", not counting {stall:.1f}s waiting for a CPU" if stall >= 0.05 else ""
+                return f"wall-clock timeout after {limits.timeout_s:g}s{extra}"
+            if elapsed > limits.wall_cap_s:
+                return f"wall-clock timeout after {elapsed:.0f}s (waiting for a CPU included)"
+    finally:
+        waiter.close()
+
+
 # ----------------------------------------------------------------------------- core
 
 
@@ -203,9 +367,21 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
         return SandboxResult("error", None, "", "", 0.0, plan.error, (), plan.level)
     assert plan.interpreter is not None
     slot = _UidSlot() if plan.root and "uid" in plan.layers else None
+    cg: cgroup.Cgroup | None = None
     root = Path(tempfile.mkdtemp(prefix="df_ray_sandbox_"))
     r_fd = w_fd = launcher_fd = seccomp_fd = -1
+    readers: list[_CappedReader] = []
+    proc: subprocess.Popen | None = None
     try:
+        if "cgroup" in plan.layers:
+            try:
+                cg = cgroup.manager().create(cgroup.CgroupLimits(
+                    memory_bytes=limits.memory_mb * 1024 * 1024, pids=limits.nproc,
+                    cpu_weight=limits.cpu_weight, cpu_max=limits.cpu_cores))
+            except (cgroup.CgroupUnavailable, OSError) as e:
+                return SandboxResult("error", None, "", "", time.monotonic() - start,
+                                     f"could not create the sandbox's cgroup: {e}",
+                                     plan.layers, plan.level)
         if plan.backend == "bwrap":
             workdir = policy.WORKDIR
         else:
@@ -215,14 +391,19 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
             if slot is not None:
                 os.chmod(root, 0o711)
                 os.chown(work, slot.uid, slot.uid)
+                os.chmod(work, 0o1777)  # the tests' uid shares it
         env_inside = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-                      "HOME": workdir, "TMPDIR": workdir}
+                      "HOME": workdir, "TMPDIR": workdir,
+                      "MALLOC_ARENA_MAX": str(policy.MALLOC_ARENA_MAX)}
+        mem_rlimit = limits.memory_mb * (policy.RLIMIT_AS_FACTOR if cg is not None else 1)
         cfg = {
             "mode": mode, "workdir": workdir, "env": env_inside,
-            "memory_mb": limits.memory_mb,
-            "cpu_s": limits.cpu_s if limits.cpu_s is not None else int(limits.timeout_s) + 1,
+            "memory_mb": mem_rlimit,
+            "cpu_s": int(limits.cpu_budget_s) + 1,
             "file_size_mb": limits.file_size_mb, "nofile": limits.nofile,
+            # the cgroup's pids.max bounds the sandbox; RLIMIT_NPROC (per uid) stays a layer
             "nproc": limits.nproc, "uid": slot.uid if slot else None,
+            "tests_uid": slot.tests_uid if slot else None,
             "hooks": plan.backend != "bwrap",
             "read_roots": list(plan.interpreter.prefixes),
             "entry_point": (harness or {}).get("entry_point"),
@@ -247,57 +428,68 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
             argv = [*(plan.unshare or ()), plan.interpreter.executable, "-I", "-S", "-B",
                     str(LAUNCHER), str(w_fd)]
             cwd = workdir
-        out_path, err_path = root / "stdout", root / "stderr"
-        timed_out = False
-        with out_path.open("wb") as out_f, err_path.open("wb") as err_f:
-            try:
-                proc = subprocess.Popen(
-                    argv, stdin=subprocess.PIPE, stdout=out_f, stderr=err_f, cwd=cwd,
-                    env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                    pass_fds=tuple(pass_fds), start_new_session=True, close_fds=True)
-            except OSError as e:
-                return SandboxResult("error", None, "", "", time.monotonic() - start,
-                                     f"could not start the sandbox: {e}", plan.layers,
-                                     plan.level)
-            finally:
-                os.close(w_fd)
-                w_fd = -1
+        if cg is not None:
+            argv = _in_cgroup(cg, argv)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=out_w, stderr=err_w, cwd=cwd,
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+                     "MALLOC_ARENA_MAX": str(policy.MALLOC_ARENA_MAX)},
+                pass_fds=tuple(pass_fds), start_new_session=True, close_fds=True)
+        except OSError as e:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            return SandboxResult("error", None, "", "", time.monotonic() - start,
+                                 f"could not start the sandbox: {e}", plan.layers,
+                                 plan.level)
+        finally:
+            for fd in (w_fd, out_w, err_w):
+                os.close(fd)
+            w_fd = -1
+        readers = [_CappedReader(out_r, limits.max_output_bytes),
+                   _CappedReader(err_r, limits.max_output_bytes)]
 
-            def feed() -> None:
-                try:
-                    assert proc.stdin is not None
-                    proc.stdin.write(payload)
-                    proc.stdin.close()
-                except (OSError, ValueError):
-                    pass
-
-            feeder = threading.Thread(target=feed, daemon=True)
-            feeder.start()
+        def feed() -> None:
             try:
-                proc.wait(timeout=limits.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                with contextlib.suppress(OSError):
-                    proc.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=10)
+                assert proc is not None and proc.stdin is not None
+                proc.stdin.write(payload)
+                proc.stdin.close()
+            except (OSError, ValueError):
+                pass
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        stopped = _supervise(proc, cg, limits)
+        if stopped is not None:
             with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)  # anything left in its group
-            feeder.join(timeout=1)
-            report_text = _drain(r_fd)
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)  # anything left in its group
+        if cg is not None:
+            cg.kill()  # anything left anywhere: the cgroup holds every process it started
+        feeder.join(timeout=1)
+        report_text = _drain(r_fd)
         rc = proc.returncode
-        stdout = _read_capped(out_path, limits.max_output_bytes)
-        stderr = _read_capped(err_path, limits.max_output_bytes)
+        stdout, stderr = readers[0].text(), readers[1].text()
         duration = time.monotonic() - start
+        peak = cg.memory_peak() if cg is not None else None
+        cpu_used = cg.cpu_usage_s() if cg is not None else None
+        oom = cg.oom_kills() if cg is not None else 0
+        mem_note = (f"; the sandbox's memory limit ({limits.memory_mb} MB) killed "
+                    f"{oom} process{'es' if oom > 1 else ''}") if oom else ""
 
         def result(status: SandboxStatus, detail: str) -> SandboxResult:
-            return SandboxResult(status, rc, stdout, stderr, duration, detail, plan.layers,
-                                 plan.level)
+            return SandboxResult(status, rc, stdout, stderr, duration, detail + mem_note,
+                                 plan.layers, plan.level, peak, cpu_used, oom > 0)
 
-        if timed_out:
-            return result("timeout", f"wall-clock timeout after {limits.timeout_s}s")
+        if stopped is not None:
+            return result("timeout", stopped)
         report = None
         for line in report_text.splitlines():
             with contextlib.suppress(ValueError):
@@ -314,10 +506,19 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
         who = "tests" if mode == "tests" else "program"
         return result("failed", f"{who}: {_why(decider)}")
     finally:
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait(timeout=10)
         for fd in (r_fd, w_fd, launcher_fd, seccomp_fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+        if cg is not None:
+            cg.kill()
+            cg.remove()
         _rmtree(root)
         if slot is not None:
             slot.release()

@@ -4,8 +4,9 @@ It refuses the system calls a HumanEval program has no use for and that widen th
 attack surface or the program's reach: new namespaces (``unshare``, ``setns``, ``clone``
 with a namespace flag; ``clone3`` answers ENOSYS so the C library falls back to ``clone``),
 mounts, ``ptrace`` and ``process_vm_*``, keyrings, ``bpf``, ``perf_event_open``,
-``userfaultfd``, ``io_uring``, module loading, file handles, ``kcmp``, ``pidfd_getfd``.
-Refused calls fail with EPERM; a call made through another architecture's ABI (i386 or
+``userfaultfd``, ``io_uring``, module loading, file handles, ``kcmp``, ``pidfd_getfd``;
+and sockets of any address family but AF_UNIX, AF_INET and AF_INET6 (``SOCKET_FAMILIES``:
+vsock, netlink, packet, ... fail with EAFNOSUPPORT). Other refused calls fail with EPERM; a call made through another architecture's ABI (i386 or
 x32 on x86-64) kills the process. Built for x86-64 and aarch64; elsewhere there is none
 (the layer is optional: the namespaces and the uid are the guarantee).
 """
@@ -35,6 +36,13 @@ BLOCKED = {
 }
 CLONE = (56, 220)
 CLONE3 = (435, 435)
+SOCKET = (41, 198)
+SOCKETPAIR = (53, 199)
+#: The address families ``socket``/``socketpair`` may create: AF_UNIX, AF_INET, AF_INET6 (in
+#: the sandbox's network namespace, whose only interface is loopback). Any other (AF_VSOCK,
+#: which no network namespace confines, AF_NETLINK, AF_PACKET, AF_BLUETOOTH, AF_ALG, ...)
+#: fails with EAFNOSUPPORT.
+SOCKET_FAMILIES = (1, 2, 10)
 #: CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
 NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 \
     | 0x20000000 | 0x40000000 | 0x00000080
@@ -46,7 +54,7 @@ _JSET = 0x45
 _RET = 0x06
 RET_ALLOW = 0x7FFF0000
 RET_KILL = 0x80000000
-EPERM, ENOSYS = 1, 38
+EPERM, ENOSYS, EAFNOSUPPORT = 1, 38, 97
 
 
 def _ret_errno(e: int) -> int:
@@ -76,13 +84,21 @@ def build(machine: str | None = None) -> bytes | None:
     for nrs in BLOCKED.values():
         prog.append((_JEQ, "deny", 0, nrs[col]))
     prog.append((_JEQ, "enosys", 0, CLONE3[col]))
+    prog.append((_JEQ, "socket", 0, SOCKET[col]))
+    prog.append((_JEQ, "socket", 0, SOCKETPAIR[col]))
     prog.append((_JEQ, 0, "allow", CLONE[col]))
     prog.append((_LD_W_ABS, 0, 0, 16))  # args[0], low 32 bits (little-endian)
     prog.append((_JSET, "deny", "allow", NAMESPACE_FLAGS))
-    labels = {"allow": len(prog), "deny": len(prog) + 1, "enosys": len(prog) + 2,
-              "kill": len(prog) + 3}
+    labels = {"socket": len(prog)}
+    prog.append((_LD_W_ABS, 0, 0, 16))  # the address family (an int)
+    for fam in SOCKET_FAMILIES:
+        prog.append((_JEQ, "allow", 0, fam))
+    prog.append((_RET, 0, 0, _ret_errno(EAFNOSUPPORT)))
+    labels.update({"allow": len(prog), "deny": len(prog) + 1, "enosys": len(prog) + 2,
+                   "kill": len(prog) + 3})
     prog += [(_RET, 0, 0, RET_ALLOW), (_RET, 0, 0, _ret_errno(EPERM)),
              (_RET, 0, 0, _ret_errno(ENOSYS)), (_RET, 0, 0, RET_KILL)]
+
     def rel(x: object, at: int) -> int:
         if isinstance(x, str):
             off = labels[x] - at - 1

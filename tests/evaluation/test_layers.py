@@ -34,9 +34,9 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
     return out
 
 
-#: Deferred imports (inside a function) that close a loop on purpose: the sandbox policy
-#: probes what its runner can do on this machine.
-DEFERRED_LOOPS = {("df_ray.sandbox.policy", "df_ray.sandbox.runner")}
+#: Deferred imports (inside a function) that close a loop on purpose (none: the sandbox's
+#: planner, not its policy, probes what the runner can do on this machine).
+DEFERRED_LOOPS: set[tuple[str, str]] = set()
 
 
 def import_graph() -> dict[str, set[str]]:

@@ -120,11 +120,14 @@ def test_codec_round_trips_and_rejects_objects():
     with pytest.raises(TypeError):
         L.dumps(object())
 
-    class Sub(int):
-        pass
+    class Sub(int):  # a subclass crosses as its base type's value: its methods stay behind
+        def __eq__(self, other):
+            return True
 
-    with pytest.raises(TypeError):
-        L.dumps(Sub(3))
+        __hash__ = int.__hash__
+
+    out = L.loads(L.dumps([Sub(3)]))
+    assert out == [3] and type(out[0]) is int
     with pytest.raises(ValueError):
         L.loads(b'{"x": 1}')
     with pytest.raises((ValueError, RecursionError)):
@@ -139,7 +142,7 @@ def _pool_processes() -> list[int]:
                 uid = os.stat(f"/proc/{name}").st_uid
             except OSError:
                 continue
-            if policy.UID_BASE <= uid < policy.UID_BASE + policy.UID_SLOTS:
+            if policy.UID_BASE <= uid < policy.UID_BASE + 2 * policy.UID_SLOTS:
                 out.append(int(name))
     return out
 
