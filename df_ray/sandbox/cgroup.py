@@ -321,9 +321,13 @@ def _setup_v2(mount: Path, explicit: str | None) -> Manager:
         raise CgroupUnavailable(f"cgroup {parent} is not writable by this user")
     base = parent / PREFIX
     enable = [c for c in REQUIRED if c not in _v2_subtree(parent)]
-    if enable and not explicit and parent != mount:
-        # A v2 cgroup holding processes cannot give its children controllers: move this
-        # process into a leaf first (only this one; others there make enabling fail).
+    try:
+        holds_me = str(os.getpid()) in _read(parent / "cgroup.procs").split()
+    except OSError:
+        holds_me = False
+    if enable and not explicit and holds_me:
+        # A v2 cgroup holding processes cannot give its children controllers (the root of
+        # a container's cgroup namespace included): move this process into a leaf first.
         leaf = parent / "df_ray-evaluator"
         leaf.mkdir(exist_ok=True)
         try:
@@ -337,7 +341,10 @@ def _setup_v2(mount: Path, explicit: str | None) -> Manager:
             others = ""
             with contextlib.suppress(OSError):
                 n = len(_read(parent / "cgroup.procs").split())
-                others = f" ({n} processes are still in it)" if n else ""
+                others = (f" ({n} other processes are in it: start them in a leaf cgroup, "
+                          "e.g. a container entrypoint that first runs `mkdir "
+                          "/sys/fs/cgroup/init && echo $$ > /sys/fs/cgroup/init/cgroup.procs`, "
+                          f"or set {ENV_PARENT})") if n else ""
             raise CgroupUnavailable(f"cannot enable {' '.join(enable)} for the children of "
                                     f"{parent}{others}: {e}") from None
     base.mkdir(exist_ok=True)
@@ -418,13 +425,18 @@ def _make() -> Manager:
     if not mounts:
         raise CgroupUnavailable("no cgroup file system is mounted")
     explicit = os.environ.get(ENV_PARENT, "").strip() or None
-    v2 = [m for m in mounts if m[1] == "cgroup2"]
+    v2 = [Path(m[0]) for m in mounts if m[1] == "cgroup2"]
+    if explicit:  # the operator's cgroup v2 directory, or nothing
+        if not v2:
+            raise CgroupUnavailable(f"{ENV_PARENT}={explicit}: no cgroup2 file system is mounted")
+        mount = next((m for m in v2 if explicit.startswith(str(m).rstrip("/") + "/")), v2[0])
+        return _setup_v2(mount, explicit)
     errors = []
-    for point, _t, _o in v2:
-        if not _v2_controllers(Path(point)) and not explicit:
-            continue  # a hybrid host's named cgroup2 (no controllers): v1 below
+    for mount in v2:
+        if not _v2_controllers(mount):
+            continue  # a hybrid host's cgroup2 without controllers (they are v1's): below
         try:
-            return _setup_v2(Path(point), explicit)
+            return _setup_v2(mount, None)
         except CgroupUnavailable as e:
             errors.append(f"cgroup v2: {e}")
     if any(m[1] == "cgroup" for m in mounts):

@@ -628,9 +628,8 @@ def main() -> None:
                 os.close(resp_r)  # type: ignore[arg-type]
             # At the sandbox's memory limit the kernel kills the program (and what it
             # forks) first, not the launcher or the tests.
-            with contextlib.suppress(OSError):
-                with open("/proc/self/oom_score_adj", "w") as f:
-                    f.write("1000")
+            with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
             _become_child(cfg, keep)  # type: ignore[arg-type]
         except BaseException as e:
             sys.stderr.write(f"sandbox setup error: {e!r}\n")

@@ -211,8 +211,8 @@ def _in_cgroup(cg: cgroup.Cgroup, argv: list[str]) -> list[str]:
     """``argv`` started by a shell that first moves itself into ``cg`` (so every process
     the sandbox starts is charged to it), then becomes ``argv``."""
     files = cg.procs_files
-    script = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit %d; shift; '
-              'n=$((n - 1)); done; exec "$@"' % SETUP_ERROR)
+    script = (f'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit {SETUP_ERROR}; '
+              'shift; n=$((n - 1)); done; exec "$@"')
     return ["/bin/sh", "-c", script, "sh", str(len(files)), *files, *argv]
 
 

@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 
 import pytest
 
@@ -321,3 +320,37 @@ def test_no_pseudo_terminals():
             "except OSError as e:\n    print(type(e).__name__)\n")
     res = run_untrusted(code)
     assert res.status == "passed", res
+
+
+# ----------------------------------------------------------------------------- refusal
+
+
+@pytest.fixture
+def fresh_plans():
+    from df_ray.sandbox import policy
+
+    policy.reset_cache()
+    yield
+    policy.reset_cache()
+
+
+def test_strict_refuses_without_a_cgroup_of_its_own(monkeypatch, fresh_plans):
+    monkeypatch.setenv("DF_RAY_SANDBOX_NO_CGROUP", "1")
+    p = plan("strict")
+    assert p.error is not None and "cgroup" in p.error and "Delegate=yes" in p.error
+    res = run_tests(CORRECT, tests=OK_TESTS, entry_point="f", isolation="strict")
+    assert res.status == "error" and "cgroup" in res.detail
+    weak = run_tests(CORRECT, tests=OK_TESTS, entry_point="f", isolation="best_effort")
+    assert weak.status == "passed" and "cgroup" not in weak.isolation, weak
+
+
+def test_strict_names_the_controllers_a_cgroup_lacks(monkeypatch, fresh_plans):
+    from df_ray.sandbox import cgroup
+
+    v2 = [m for m, fstype, _o in cgroup._mounts() if fstype == "cgroup2"]
+    bare = [m for m in v2 if not cgroup._v2_controllers(cgroup.Path(m)) & set(cgroup.REQUIRED)]
+    if not bare:
+        pytest.skip("no cgroup2 hierarchy without the memory, pids and cpu controllers here")
+    monkeypatch.setenv("DF_RAY_SANDBOX_CGROUP", bare[0])
+    p = plan("strict")
+    assert p.error is not None and "no memory pids cpu controller" in p.error, p.error
