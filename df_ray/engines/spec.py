@@ -31,7 +31,12 @@ def one_of(names) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 #: Models the embedded (llama.cpp) engine can run, each shipped in a PyPI package.
-EMBEDDED_MODELS: tuple[str, ...] = ("smollm2-135m-instruct", "gemma3-270m")
+EMBEDDED_MODELS: tuple[str, ...] = (
+    "smollm2-135m-instruct",
+    "gemma3-270m",
+    "qwen25-coder-0.5b-instruct",
+    "qwen25-coder-1.5b-instruct",
+)
 
 
 class EngineSpec(BaseModel):

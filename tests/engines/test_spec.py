@@ -62,7 +62,8 @@ def test_validation_errors(fields, message):
 
 
 def test_known_embedded_models():
-    assert EMBEDDED_MODELS == ("smollm2-135m-instruct", "gemma3-270m")
+    assert EMBEDDED_MODELS == ("smollm2-135m-instruct", "gemma3-270m",
+                               "qwen25-coder-0.5b-instruct", "qwen25-coder-1.5b-instruct")
     for m in EMBEDDED_MODELS:
         EngineSpec(kind="embedded", model=m)
 
