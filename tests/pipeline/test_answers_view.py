@@ -1,0 +1,50 @@
+"""What a small run prints per sample: which agent was right, the belief's candidates, what
+the guardrail decided and whether it overruled the coordinator (the demo's table)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from df_ray.cli import _decision_lines
+from df_ray.engines.scripted import ScriptedEngine
+from df_ray.evaluation import Driver, Member, arrow_schema
+from df_ray.pipeline.outcome import agent_answers
+from tests.methods.conftest import Script, answer, config, make_sample
+
+
+def results_file(tmp_path, script: Script, samples) -> str:
+    driver = Driver([Member.from_config(config())], ScriptedEngine("scripted", script))
+    rows = [r for _, r in driver.finish(driver.run(samples))]
+    schema = arrow_schema()
+    path = tmp_path / "samples.parquet"
+    pq.write_table(pa.Table.from_pylist([asdict(r) for r in rows], schema=schema), path)
+    return str(path)
+
+
+def test_the_guardrail_overruling_the_coordinator_is_shown(tmp_path):
+    # a1 and a2 agree on B (right), a3 says C; the coordinator picks C: the guardrail trusts B
+    # (2 of 3 agents, posterior 2/3 >= 0.66, margin 1/3 >= 0.30) and overrules it.
+    script = Script({("a1", "independent"): answer("B"), ("a2", "independent"): answer("B"),
+                     ("a3", "independent"): answer("C"), ("coord", "coordinator"): answer("C")})
+    (s,) = agent_answers(results_file(tmp_path, script, [make_sample("q1")]))
+    assert s["correct"] and s["final"] == "B"
+    assert s["answers"] == {"a1": "B (right)", "a2": "B (right)", "a3": "C (wrong)"}
+    lines = _decision_lines(s["decision"])
+    assert lines == [
+        "belief: a1+a2 P=0.67 (right); a3 P=0.33 (wrong); margin 0.33",
+        "guardrail: top candidate trusted, it is the answer",
+        "coordinator chose the candidate of a3 (wrong), OVERRULED by the guardrail",
+    ]
+
+
+def test_an_untrusted_belief_leaves_the_decision_to_the_coordinator(tmp_path):
+    script = Script({("a1", "independent"): answer("B"), ("a2", "independent"): answer("C"),
+                     ("a3", "independent"): answer("D"), ("coord", "coordinator"): answer("A")})
+    (s,) = agent_answers(results_file(tmp_path, script, [make_sample("q1")]))
+    assert not s["correct"] and s["final"] == "A"
+    lines = _decision_lines(s["decision"])
+    assert lines[1] == "guardrail: not trusted, the coordinator decides"
+    assert lines[2] == "coordinator chose an answer of its own (wrong)"
