@@ -230,9 +230,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     first = resolve_storage([sweep.expand()[0]])[0]
     if args.experiment:
         from df_ray.reporting.report import build_report
+        from df_ray.reporting.tables import TOKEN_RATIO_HEADING
 
         paths = build_report(first.tracking.experiment, first.tracking.uri,
                              Path("reports") / args.experiment)
+        ratios = paths[1].read_text().partition(TOKEN_RATIO_HEADING)
+        if ratios[1]:  # the token-ratio check against the paper
+            print("\n" + ratios[1] + ratios[2].rstrip())
         print(f"\nreport: {paths[0]}")
     print(f"\nlogged to MLflow: {first.tracking.uri} (experiment {first.tracking.experiment!r}); "
           f"per-sample results under {first.results_dir}/")

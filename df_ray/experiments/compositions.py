@@ -38,6 +38,25 @@ left out). Composition names: ``finqa`` (3), ``finqa-4``, ``finqa-5``.
 ``pool`` is the whole six-model pool: Graph-of-Agents runs on it, its meta-LLM choosing
 ``top_k`` = 3 nodes per question from the model cards, as GoA does.
 
+Self-Consistency (Table 1's row) draws ``SELF_CONSISTENCY_SAMPLES`` answers from one model,
+:data:`SELF_CONSISTENCY_AGENT` per benchmark. The paper names neither; we read them off its
+evidence:
+
+- *The model.* The row must be reachable. On MATH the paper reports 71.80. Mathstral-7B's own
+  card reports MATH 56.6 greedy and 68.4 with a 64-sample majority vote, so no sample count
+  our token budget allows takes it to 71.80; Qwen2.5-7B-Instruct's card reports MATH 75.5, and
+  a majority of its samples at temperature 0.7 (a little below its greedy score each) lands
+  where the paper's row is. Qwen2.5-7B-Instruct is also the pool's general model, GoA's
+  meta-LLM and our coordinator, and its card reports MMLU-Pro 56.3 (the paper's
+  Self-Consistency row: 53.00) and GPQA 36.4 (40.40). So every benchmark draws from it except
+  HumanEval, where the pool's code specialist Qwen2.5-Coder-7B-Instruct (card: HumanEval 88.4
+  against 84.8) is the obvious model; the paper has no HumanEval Self-Consistency row.
+- *The count.* The paper's MATH tokens give Self-Consistency 11.8k per sample against
+  DarkForest's 4.7k (2.5x). DarkForest spends three independent agent calls and one
+  coordinator call, whose prompt adds the question and a ~150-token belief summary: about
+  (4.7k - 0.15k) / 4 = 1.14k tokens per independent call, so 11.8k is about 10.4 calls of one
+  model (8-11 for the spread of completion lengths across the three models). We take 10.
+
 Sampling: agents at GoA's defaults (temperature 0.7, max_tokens 800; the paper's are not in
 our sources); the coordinator at temperature 0.2 (ours: it decides, it does not explore).
 """
@@ -64,6 +83,14 @@ COMPOSITIONS: dict[str, tuple[str, ...]] = {
     "gpqa": ("qwen25-7b", "mathstral-7b", "biomed-llama3-8b"),
     "finqa": ("finance-llama3-8b", "qwen25-7b", "qwen25-coder-7b"),
     "legalbench": ("saul-7b", "qwen25-7b", "finance-llama3-8b"),
+}
+
+#: Self-Consistency: the model each benchmark draws from and the sample count (reasoned in the
+#: module docstring from the paper's token ratio and the models' own reported scores).
+SELF_CONSISTENCY_SAMPLES = 10
+SELF_CONSISTENCY_AGENT: dict[str, str] = {
+    "math": GENERAL, "humaneval": "qwen25-coder-7b", "mmlu_pro": GENERAL, "gpqa": GENERAL,
+    "finqa": GENERAL, "legalbench": GENERAL,
 }
 
 #: The order in which FinQA's composition grows from 3 to 5 backbones.

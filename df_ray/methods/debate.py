@@ -1,5 +1,7 @@
 """Multi-agent Debate (Du et al., 2023, "Improving Factuality and Reasoning in Language Models
-through Multiagent Debate").
+through Multiagent Debate"); reference: composable-models/llm_multiagent_debate
+``gsm/gen_gsm.py`` (``construct_message``: the debate message; ``agents = 3``,
+``rounds = 2``) and ``gsm/eval_gsm.py`` (the majority of the last round).
 
 Round 1: every agent answers alone (task prompt, slot ``"independent"``: the DarkForest
 generations). Round r >= 2: every agent continues its own conversation (the question, its
@@ -19,6 +21,10 @@ method_args:
     rounds: debate rounds including the independent one (default 2; Du et al. 2023 report
         their main results with 3 agents and 2 rounds, which our three-agent compositions
         match).
+
+Remaining differences from the reference: its debate message restates the question and
+asks for a boxed number (GSM8K); ours ends with the task's own answer instruction. Its agents
+are three copies of one API model; ours the composition's three backbones.
 
 Calls per sample: n x rounds.
 """

@@ -1,62 +1,85 @@
 """Graph-of-Agents, mean and max pooling (Yun et al., ICLR 2026, "Graph-of-Agents: A
-Graph-based Framework for Multi-Agent LLM Collaboration"; github.com/UNITES-Lab/GoA).
+Graph-based Framework for Multi-Agent LLM Collaboration"), as its reference code runs it:
+UNITES-Lab/GoA ``main.py`` (``process_fn``, the defaults of ``main``) and ``modules.py``
+(``node_sampling_model_card``, ``generate_initial_response_with_confidence``,
+``maybe_replace_with_general``, ``edge_sampling``, ``message_passing``, ``graph_pooling``).
 
 Agents are nodes of a graph built per question; messages pass along its edges; the graph is
-read out by pooling. Stages, one pipeline round each:
+read out by pooling. ``instruction`` below is the task's own agent prompt (the reference's
+``messages[0]``: the question and how to answer it); the meta-LLM is the run's coordinator
+(else the first agent; GoA's is Qwen2.5-7B-Instruct, the pool's general model). Stages, each
+one or more pipeline rounds (a sample moves to the next stage as soon as its calls are in):
 
-0. **Node sampling** (1 call): the meta-LLM (the run's coordinator agent, else the first
-   agent; GoA's is Qwen2.5-7B-Instruct) picks the ``top_k`` agents most relevant to the
-   question from their model cards (``AgentConfig.description``, filled from the backbone
-   pool, ``df_ray.experiments.pool``). As GoA runs, the agents are the whole six-model pool
-   (composition ``pool``) and ``top_k`` is 3, so each question gets its own three nodes.
-   With ``top_k`` >= n every agent is a node; the call is still made and paid for, as in
-   the reference. With fewer, the reply's indices are used
-   (duplicates dropped; an unusable reply falls back to the first ``top_k`` agents, the
-   reference's fallback). Nodes keep config order.
-1. **Initial answers** (k calls): each node answers with reasoning, answer and confidence (the
-   task prompt, slot ``"independent"``: the DarkForest generations). With a single node its
-   answer is final (2 calls in all).
-2. **Edge sampling** (k calls): each node scores the other nodes' answers with scores summing
-   to 1. A node's score is the mean of the scores it received from valid judges (a judge whose
-   reply is not exactly k-1 numbers with 0.9 < sum <= 1 is dropped, as the reference drops it
-   after its retries; we do not retry, so that the call count is fixed), normalised to sum 1.
-   Nodes scoring at most ``threshold`` are pruned. The survivors, ranked by score (ties: config
-   order), form a DAG: an edge from every node to every lower-ranked node.
-   If one node survives its initial answer is final; if none does, the meta-LLM pools the
-   initial answers (1 call), as in the reference.
-3. **Message passing**, per round (``rounds``, default 1), two stages:
-   source-to-target: every node with an incoming edge (all but the top node) refines its answer
-   reading its sources' answers, each labelled high/moderate/low relevance by its score
-   normalised over the sources (k-1 calls); target-to-source: nodes with an outgoing edge
-   refine their answers reading their targets' *refined* answers (mean: all but the last
-   node, k-1 calls; max: only the top node, whose answer is the readout, 1 call). The
-   reference shows the targets' pre-refinement answers under the heading "updated responses
-   from other models"; we follow the paper and show the refined ones.
-4. **Graph pooling**: max: the top node's latest answer is final (0 calls); mean: the
-   meta-LLM synthesises every node's latest answer, each labelled by its relevance (1 call).
-   (The reference README names a ``weighted_mean`` pooling that its code does not implement;
-   its ``mean`` already labels responses by relevance, which is what we do.)
+1. **Node sampling** (1-5 calls): the meta-LLM picks ``top_k`` model indices from the
+   agents' model cards (``AgentConfig.description``, from the backbone pool), at GoA's
+   sampling (``meta_temperature`` 0.7, the meta-LLM's max_tokens: 800 in our compositions).
+   An index may repeat when a model is highly relevant: each occurrence is its own node
+   (its own seed slot, so its own sample). A reply is usable when the reference's pattern
+   finds indices (``</think> 0,1,5`` / ``Answer: 0`` / a line of digits and commas) that are
+   all in range, and there are exactly ``top_k`` of them; an unusable reply is shown back
+   ("Previous invalid responses: [...]. Fix this.") and the call retried, up to
+   ``selection_attempts`` (5) calls; then the first ``top_k`` agents (the reference's
+   fallback). ``top_k: null`` makes every agent a node once, without the call (ours).
+2. **First answers** (k calls): each node answers the instruction followed by GoA's
+   brief-reasoning JSON instruction (``{"reasoning", "answer", "confidence_level"}``, read
+   by ``df_ray.methods.json_answers.goa_json``), in its own calls and cache entries (slot
+   ``"goa-initial"``, ``"goa-initial-<r>"`` for a repeat): not DarkForest's independent
+   generations. With a single node its answer is final.
+3. **Low-confidence replacement** (0-k calls): a node whose confidence is missing or below
+   ``replace_below`` (0.1) is answered again, same prompt, by the general model (the agent
+   on the meta-LLM's model, else the meta-LLM itself), which then is that node; a node that
+   already is the general model keeps its answer. The calls and their tokens count.
+4. **Edge sampling** (k calls, + retries): each node scores the other nodes' responses with
+   scores summing to 1; a reply that is not exactly k-1 numbers with 0.9 < sum <= 1 is shown
+   back and retried, up to ``scoring_attempts`` (3) calls per judge, then that judge is
+   dropped. A node's score is the mean of the scores it received, normalised to sum 1; nodes
+   scoring at most ``threshold`` (0.05) are pruned; the survivors, ranked by score (ties:
+   node order), form a DAG from every node to every lower-ranked one. One survivor: its
+   first answer is final; none: the meta-LLM pools the first answers (1 call).
+5. **Message passing**, per round (``rounds``, 1), two stages: source-to-target: every node
+   with an incoming edge refines its answer reading its sources' responses, each labelled
+   high/moderate/low relevance by its score normalised over the sources (k-1 calls);
+   target-to-source: nodes with an outgoing edge (mean: all but the last; max: only the top
+   node) refine reading their targets' responses (k-1 or 1 calls). As in the reference's
+   code, target-to-source shows the targets' responses from *before* this round's
+   refinement (``t2s_reads: refined`` shows the refined ones, as the paper's text reads).
+6. **Graph pooling**: max: the top node's latest answer is final (0 calls); mean: the
+   meta-LLM synthesises every surviving node's latest answer, labelled by relevance (1 call).
 
-Every refinement and the pooling prompt end with the task's answer and confidence
-instructions, so that every node's answer can be parsed. The reference's replacement of a
-low-confidence node by the general model (a conditional extra call) is left out.
+Only max's target-to-source call and the pooling calls end with the task's answer
+instruction (the reference's ``final_prompt``); the instruction itself carries the answer
+format everywhere. The final answer is parsed by the task's parser (a JSON first answer, when
+it is final, by GoA's JSON reader).
 
-Calls for k nodes and R rounds: max 1 + k + k + R*k (3 agents, 1 round: 1 selection + 3
-answers + 3 scoring + 2 source-to-target + 1 target-to-source = 10); mean
-1 + k + k + R*(2k-2) + 1 (3 agents, 1 round: 1 + 3 + 3 + 2 + 2 + 1 pooling = 12).
+Switches kept as ablations: ``first_answer: independent`` uses DarkForest's shared
+chain-of-thought generations as first answers (df_ray's earlier GoA: the confidence is the
+parser's, 0.5 when none was given); ``allow_repeats: false`` drops repeated indices;
+``selection_attempts: 1`` / ``scoring_attempts: 1`` never retry; ``replace_below: 0`` never
+replaces.
 
-method_args: ``rounds`` (message-passing rounds, default 1), ``top_k`` (nodes to select,
-default 3, GoA's; ``null``: every agent), ``threshold`` (edge-score pruning threshold,
-default 0.05). These defaults are GoA's reference code's (``top_k`` 3, threshold 0.05,
-1 round; it samples at temperature 0.7 with max_tokens 800, the agents' settings in our
-compositions).
+Remaining differences from the reference:
+- the reference sends every call with the same seed (0), so a repeated node there answers
+  exactly as its twin under vLLM's per-request seeding; ours draw their own samples;
+- a usable selection must have exactly ``top_k`` indices (the reference takes any count);
+- score replies are read as a bracketed or plain list (the reference also reads
+  ``'0': 0.7`` dictionaries);
+- max pooling breaks a tie for the top score by node order (the reference by domain:
+  general, then code, then math);
+- when the final answer has no readable answer it is graded wrong (the reference scores
+  ``0`` for MATH and a random letter for multiple choice);
+- the reference counts only the last judge's tokens of edge sampling; we count every call.
+
+Calls for k nodes and R rounds, without retries or replacements: max 1 + 2k + R*k (3 nodes,
+1 round: 1 selection + 3 answers + 3 scoring + 2 source-to-target + 1 target-to-source = 10),
+mean 1 + 2k + R*(2k-2) + 1 (12). At most: ``selection_attempts`` + k + k +
+``scoring_attempts`` * k + R*(2k-2) + 1.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -64,43 +87,43 @@ from df_ray.core.types import Observation
 from df_ray.methods.base import (
     AgentView,
     Call,
+    CallRecord,
     Method,
     MethodArgs,
     MethodContext,
     Outcome,
     SampleState,
 )
-from df_ray.methods.common import (
-    AGENT_ROLE,
-    independent_call,
-    independent_observations,
-    lead_agent,
-    parse_record,
-    records_by_agent,
-    single_final,
-)
+from df_ray.methods.common import AGENT_ROLE, independent_call, lead_agent, parse_record
+from df_ray.methods.json_answers import goa_json
 from df_ray.methods.prompt_templates import (
+    goa_answer_hint,
+    goa_initial_prompt,
     goa_pooling_prompt,
     goa_scoring_prompt,
     goa_selection_prompt,
     goa_source_to_target_prompt,
     goa_target_to_source_prompt,
 )
-from df_ray.tasks.base import problem_statement
 
-#: GoA's defaults (UNITES-Lab/GoA): 3 nodes per question, edge threshold 0.05, 1 round.
+#: GoA's defaults (UNITES-Lab/GoA ``main``): 3 nodes per question, edge threshold 0.05,
+#: 1 round, every call at temperature 0.7; ``modules.py``: 5 selection attempts, 3 scoring
+#: attempts per judge, replacement below confidence 0.1.
 DEFAULT_TOP_K = 3
 SELECT_ROLE = "selector"
+INITIAL_ROLE = "goa_initial"
+REPLACE_ROLE = "goa_replacement"
 SCORE_ROLE = "scorer"
 S2T_ROLE = "source_to_target"
 T2S_ROLE = "target_to_source"
 POOL_ROLE = "pooling"
-ANSWER_ROLES = (AGENT_ROLE, S2T_ROLE, T2S_ROLE)
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _BRACKET_RE = re.compile(r"\[\s*(" + _NUM + r"(?:\s*[,;\s]\s*" + _NUM + r")*)\s*,?\s*\]")
 _PLAIN_RE = re.compile(r"^\s*(" + _NUM + r"(?:\s*[,;\s]\s*" + _NUM + r")*)\s*$")
-_INDICES_RE = re.compile(r"\d+(?:\s*,\s*\d+)*")
+#: The reference's selection pattern (``node_sampling_model_card``).
+_SELECTION_RE = re.compile(r"</think>\s*([\d,]+)|(?:Answer:\s*|the answer is:\s*\n?)(\d+)"
+                           r"|^\s*([\d,]+)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
 def parse_scores(text: str, k: int) -> list[float] | None:
@@ -120,20 +143,24 @@ def parse_scores(text: str, k: int) -> list[float] | None:
     return vals
 
 
-def parse_selection(text: str, n: int, top_k: int) -> list[int] | None:
-    """The selected indices (first comma-separated run of integers, deduplicated, at most
-    top_k), or None when the reply has none or one is out of range."""
-    m = _INDICES_RE.search(text)
+def parse_selection(text: str, n: int, top_k: int, *, allow_repeats: bool = True
+                    ) -> list[int] | None:
+    """The selected agent indices, in the reply's order, repeats kept (``allow_repeats``) or
+    dropped; None when the reference's pattern finds none, one is out of range, or there are
+    not exactly ``top_k``."""
+    m = _SELECTION_RE.search(text or "")
     if not m:
         return None
-    idx = [int(t) for t in re.split(r"\s*,\s*", m.group(0))]
+    found = m.group(1) or m.group(2) or m.group(3)
+    try:
+        idx = [int(t) for t in found.split(",")]
+    except ValueError:  # "0,,1"
+        return None
     if any(i < 0 or i >= n for i in idx):
         return None
-    out: list[int] = []
-    for i in idx:
-        if i not in out:
-            out.append(i)
-    return out[:top_k]
+    if not allow_repeats:
+        idx = list(dict.fromkeys(idx))
+    return idx if len(idx) == top_k else None
 
 
 class GraphOfAgents(Method):
@@ -146,9 +173,32 @@ class GraphOfAgents(Method):
         rounds: int = Field(1, strict=True, ge=1, description="message-passing rounds")
         top_k: int | None = Field(DEFAULT_TOP_K, strict=True, ge=1,
                                   description="nodes the meta-LLM selects per question "
-                                              "(GoA's 3; null: every agent)")
+                                              "(GoA's 3; null: every agent, no selection)")
         threshold: float = Field(0.05, strict=True, ge=0.0, lt=1.0,
                                  description="edge-score pruning threshold (GoA's 0.05)")
+        first_answer: Literal["brief_json", "independent"] = Field(
+            "brief_json", description="brief_json: GoA's brief JSON answer with a confidence "
+                                      "(its own calls); independent: DarkForest's shared "
+                                      "chain-of-thought answers (ablation)")
+        allow_repeats: bool = Field(True, description="a repeated index is another node "
+                                                      "(GoA's); false: repeats dropped")
+        selection_attempts: int = Field(5, strict=True, ge=1,
+                                        description="selection calls before the fallback "
+                                                    "(GoA's 5)")
+        scoring_attempts: int = Field(3, strict=True, ge=1,
+                                      description="scoring calls per judge before it is "
+                                                  "dropped (GoA's 3)")
+        replace_below: float = Field(0.1, ge=0.0, le=1.0,
+                                     description="a node whose confidence is missing or "
+                                                 "below this is answered by the general "
+                                                 "model (GoA's 0.1; 0: never)")
+        meta_temperature: float | None = Field(
+            0.7, ge=0.0, le=2.0, description="the meta-LLM's temperature for selection and "
+                                             "pooling (GoA's 0.7; null: its own)")
+        t2s_reads: Literal["initial", "refined"] = Field(
+            "initial", description="what target-to-source shows of the targets: their "
+                                   "responses before this round (the reference code) or "
+                                   "after source-to-target (the paper's text)")
 
     @property
     def mp_rounds(self) -> int:
@@ -164,189 +214,338 @@ class GraphOfAgents(Method):
 
     @property
     def rounds(self) -> int:
-        # select, answer, score, 2 per message-passing round, pool
-        return 3 + 2 * self.mp_rounds + 1
+        # every stage's calls at their most (selection, first answers, replacements, scoring,
+        # two per message-passing round, pooling), then one round without calls in which the
+        # last answers settle the outcome
+        a = self.args
+        return a.selection_attempts + 2 + a.scoring_attempts + 2 * self.mp_rounds + 1 + 1
 
-    # ------------------------------------------------------------------ graph state
+    # ------------------------------------------------------------------ helpers
 
     def _k(self, ctx: MethodContext) -> int:
-        n = len(ctx.agents)
-        return n if self.top_k is None else min(self.top_k, n)
-
-    def _nodes(self, state: SampleState, ctx: MethodContext) -> list[AgentView]:
-        if "nodes" not in state.data:
-            k, n = self._k(ctx), len(ctx.agents)
-            chosen: list[int] | None = list(range(n))
-            if k < n:
-                sel = state.records(role=SELECT_ROLE)
-                text = sel[-1].text if sel and not sel[-1].error else ""
-                chosen = parse_selection(text, n, k)
-                state.data["selection_fallback"] = chosen is None
-                if chosen is None:
-                    chosen = list(range(k))
-            state.data["nodes"] = [ctx.agents[i].id for i in sorted(chosen)]
-        return [ctx.agent(a) for a in state.data["nodes"]]
-
-    def _graph(self, state: SampleState, ctx: MethodContext) -> dict[str, Any]:
-        """Scores, ranking and top node from the scoring calls (computed once, kept in data)."""
-        if "graph" in state.data:
-            return state.data["graph"]
-        nodes = [a.id for a in self._nodes(state, ctx)]
-        scoring = records_by_agent(state, round=2, role=SCORE_ROLE)
-        total = dict.fromkeys(nodes, 0.0)
-        judged = dict.fromkeys(nodes, 0)
-        dropped = []
-        for judge in nodes:
-            others = [o for o in nodes if o != judge]
-            rec = scoring.get(judge)
-            vals = parse_scores(rec.text, len(others)) if rec is not None and not rec.error \
-                else None
-            if vals is None:
-                dropped.append(judge)
-                continue
-            for o, v in zip(others, vals, strict=True):
-                total[o] += v
-                judged[o] += 1
-        avg = {a: (total[a] / judged[a] if judged[a] else 0.0) for a in nodes}
-        s = math.fsum(avg.values())
-        scores = {a: (v / s if s > 0 else v) for a, v in avg.items()}
-        ranked = sorted(nodes, key=lambda a: -scores[a])  # stable: ties keep config order
-        ranked = [a for a in ranked if scores[a] > self.threshold]
-        graph = {"scores": scores, "ranked": ranked, "dropped_judges": dropped,
-                 "top": ranked[0] if ranked else None}
-        state.data["graph"] = graph
-        return graph
+        return len(ctx.agents) if self.top_k is None else self.top_k
 
     @staticmethod
-    def _latest(state: SampleState, agent: str, before_round: int) -> str:
-        """A node's latest successful answer among calls of rounds < before_round."""
-        text = ""
-        for r in state.calls:
-            if (r.agent == agent and r.role in ANSWER_ROLES and r.round < before_round
-                    and not r.error):
-                text = r.text
-        return text
+    def _general(ctx: MethodContext) -> AgentView:
+        """The pool's general model: the agent on the meta-LLM's model, else the meta-LLM."""
+        meta = lead_agent(ctx)
+        for a in ctx.agents:
+            if a.model == meta.model and a.revision == meta.revision:
+                return a
+        return meta
+
+    @staticmethod
+    def _by_key(state: SampleState) -> dict[str, CallRecord]:
+        return {r.key: r for r in state.calls}
+
+    def _text(self, state: SampleState, key: str | None) -> str:
+        rec = self._by_key(state).get(key) if key else None
+        return rec.text if rec is not None and not rec.error else ""
+
+    @staticmethod
+    def _instruction(ctx: MethodContext, state: SampleState) -> str:
+        return ctx.task.agent_prompt(state.sample)
+
+    def _meta_request(self, ctx: MethodContext, state: SampleState, user: str, slot: str):
+        meta = lead_agent(ctx)
+        return meta, ctx.request(meta, user, sample=state.sample, slot=slot,
+                                 temperature=self.args.meta_temperature)
+
+    def _initial_call(self, ctx: MethodContext, state: SampleState, agent: AgentView,
+                      slot: str, role: str) -> Call:
+        if self.args.first_answer == "independent":
+            if slot == "goa-initial":  # DarkForest's own generation: one shared cache entry
+                return independent_call(ctx, agent, state)
+            user = ctx.task.agent_prompt(state.sample)
+        else:
+            spec = ctx.task.parse_spec(state.sample)
+            hint = goa_answer_hint(spec.kind, spec.n_options, spec.labels)
+            user = goa_initial_prompt(self._instruction(ctx, state), hint)
+        return Call(role, agent.id, ctx.request(agent, user, sample=state.sample, slot=slot))
+
+    def _read_first(self, rec: CallRecord, ctx: MethodContext, state: SampleState
+                    ) -> tuple[Observation, float | None]:
+        """A first answer (or its replacement) and its confidence (None: missing)."""
+        if rec.error:
+            return Observation.invalid(rec.agent, raw=""), None
+        if self.args.first_answer == "independent":
+            o = parse_record(rec, ctx, state)
+            return o, o.confidence
+        return goa_json(rec.text, ctx.task.parse_spec(state.sample), agent=rec.agent)
+
+    def _first_answer(self, ctx: MethodContext, state: SampleState, node: dict
+                      ) -> tuple[Observation, float | None]:
+        rec = self._by_key(state).get(node["key"])
+        if rec is None:
+            return Observation.invalid(node["agent"], raw=""), None
+        return self._read_first(rec, ctx, state)
 
     # ------------------------------------------------------------------ planning
 
     def plan(self, round: int, state: SampleState, ctx: MethodContext) -> list[Call]:
-        if state.done:
-            return []
-        sample = state.sample
-        task = ctx.task
-        if round == 0:
-            meta = lead_agent(ctx)
-            cards = [model_card(a) for a in ctx.agents]
-            user = goa_selection_prompt(problem_statement(ctx.task, sample), cards, self._k(ctx))
-            return [Call(SELECT_ROLE, meta.id,
-                         ctx.request(meta, user, sample=sample, slot="goa-select"))]
-        nodes = self._nodes(state, ctx)
-        if round == 1:
-            return [independent_call(ctx, a, state) for a in nodes]
-        if len(nodes) == 1:
-            state.done = True
-            return []
-        if round == 2:
-            answers = {a.id: self._latest(state, a.id, 2) for a in nodes}
-            calls = []
-            for a in nodes:
-                others = [(b.id, answers[b.id]) for b in nodes if b.id != a.id]
-                calls.append(Call(SCORE_ROLE, a.id, ctx.request(
-                    a, goa_scoring_prompt(problem_statement(ctx.task, sample), others), sample=sample,
-                    slot="goa-score")))
-            return calls
-        graph = self._graph(state, ctx)
-        ranked, scores = graph["ranked"], graph["scores"]
-        instructions = task.answer_instructions()
-        if len(ranked) <= 1:
-            state.done = True
-            if ranked:  # one survivor: its initial answer is final
-                return []
-            # none survives: the meta-LLM pools the initial answers (reference fallback)
-            state.data["fallback"] = "pool_initial"
-            refs = [(a.id, None, self._latest(state, a.id, 2)) for a in nodes]
-            meta = lead_agent(ctx)
-            return [Call(POOL_ROLE, meta.id, ctx.request(
-                meta, goa_pooling_prompt(problem_statement(ctx.task, sample), refs, instructions), sample=sample,
-                slot="goa-pool-initial"))]
-        last_mp = 2 + 2 * self.mp_rounds
-        if round <= last_mp:
-            m = (round - 3) // 2 + 1  # message-passing round, 1-based
-            start = 3 + 2 * (m - 1)   # the pipeline round where it began
-            if round == start:  # source -> target
-                calls = []
-                for j, target in enumerate(ranked[1:], 1):
-                    sources = ranked[:j]
-                    refs = _weighted(sources, scores,
-                                     {s: self._latest(state, s, start) for s in sources})
-                    user = goa_source_to_target_prompt(
-                        problem_statement(ctx.task, sample), self._latest(state, target, start), refs, instructions)
-                    a = ctx.agent(target)
-                    calls.append(Call(S2T_ROLE, target, ctx.request(
-                        a, user, sample=sample, slot=f"goa-s2t-{m}")))
+        while not state.done:
+            stage = state.data.get("stage", "select")
+            calls = getattr(self, f"_stage_{stage}")(state, ctx)
+            if calls:
                 return calls
-            # target -> source, reading the targets' refined answers of this round
-            refined = records_by_agent(state, round=start, role=S2T_ROLE)
+        return []
+
+    def _stage_select(self, state: SampleState, ctx: MethodContext) -> list[Call]:
+        d = state.data
+        n, k = len(ctx.agents), self._k(ctx)
+        chosen: list[int] | None = None
+        if self.top_k is None:
+            chosen = list(range(n))
+        else:
+            attempts = state.records(role=SELECT_ROLE)
+            if attempts:
+                last = attempts[-1]
+                chosen = None if last.error else parse_selection(
+                    last.text, n, k, allow_repeats=self.args.allow_repeats)
+                if chosen is None and len(attempts) >= self.args.selection_attempts:
+                    chosen = [i % n for i in range(k)]
+                    d["selection_fallback"] = True
+            if chosen is None:
+                cards = [model_card(a) for a in ctx.agents]
+                invalid = [r.text for r in attempts]
+                user = goa_selection_prompt(self._instruction(ctx, state), cards, k, invalid)
+                meta, req = self._meta_request(ctx, state, user, f"goa-select-{len(attempts)}")
+                return [Call(SELECT_ROLE, meta.id, req)]
+            d["selection_attempts"] = len(attempts)
+        seen: dict[int, int] = {}
+        nodes = []
+        for i in chosen:
+            r = seen.get(i, 0)
+            seen[i] = r + 1
+            nodes.append({"agent": ctx.agents[i].id,
+                          "slot": "goa-initial" if r == 0 else f"goa-initial-{r}"})
+        d["nodes"] = nodes
+        d["stage"] = "initial"
+        return []
+
+    def _stage_initial(self, state: SampleState, ctx: MethodContext) -> list[Call]:
+        d = state.data
+        nodes = d["nodes"]
+        if "key" not in nodes[0]:
+            calls = [self._initial_call(ctx, state, ctx.agent(nd["agent"]), nd["slot"],
+                                        INITIAL_ROLE) for nd in nodes]
+            for nd, c in zip(nodes, calls, strict=True):
+                nd["key"] = c.request.key()
+            return calls
+        if len(nodes) == 1:  # a single node: its answer is final
+            d["final_key"] = nodes[0]["key"]
+            state.done = True
+            return []
+        d["stage"] = "replace"
+        return []
+
+    def _stage_replace(self, state: SampleState, ctx: MethodContext) -> list[Call]:
+        d = state.data
+        nodes = d["nodes"]
+        pending = d.get("replacing")
+        if pending is None:
+            general = self._general(ctx)
+            calls, replacing = [], {}
+            for j, nd in enumerate(nodes):
+                _, conf = self._first_answer(ctx, state, nd)
+                nd["confidence"] = conf
+                if self.args.replace_below <= 0:
+                    continue
+                if conf is not None and conf >= self.args.replace_below:
+                    continue
+                agent = ctx.agent(nd["agent"])
+                if agent.model == general.model and agent.revision == general.revision:
+                    continue  # already the general model: kept
+                c = self._initial_call(ctx, state, general, f"goa-replace-{j}", REPLACE_ROLE)
+                calls.append(c)
+                replacing[str(j)] = c.request.key()
+            d["replacing"] = replacing
+            if calls:
+                return calls
+        for j, key in (d.get("replacing") or {}).items():
+            nd = nodes[int(j)]
+            nd["replaced"] = nd["agent"]
+            nd["agent"] = self._general(ctx).id
+            nd["key"] = key
+        for nd in nodes:
+            nd["latest"] = nd["key"]
+        d["stage"] = "score"
+        return []
+
+    def _stage_score(self, state: SampleState, ctx: MethodContext) -> list[Call]:
+        d = state.data
+        nodes = d["nodes"]
+        k = len(nodes)
+        judges: dict[str, dict[str, Any]] = d.setdefault(
+            "judges", {str(j): {"keys": [], "scores": None} for j in range(k)})
+        by_key = self._by_key(state)
+        calls = []
+        instruction = self._instruction(ctx, state)
+        for j in range(k):
+            jd = judges[str(j)]
+            if jd["scores"] is not None:
+                continue
+            replies = [by_key[key] for key in jd["keys"] if key in by_key]
+            if replies:
+                last = replies[-1]
+                vals = None if last.error else parse_scores(last.text, k - 1)
+                if vals is not None:
+                    jd["scores"] = vals
+                    continue
+                if len(replies) >= self.args.scoring_attempts:
+                    jd["scores"] = False  # dropped
+                    continue
+            others = [(i, self._text(state, nodes[i]["key"])) for i in range(k) if i != j]
+            user = goa_scoring_prompt(instruction, others, [r.text for r in replies])
+            agent = ctx.agent(nodes[j]["agent"])
+            c = Call(SCORE_ROLE, agent.id, ctx.request(
+                agent, user, sample=state.sample, slot=f"goa-score-{j}-{len(replies)}"))
+            jd["keys"].append(c.request.key())
+            calls.append(c)
+        if calls:
+            return calls
+        d["graph"] = self._graph(judges, k)
+        ranked = d["graph"]["ranked"]
+        if len(ranked) == 1:  # one survivor: its first answer is final
+            d["final_key"] = nodes[ranked[0]]["key"]
+            state.done = True
+            return []
+        if not ranked:
+            d["fallback"] = "pool_initial"
+        d["stage"] = "mp" if ranked else "pool"
+        d["mp"] = {"round": 1, "phase": "s2t"}
+        return []
+
+    def _graph(self, judges: dict[str, dict[str, Any]], k: int) -> dict[str, Any]:
+        total = [0.0] * k
+        judged = [0] * k
+        dropped = []
+        for j in range(k):
+            vals = judges[str(j)]["scores"]
+            if not vals:
+                dropped.append(j)
+                continue
+            others = [i for i in range(k) if i != j]
+            for i, v in zip(others, vals, strict=True):
+                total[i] += v
+                judged[i] += 1
+        avg = [total[i] / judged[i] if judged[i] else 0.0 for i in range(k)]
+        s = math.fsum(avg)
+        scores = [v / s if s > 0 else v for v in avg]
+        ranked = sorted(range(k), key=lambda i: -scores[i])  # stable: ties keep node order
+        ranked = [i for i in ranked if scores[i] > self.threshold]
+        return {"scores": scores, "ranked": ranked, "dropped_judges": dropped,
+                "top": ranked[0] if ranked else None}
+
+    def _stage_mp(self, state: SampleState, ctx: MethodContext) -> list[Call]:
+        d = state.data
+        nodes, graph, mp = d["nodes"], d["graph"], d["mp"]
+        ranked, scores = graph["ranked"], graph["scores"]
+        instruction = self._instruction(ctx, state)
+        m = mp["round"]
+        if mp["phase"] == "s2t":
+            if "s2t" not in mp:
+                mp["before"] = {str(i): nodes[i]["latest"] for i in ranked}
+                calls, keys = [], {}
+                for pos, target in enumerate(ranked[1:], 1):
+                    sources = ranked[:pos]
+                    refs = _weighted(sources, scores, {s: self._text(state, mp["before"][str(s)])
+                                                       for s in sources})
+                    user = goa_source_to_target_prompt(
+                        instruction, self._text(state, mp["before"][str(target)]), refs)
+                    agent = ctx.agent(nodes[target]["agent"])
+                    c = Call(S2T_ROLE, agent.id, ctx.request(
+                        agent, user, sample=state.sample, slot=f"goa-s2t-{m}-{target}"))
+                    keys[str(target)] = c.request.key()
+                    calls.append(c)
+                mp["s2t"] = keys
+                return calls
+            mp["phase"] = "t2s"
+            return []
+        if "t2s" not in mp:
+            refined = mp["s2t"]
             sources = ranked[:-1] if self.pooling == "mean" else ranked[:1]
-            calls = []
+            final_prompt = ctx.task.answer_instructions() if self.pooling == "max" else ""
+            calls, keys = [], {}
             for source in sources:
                 targets = ranked[ranked.index(source) + 1:]
-                texts = {}
-                for t in targets:
-                    rec = refined.get(t)
-                    texts[t] = rec.text if rec is not None and not rec.error \
-                        else self._latest(state, t, start)
-                refs = _weighted(targets, scores, texts)
+                shown = {t: self._text(state, refined[str(t)] if self.args.t2s_reads == "refined"
+                                       else mp["before"][str(t)]) for t in targets}
+                refs = _weighted(targets, scores, shown)
                 user = goa_target_to_source_prompt(
-                    problem_statement(ctx.task, sample), self._latest(state, source, start), refs, instructions)
-                a = ctx.agent(source)
-                calls.append(Call(T2S_ROLE, source, ctx.request(
-                    a, user, sample=sample, slot=f"goa-t2s-{m}")))
+                    instruction, self._text(state, mp["before"][str(source)]), refs,
+                    final_prompt)
+                agent = ctx.agent(nodes[source]["agent"])
+                c = Call(T2S_ROLE, agent.id, ctx.request(
+                    agent, user, sample=state.sample, slot=f"goa-t2s-{m}-{source}"))
+                keys[str(source)] = c.request.key()
+                calls.append(c)
+            mp["t2s"] = keys
             return calls
-        if round == last_mp + 1 and self.pooling == "mean":
-            refs = [(a, scores[a], self._latest(state, a, round)) for a in ranked]
-            meta = lead_agent(ctx)
-            return [Call(POOL_ROLE, meta.id, ctx.request(
-                meta, goa_pooling_prompt(problem_statement(ctx.task, sample), refs, instructions), sample=sample,
-                slot="goa-pool"))]
+        for i, key in {**mp["s2t"], **mp["t2s"]}.items():
+            nodes[int(i)]["latest"] = key
+        if m < self.mp_rounds:
+            d["mp"] = {"round": m + 1, "phase": "s2t"}
+            return []
+        d["stage"] = "pool"
         return []
+
+    def _stage_pool(self, state: SampleState, ctx: MethodContext) -> list[Call]:
+        d = state.data
+        nodes, graph = d["nodes"], d["graph"]
+        if "pool_key" in d:
+            d["final_key"] = d["pool_key"]
+            state.done = True
+            return []
+        if graph["ranked"] and self.pooling == "max":
+            d["final_key"] = nodes[graph["top"]]["latest"]
+            state.done = True
+            return []
+        if graph["ranked"]:
+            refs = [(i, graph["scores"][i], self._text(state, nodes[i]["latest"]))
+                    for i in graph["ranked"]]
+            slot = "goa-pool"
+        else:  # every node pruned: the first answers, unlabelled (the reference's fallback)
+            refs = [(i, None, self._text(state, nd["key"])) for i, nd in enumerate(nodes)]
+            slot = "goa-pool-initial"
+        user = goa_pooling_prompt(self._instruction(ctx, state), refs,
+                                  ctx.task.answer_instructions())
+        meta, req = self._meta_request(ctx, state, user, slot)
+        d["pool_key"] = req.key()
+        return [Call(POOL_ROLE, meta.id, req)]
 
     # ------------------------------------------------------------------ outcome
 
     def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:
-        nodes = self._nodes(state, ctx) if state.calls else []
-        initial = independent_observations(state, ctx)
-        extra: dict[str, Any] = {"pooling": self.pooling, "nodes": [a.id for a in nodes]}
-        pooled = state.records(role=POOL_ROLE)
-        final: Observation | None
-        if pooled:
-            final = single_final(pooled[-1], ctx, state)
-        elif len(nodes) == 1:
-            final = _valid(initial[0]) if initial else None
-        elif state.records(role=SCORE_ROLE) or any(r.round >= 3 for r in state.calls):
-            graph = self._graph(state, ctx)
-            extra["graph"] = graph
-            top = graph["top"]
-            final = None
-            if top is not None:
-                recs = [r for r in state.calls
-                        if r.agent == top and r.role in ANSWER_ROLES and not r.error]
-                final = _valid(parse_record(recs[-1], ctx, state)) if recs else None
-        else:
-            final = None
-        if "graph" in state.data:
-            extra["graph"] = state.data["graph"]
-        if "fallback" in state.data:
-            extra["fallback"] = state.data["fallback"]
+        d = state.data
+        nodes = d.get("nodes") or []
+        initial = [self._first_answer(ctx, state, nd)[0] for nd in nodes if "key" in nd]
+        extra: dict[str, Any] = {"pooling": self.pooling,
+                                 "nodes": [nd["agent"] for nd in nodes],
+                                 "replaced": {str(j): nd["replaced"] for j, nd in enumerate(nodes)
+                                              if "replaced" in nd},
+                                 "confidences": [nd.get("confidence") for nd in nodes]}
+        for key in ("selection_attempts", "selection_fallback", "graph", "fallback"):
+            if key in d:
+                extra[key] = d[key]
+        final = None
+        rec = self._by_key(state).get(d.get("final_key", ""))
+        if rec is not None and not rec.error:
+            if rec.role in (AGENT_ROLE, INITIAL_ROLE, REPLACE_ROLE):
+                final = self._read_first(rec, ctx, state)[0]
+            else:
+                final = parse_record(rec, ctx, state)
+            final = final if final.valid else None
         return Outcome(final=final, agent_observations=initial, extra=extra)
 
     def max_calls_per_sample(self, ctx: MethodContext) -> int:
+        a = self.args
         k = self._k(ctx)
+        select = 0 if self.top_k is None else a.selection_attempts
         if k == 1:
-            return 2
-        if self.pooling == "mean":
-            return 1 + 2 * k + self.mp_rounds * (2 * k - 2) + 1
-        return 1 + 2 * k + self.mp_rounds * k
+            return select + 1
+        per_round = 2 * k - 2 if self.pooling == "mean" else k
+        return select + 2 * k + a.scoring_attempts * k + self.mp_rounds * per_round + 1
 
 
 def model_card(agent: AgentView) -> str:
@@ -356,15 +555,12 @@ def model_card(agent: AgentView) -> str:
     return f"{agent.model} (no description)"
 
 
-def _weighted(names: list[str], scores: dict[str, float], texts: dict[str, str]
-              ) -> list[tuple[str, float, str]]:
-    """(name, score normalised over ``names``, text): GoA's relevance weights of references."""
+def _weighted(names: list[int], scores: list[float], texts: dict[int, str]
+              ) -> list[tuple[int, float, str]]:
+    """(node, score normalised over ``names``, text): GoA's relevance weights of references."""
     total = math.fsum(scores[a] for a in names)
-    return [(a, (scores[a] / total if total > 0 else 1.0 / len(names)), texts[a]) for a in names]
-
-
-def _valid(o: Observation | None) -> Observation | None:
-    return o if o is not None and o.valid else None
+    return [(a, (scores[a] / total if total > 0 else 1.0 / len(names)), texts[a])
+            for a in names]
 
 
 class GoAMean(GraphOfAgents):

@@ -1,5 +1,6 @@
 """Mixture-of-Agents (Wang et al., 2024, "Mixture-of-Agents Enhances Large Language Model
-Capabilities").
+Capabilities"; reference: togethercomputer/MoA, ``utils.py`` ``generate_with_references`` /
+``inject_references_to_messages`` and the evaluation scripts that call them).
 
 Layer 1: the n agents propose independently (task prompt, slot ``"independent"``: the
 DarkForest generations). Layers 2..L-1: the n agents propose again, each reading every
@@ -12,8 +13,22 @@ references.
 The final answer is the aggregator's, parsed with the task's parser (none valid: no answer).
 
 method_args:
-    layers: L >= 2, counting the aggregator layer (default 3: two layers of the n proposers
-        and the aggregator, the MoA paper's main configuration, Wang et al. 2024, section 3).
+    layers: L >= 2, counting the aggregator layer (default 2, the reference's: its
+        ``rounds`` counts the proposer layers after the first, L = rounds + 1, and its
+        evaluation scripts run ``rounds`` 1, so n proposers and the aggregator). ``layers: 3``
+        is the MoA paper's larger configuration (an ablation here).
+    aggregator_temperature: the aggregator's sampling temperature (default 0.7, the
+        reference's ``generate_with_references`` default; ``null``: the aggregator agent's
+        own, our coordinator's 0.2).
+
+Remaining differences from the reference:
+- the reference injects the aggregate-and-synthesize text as a system message; we open the
+  user turn with the same text, so that backbones without a system role work the same;
+- its aggregator is a separate, larger model; ours is the run's coordinator (the composition's
+  general model), and its proposers are the composition's three agents;
+- max_tokens is the agents' budget (800 in our compositions) rather than its 2048;
+- the task's own prompt (with its answer instruction) is the query, so the aggregator's
+  answer can be parsed like every other method's.
 
 Calls per sample: n x (L - 1) + 1.
 """
@@ -40,8 +55,13 @@ class MixtureOfAgents(Method):
     name = "moa"
 
     class Args(MethodArgs):
-        layers: int = Field(3, strict=True, ge=2,
-                            description="layers counting the aggregator layer (MoA's 3)")
+        layers: int = Field(2, strict=True, ge=2,
+                            description="layers counting the aggregator layer (the "
+                                        "reference's evaluation: 2)")
+        aggregator_temperature: float | None = Field(
+            0.7, ge=0.0, le=2.0,
+            description="the aggregator's temperature (the reference's 0.7; null: the "
+                        "aggregator agent's own)")
 
     @property
     def layers(self) -> int:
@@ -66,7 +86,8 @@ class MixtureOfAgents(Method):
         if round == self.layers - 1:
             agg = lead_agent(ctx)
             return [Call(AGGREGATOR_ROLE, agg.id,
-                         ctx.request(agg, user, sample=sample, slot="moa-aggregator"))]
+                         ctx.request(agg, user, sample=sample, slot="moa-aggregator",
+                                     temperature=self.args.aggregator_temperature))]
         return [Call(PROPOSER_ROLE, a.id,
                      ctx.request(a, user, sample=sample, slot=f"moa-l{round + 1}"))
                 for a in ctx.agents]

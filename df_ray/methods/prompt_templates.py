@@ -11,6 +11,7 @@ Text taken from a published protocol says where it comes from; the rest is ours.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from df_ray.tasks.answer_instruction import answer_instruction, asks_confidence
@@ -18,7 +19,7 @@ from df_ray.tasks.answer_instruction import answer_instruction, asks_confidence
 #: The version of every prompt text in df_ray (tasks' agent prompts and problem statements,
 #: DarkForest's coordinator, the baselines' templates). Logged with every MLflow run; bump it
 #: whenever a prompt's wording changes, so results under different prompts are not pooled.
-PROMPT_VERSION = "2"
+PROMPT_VERSION = "3"
 
 NO_RESPONSE = "(no response)"
 
@@ -103,6 +104,69 @@ def reconcile_prompt(question: str, groups: Sequence[tuple[str, Sequence[tuple[s
     return with_instructions(body, instructions, confidence=True)
 
 
+#: dinobby/ReConcile (``utils.py`` ``prepare_context``, ``parse_output``; ``generation.py``
+#: the ``*_debate`` functions): the reference's own prompt text.
+RECONCILE_JSON_FORMAT = ('Output your answer in json format, with the format as follows: '
+                         '{"reasoning": "", "answer": "", "confidence_level": ""}. '
+                         'Please strictly output in JSON format.')
+RECONCILE_REVIEW = ("Carefully review the following solutions from other agents as additional "
+                    "information, and provide your own answer and step-by-step reasoning to "
+                    "the question.")
+RECONCILE_STANCE = "Clearly states that which pointview do you agree or disagree and why."
+
+
+def reconcile_answer_hint(kind: str, n_options: int | None = None,
+                          labels: Sequence[str] | None = None) -> str:
+    """What the ``answer`` field may hold, per task kind (the reference's per-dataset line,
+    written for our benchmarks)."""
+    if kind == "choice":
+        letters = ",".join(chr(65 + i) for i in range(n_options or 4))
+        return f'Only place {letters} representing your choice in the "answer" field.'
+    if kind == "label":
+        return f'Only place one of {", ".join(labels or ())} in the "answer" field.'
+    if kind == "code":
+        return 'Only place the complete Python function in the "answer" field.'
+    if kind == "finqa":
+        return ('Only place the program in the program language above in the "answer" '
+                'field.')
+    return ('Only place the final answer (a single number or mathematical expression) in the '
+            '"answer" field.')
+
+
+def reconcile_initial_prompt(question: str, hint: str) -> str:
+    """Phase 1 (``prepare_context``, without the convincing samples)."""
+    return "\n".join([
+        f"Q: {question.strip()}",
+        "Please answer the question with step-by-step reasoning.",
+        "\nAlso, evaluate your confidence level (between 0.0 and 1.0) to indicate the "
+        "possibility of your answer being right.",
+        RECONCILE_JSON_FORMAT, hint, "Do not output irrelevant content."])
+
+
+def reconcile_explanation(answer: str, reasoning: str, confidence: float) -> str:
+    """How a peer's answer is shown (``parse_output``)."""
+    return f"I think the answer is {answer} because {reasoning} My confidence level is {confidence}."
+
+
+def reconcile_debate_prompt(groups: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """``groups``: (answer, [explanation, ...]) of the two most common answers (``parse_output``
+    keeps ``most_common(2)``)."""
+    out = ""
+    for answer, exps in groups:
+        out += f"There are {len(exps)} agents think the answer is {answer}. "
+        out += "\n".join("One agent solution: " + e for e in exps) + "\n\n"
+    return out
+
+
+def reconcile_discussion_prompt(question: str, hint: str,
+                                groups: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """A discussion round: phase 1's context, then the reference's additional instructions
+    (joined by spaces, as the reference joins them)."""
+    extra = [f"\n\n{RECONCILE_REVIEW}", f"{RECONCILE_STANCE}\n\n",
+             reconcile_debate_prompt(groups), RECONCILE_JSON_FORMAT]
+    return reconcile_initial_prompt(question, hint) + " ".join(extra)
+
+
 # ----------------------------------------------------------------------------- MoA
 
 #: Wang et al. (2024), "Mixture-of-Agents Enhances Large Language Model Capabilities": the
@@ -131,30 +195,88 @@ def moa_prompt(query: str, references: Sequence[str]) -> str:
 
 # ----------------------------------------------------------------------------- GoA
 
-# Graph-of-Agents (Yun et al., ICLR 2026; github.com/UNITES-Lab/GoA), in our words.
+# Graph-of-Agents (Yun et al., ICLR 2026), as its reference code prompts (UNITES-Lab/GoA,
+# ``modules.py``): node sampling, the brief first answer with a confidence, edge scoring,
+# source-to-target and target-to-source message passing, graph pooling. ``instruction`` is
+# what the reference calls ``messages[0]``: the task's own agent prompt (the question and how
+# to answer it); ``final_prompt`` its closing answer instruction (the task's).
+
+#: The reference's example selections, by the number of nodes asked for.
+GOA_SELECTION_EXAMPLES = {1: "0", 2: "0,3", 3: "0,1,5", 4: "0,0,4,5", 5: "0,1,2,3,5",
+                          6: "0,0,2,3,4,5"}
+#: The reference's example score lists, by the number of responses scored.
+GOA_SCORE_EXAMPLES = {1: "[1.0]", 2: "[0.7, 0.3]", 3: "[0.1, 0.1, 0.8]",
+                      4: "[0.3, 0.4, 0.1, 0.2]", 5: "[0.2, 0.4, 0.1, 0.3, 0.0]"}
 
 
-def goa_selection_prompt(question: str, cards: Sequence[str], top_k: int) -> str:
-    listing = "\n".join(f"{i}: {c}" for i, c in enumerate(cards))
-    return (f"Choose the {top_k} models best suited to answer the question below.\n\n"
-            f"Question:\n{question.strip()}\n\nModels (index: description):\n{listing}\n\n"
-            "Prefer, in this order: a model from the question's domain, a model specialised in "
-            "the skill it needs, at least one general model.\n"
-            f"Reply with exactly {top_k} comma-separated indices between 0 and "
-            f"{len(cards) - 1} and nothing else.\n\nAnswer:")
+def goa_answer_hint(kind: str, n_options: int | None = None,
+                    labels: Sequence[str] | None = None) -> str:
+    """What the first answer's JSON ``answer`` field holds, per task kind (the reference's
+    three hints; FinQA's and LegalBench's are ours, in the same form)."""
+    if kind == "math":
+        return 'a mathematical expression or number (e.g., "42" or "3/4")'
+    if kind == "code":
+        return "the completed Python function code"
+    if kind == "finqa":
+        return 'the program in the program language above (e.g., "subtract(5, 3), divide(#0, 3)")'
+    if kind == "label":
+        return "one of the labels: " + ", ".join(labels or ())
+    n = n_options or 4
+    return "one of the answer choices: " + ", ".join(chr(65 + i) for i in range(n))
 
 
-def goa_scoring_prompt(question: str, others: Sequence[tuple[str, str]]) -> str:
-    """``others``: (node name, response) of every other node, in order."""
+def goa_initial_prompt(instruction: str, hint: str) -> str:
+    """The first answer: the task's prompt, then GoA's brief-reasoning JSON instruction."""
+    return (f"{instruction}\n\nProvide brief reasoning (2-3 key sentences), then output your "
+            f"final answer in JSON format:\n"
+            f'{{"reasoning": "<brief reasoning>", "answer": "<{hint}>", '
+            f'"confidence_level": "<a float between 0.0 and 1.0>"}}\n'
+            "Please strictly output in JSON format.")
+
+
+def goa_selection_prompt(instruction: str, cards: Sequence[str], top_k: int,
+                         invalid: Sequence[str] = ()) -> str:
+    """Node sampling: pick ``top_k`` model indices (repeats allowed) from the model cards;
+    ``invalid``: the earlier unusable replies, shown back so the meta-LLM can fix them."""
+    listing = json.dumps([{"index": i, "description": c} for i, c in enumerate(cards)])
+    example = GOA_SELECTION_EXAMPLES.get(top_k, ",".join(str(i % len(cards))
+                                                         for i in range(top_k)))
+    prompt = (f"Select {top_k} models best suited for this question.\n\n"
+              f"Question: {instruction}\n\n"
+              f"Available models:\n{listing}\n\n"
+              "Selection criteria (in priority order):\n"
+              "1. Domain match \u2014 prefer models trained in the question's domain\n"
+              "2. Task specialization \u2014 prefer models fine-tuned for the required skill\n"
+              "3. Include at least one generalist model if applicable\n"
+              "4. Prefer larger models only when the size gap is significant\n\n"
+              "Rules:\n"
+              f"- Output exactly {top_k} comma-separated indices from [0, {len(cards) - 1}]\n"
+              "- You may repeat an index if the model is highly relevant\n"
+              "- No explanations\n\n"
+              f"Example: {example}\n\n"
+              "Answer:")
+    if invalid:
+        prompt += f"\n(Previous invalid responses: {list(invalid)}. Fix this.)"
+    return prompt
+
+
+def goa_scoring_prompt(instruction: str, others: Sequence[tuple[int, str]],
+                       invalid: Sequence[str] = ()) -> str:
+    """Edge sampling: score the other nodes' responses (``others``: (node index, response));
+    ``invalid``: this judge's earlier unusable replies."""
     k = len(others)
-    listing = "\n\n".join(f"Response {i} (model {name}):\n{response_text(text)}"
-                          for i, (name, text) in enumerate(others))
-    example = ", ".join(f"{1.0 / k:.2f}" for _ in range(k)) if k else ""
-    return (f"Rate the following {k} responses to the question below for correctness, "
-            f"coherence and relevance.\n\nQuestion:\n{question.strip()}\n\n{listing}\n\n"
-            f"Give each response a score; the {k} scores must sum to 1.0. Reply with the "
-            f"scores only, as a bracketed comma-separated list in the order above, "
-            f"e.g. [{example}].\n\nAnswer:")
+    responses = json.dumps({str(i): response_text(t) for i, t in others})
+    example = GOA_SCORE_EXAMPLES.get(k, "[" + ", ".join(f"{1.0 / k:.2f}" for _ in range(k)) + "]")
+    prompt = (f"Score the following {k} model responses to this question.\n\n"
+              f"Question: {instruction}\n\n"
+              f"Responses (in order: {[i for i, _ in others]}):\n{responses}\n\n"
+              "Assign a score to each response based on correctness, coherence, and relevance.\n"
+              f"Scores must sum to exactly 1.0. Output only a comma-separated list of {k} "
+              f"scores.\n\nExample: {example}\n\nAnswer:")
+    if invalid:
+        prompt += (f"\n(Previous invalid responses: {list(invalid)}. "
+                   f"Must have exactly {k} scores summing to 1.0.)")
+    return prompt
 
 
 def goa_relevance_label(weight: float) -> str:
@@ -166,44 +288,48 @@ def goa_relevance_label(weight: float) -> str:
     return "low relevance"
 
 
-def goa_references(refs: Sequence[tuple[str, float, str]]) -> str:
-    """``refs``: (node name, normalised weight, response)."""
-    return "\n\n".join(f"Model {name} ({goa_relevance_label(w)}):\n{response_text(text)}"
-                       for name, w, text in refs)
+def goa_references(refs: Sequence[tuple[int, float, str]]) -> str:
+    """``refs``: (node index, normalised weight, response)."""
+    return "\n\n".join(f"Model {i} ({goa_relevance_label(w)}):\n{response_text(text)}"
+                        for i, w, text in refs)
 
 
-def goa_source_to_target_prompt(question: str, own: str, refs: Sequence[tuple[str, float, str]],
-                                instructions: str) -> str:
-    body = (f"Improve your answer using the responses of other models.\n\n"
-            f"Question:\n{question.strip()}\n\nYour initial response:\n{response_text(own)}\n\n"
-            f"Responses of other models, labelled by relevance:\n{goa_references(refs)}\n\n"
-            "Take what is useful from them to improve your answer, and be critical: some of "
-            "it may be wrong.")
-    return with_instructions(body, instructions, confidence=True)
+def goa_source_to_target_prompt(instruction: str, own: str,
+                                refs: Sequence[tuple[int, float, str]]) -> str:
+    return ("Refine your answer by considering other models' responses.\n\n"
+            f"Question: {instruction}\n\n"
+            f"Your initial response: {response_text(own)}\n\n"
+            f"Other models' responses (ranked by relevance):\n{goa_references(refs)}\n\n"
+            "Integrate useful insights from these responses to improve your answer. "
+            "Be critical \u2014 some information may be incorrect.\n")
 
 
-def goa_target_to_source_prompt(question: str, own: str, refs: Sequence[tuple[str, float, str]],
-                                instructions: str) -> str:
-    body = (f"Other models have refined their answers after reading yours. Use their "
-            f"refinements to write your final response.\n\nQuestion:\n{question.strip()}\n\n"
-            f"Your initial response:\n{response_text(own)}\n\n"
-            f"Refined responses of other models, labelled by relevance:\n"
-            f"{goa_references(refs)}\n\n"
-            "Keep what is right, fix what is wrong, and be critical: some of it may be wrong.")
-    return with_instructions(body, instructions, confidence=True)
+def goa_target_to_source_prompt(instruction: str, own: str,
+                                refs: Sequence[tuple[int, float, str]],
+                                final_prompt: str = "") -> str:
+    return ("Other models refined their answers after seeing yours. Use their improvements "
+            "to finalize your response.\n\n"
+            f"Question: {instruction}\n\n"
+            f"Your initial response: {response_text(own)}\n\n"
+            f"Updated responses from other models:\n{goa_references(refs)}\n\n"
+            "Write your final response, incorporating valuable refinements. "
+            "Be critical \u2014 some information may be incorrect.\n"
+            f"{final_prompt}")
 
 
-def goa_pooling_prompt(question: str, refs: Sequence[tuple[str, float | None, str]],
-                       instructions: str) -> str:
+def goa_pooling_prompt(instruction: str, refs: Sequence[tuple[int, float | None, str]],
+                       final_prompt: str) -> str:
+    """``refs``: (node index, weight or None (unlabelled), response)."""
     parts = []
-    for name, w, text in refs:
-        head = f"Model {name}" if w is None else f"Model {name} ({goa_relevance_label(w)})"
-        parts.append(f"{head}:\n{response_text(text)}")
-    body = (f"Combine the responses below into one final answer.\n\n"
-            f"Question:\n{question.strip()}\n\nModel responses:\n" + "\n\n".join(parts) +
-            "\n\nWrite one accurate, coherent answer that keeps the best of them, and be "
-            "critical: some of it may be wrong.")
-    return with_instructions(body, instructions, confidence=True)
+    for i, w, text in refs:
+        head = f"Model {i}:" if w is None else f"Model {i} ({goa_relevance_label(w)}):"
+        parts.append(f"{head}\n{response_text(text)}")
+    return ("Synthesize these model responses into one final answer.\n\n"
+            f"Question: {instruction}\n\n"
+            "Model responses:\n" + "\n\n".join(parts) + "\n\n"
+            "Produce an accurate, coherent answer integrating the best insights. "
+            "Be critical \u2014 some information may be incorrect.\n"
+            f"{final_prompt}")
 
 
 # ----------------------------------------------------------------------------- Self-Refine

@@ -1,5 +1,9 @@
 """Self-Consistency (Wang et al., 2023): sample several reasoning paths, majority-vote the
-final answers.
+final answers. There is no reference implementation to follow beyond the paper's protocol;
+Table 1's sweeps draw ``SELF_CONSISTENCY_SAMPLES`` (10) answers of one model
+(``SELF_CONSISTENCY_AGENT``: Qwen2.5-7B-Instruct, the coder on HumanEval), a choice reasoned
+in ``df_ray/experiments/compositions.py`` from the paper's token ratio and the models'
+reported scores.
 
 method_args:
     samples: answers drawn per agent (default 3), each with its own seed.

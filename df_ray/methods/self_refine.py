@@ -1,41 +1,62 @@
-"""Self-Refine (Madaan et al., 2023, "Self-Refine: Iterative Refinement with Self-Feedback").
+"""Self-Refine (Madaan et al., 2023, "Self-Refine: Iterative Refinement with Self-Feedback"), as
+its reference code runs it: madaan/self-refine ``src/gsm/run.py`` (``iterative_gsm``: the loop,
+``max_attempts`` 4, the first answer at ``temperature`` 0, feedback at 0.7, the stop on "it is
+correct") and ``src/gsm/feedback.py`` (one few-shot call that writes the feedback *and* the
+fixed solution, cut at ``### END``).
 
-One agent generates an answer (task prompt, slot ``"independent"``: the Single / DarkForest
-cache entry), then iterates: it critiques its latest answer (FEEDBACK, slot
-``"refine-fb<t>"``) and, unless the critique finds no error, rewrites the answer from the full
-history of attempts and critiques (REFINE, slot ``"refine-<t>"``), for t = 1..iterations.
+``protocol: few_shot`` (the default, the reference's):
 
-The critique is task-specific, as the paper's feedback prompts are per task: besides the
-general review it names what to check for the task's kind (``FEEDBACK_FOCUS`` in
-``df_ray.methods.prompt_templates``: each calculation for math, the table values and program steps for
-FinQA, the docstring's examples and edge cases for code, every option for multiple choice,
-the instruction's definition and the allowed labels for LegalBench), and it sees the whole
-task (``problem_statement``).
+1. The agent answers the task prompt at ``init_temperature`` 0 (slot ``"refine-init"``: its
+   own call, not DarkForest's sampled generation).
+2. Up to ``iterations`` (4) times: a feedback call (slot ``"refine-fb<t>"``, at
+   ``feedback_temperature`` 0.7, stop ``### END``) on the current solution, with the task
+   kind's few-shot examples (``df_ray.methods.self_refine_fewshot``: a step-by-step review
+   marking each step "looks good" or "wrong! ...", then "Okay! Here is the rewrite:" and the
+   fixed solution, or "... It is correct! Here is the rewrite (for the sake of
+   completeness):"). If the feedback says "it is correct" (any case) the loop stops;
+   otherwise the rewrite is the next solution. A reply without a rewrite keeps the current
+   solution.
+3. The final answer is the last feedback call's rewrite (the reference's
+   ``generated_answer_ours``), or, when that does not parse to a valid answer, the latest
+   solution that does (ours: a rewrite that lost the answer format does not erase an
+   earlier valid answer).
 
-Stop rule (precise): the critique prompt asks for a last line ``Verdict: CORRECT`` or
-``Verdict: INCORRECT``. The sample stops after a critique whose *last* verdict line (a line
-that, after stripping spaces and markdown emphasis, starts with ``verdict:``, any case) says
-``CORRECT``; no refinement follows and the state is marked done. A critique without a verdict
-line, or with ``INCORRECT`` (or anything else), continues. After the last refinement there is
-no further critique.
+Calls per sample: at most 1 + iterations (5).
 
-Final answer: the latest attempt that parses to a valid answer (a refinement that lost the
-answer format does not erase an earlier valid answer); none valid: no answer.
+``protocol: df_ray`` (df_ray's earlier Self-Refine, kept as an ablation): zero-shot. The
+first answer is the shared independent generation (slot ``"independent"``); each iteration is
+a critique call (``FEEDBACK_FOCUS`` per task kind, a last line ``Verdict: CORRECT`` /
+``Verdict: INCORRECT``) and, unless the verdict is CORRECT, a separate refine call reading
+every attempt and critique; every call at the agent's temperature. At most 1 + 2T calls.
 
 method_args:
-    iterations: T, the most feedback+refine rounds (default 4: the paper's experiments stop
-        after at most 4 iterations, Madaan et al. 2023, section 3).
-    agent: the agent that generates, critiques and refines (default the first agent).
+    iterations: the most feedback calls (few_shot; the reference's ``max_attempts`` 4) or
+        feedback + refine rounds (df_ray).
+    agent: the agent that answers, critiques and fixes (default the first agent).
+    protocol: ``few_shot`` or ``df_ray``.
+    init_temperature / feedback_temperature: few_shot's sampling (0 and 0.7, the
+        reference's).
 
-Calls per sample: at most 1 + 2T.
+Remaining differences from the reference:
+- the first answer is the task's zero-shot prompt (the reference's is a few-shot program
+  prompt for GSM8K);
+- the few-shot examples are ours, one wrong and one correct solution per task kind, in the
+  reference's format; the feedback prompt adds one line saying how the rewrite must end, so
+  that it parses with the task's parser;
+- max_tokens is the agent's budget for every call (the reference's feedback has 300);
+- the reference retries a whole sample when its output cannot be split; we keep the
+  current solution and go on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from typing import Literal
 
 from pydantic import Field
 
+from df_ray.core.parsing import parse
 from df_ray.methods.base import (
     Call,
     CallRecord,
@@ -54,10 +75,13 @@ from df_ray.methods.common import (
     pick_agent,
 )
 from df_ray.methods.prompt_templates import self_refine_feedback_prompt, self_refine_refine_prompt
+from df_ray.methods.self_refine_fewshot import feedback_prompt, says_correct, split_feedback
 from df_ray.tasks.base import problem_statement
 
 FEEDBACK_ROLE = "feedback"
 REFINE_ROLE = "refine"
+INIT_ROLE = "refine_init"
+STOP = ("### END",)
 
 _VERDICT_RE = re.compile(r"^[\s*_#>`-]*verdict[\s*_]*:[\s*_]*([a-z]+)", re.IGNORECASE)
 
@@ -77,11 +101,20 @@ class SelfRefine(Method):
 
     class Args(MethodArgs):
         iterations: int = Field(4, strict=True, ge=0,
-                                description="T, the most feedback + refine rounds "
-                                            "(Self-Refine's at most 4)")
+                                description="the most feedback calls (the reference's "
+                                            "max_attempts 4; df_ray: feedback + refine rounds)")
         agent: AgentId | None = Field(
             None, description="the agent that generates, critiques and refines "
                               "(default: the run's first agent)")
+        protocol: Literal["few_shot", "df_ray"] = Field(
+            "few_shot", description="few_shot: the reference's few-shot feedback-and-fix "
+                                    "calls; df_ray: zero-shot critique + refine (ablation)")
+        init_temperature: float = Field(0.0, ge=0.0, le=2.0,
+                                        description="few_shot: the first answer's temperature "
+                                                    "(the reference's 0)")
+        feedback_temperature: float = Field(0.7, ge=0.0, le=2.0,
+                                            description="few_shot: the feedback calls' "
+                                                        "temperature (the reference's 0.7)")
 
     @property
     def iterations(self) -> int:
@@ -92,14 +125,20 @@ class SelfRefine(Method):
         return self.args.agent
 
     @property
+    def few_shot(self) -> bool:
+        return self.args.protocol == "few_shot"
+
+    @property
     def rounds(self) -> int:
-        return 1 + 2 * self.iterations
+        return 1 + (self.iterations if self.few_shot else 2 * self.iterations)
 
     @staticmethod
     def _attempts(state: SampleState) -> list[CallRecord]:
         return [r for r in state.calls if r.role in (AGENT_ROLE, REFINE_ROLE)]
 
     def plan(self, round: int, state: SampleState, ctx: MethodContext) -> list[Call]:
+        if self.few_shot:
+            return self._plan_few_shot(round, state, ctx)
         agent = pick_agent(ctx, self.agent_id, self.name)
         if round == 0:
             return [independent_call(ctx, agent, state)]
@@ -122,11 +161,65 @@ class SelfRefine(Method):
             return []
         pairs = [(a.text if not a.error else "", f.text if not f.error else "")
                  for a, f in zip(attempts, feedbacks, strict=False)]
-        user = self_refine_refine_prompt(problem_statement(ctx.task, sample), pairs, ctx.task.answer_instructions())
+        user = self_refine_refine_prompt(problem_statement(ctx.task, sample), pairs,
+                                         ctx.task.answer_instructions())
         return [Call(REFINE_ROLE, agent.id,
                      ctx.request(agent, user, sample=sample, slot=f"refine-{t}"))]
 
+    # ------------------------------------------------------------------ few_shot
+
+    @staticmethod
+    def _solutions(state: SampleState) -> list[str]:
+        """The solutions so far: the first answer, then each feedback call's rewrite (a
+        feedback without one repeats the solution it reviewed)."""
+        sols: list[str] = []
+        for r in state.calls:
+            if r.role == INIT_ROLE:
+                sols.append("" if r.error else r.text)
+            elif r.role == FEEDBACK_ROLE:
+                fixed = None if r.error else split_feedback(r.text)[1]
+                sols.append(fixed if fixed is not None else (sols[-1] if sols else ""))
+        return sols
+
+    def _plan_few_shot(self, round: int, state: SampleState, ctx: MethodContext
+                       ) -> list[Call]:
+        agent = pick_agent(ctx, self.agent_id, self.name)
+        sample = state.sample
+        if round == 0:
+            return [Call(INIT_ROLE, agent.id, ctx.request(
+                agent, ctx.task.agent_prompt(sample), sample=sample, slot="refine-init",
+                temperature=self.args.init_temperature))]
+        if round >= self.rounds or state.done:
+            return []
+        feedbacks = state.records(role=FEEDBACK_ROLE)
+        if feedbacks and not feedbacks[-1].error \
+                and says_correct(split_feedback(feedbacks[-1].text)[0]):
+            state.data["stopped_after_feedback"] = len(feedbacks)
+            state.done = True
+            return []
+        user = feedback_prompt(getattr(ctx.task, "kind", ""), problem_statement(ctx.task, sample),
+                               self._solutions(state)[-1], ctx.task.answer_instructions())
+        req = ctx.request(agent, user, sample=sample, slot=f"refine-fb{round}",
+                          temperature=self.args.feedback_temperature)
+        req = dataclasses.replace(req, sampling=dataclasses.replace(req.sampling, stop=STOP))
+        return [Call(FEEDBACK_ROLE, agent.id, req)]
+
+    def _finish_few_shot(self, state: SampleState, ctx: MethodContext) -> Outcome:
+        spec = ctx.task.parse_spec(state.sample)
+        agent = pick_agent(ctx, self.agent_id, self.name).id
+        attempts = [parse(text, spec, agent=agent) for text in self._solutions(state)]
+        valid = [o for o in attempts if o.valid]
+        final = attempts[-1] if attempts and attempts[-1].valid else (valid[-1] if valid else None)
+        first = attempts[:1]
+        return Outcome(final=final, agent_observations=first,
+                       extra={"attempts": len(attempts),
+                              "feedbacks": len(state.records(role=FEEDBACK_ROLE)),
+                              "stopped_early": "stopped_after_feedback" in state.data,
+                              "attempt_answers": [o.answer for o in attempts]})
+
     def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:
+        if self.few_shot:
+            return self._finish_few_shot(state, ctx)
         attempts = [parse_record(r, ctx, state) for r in self._attempts(state)]
         valid = [o for o in attempts if o.valid]
         return Outcome(final=valid[-1] if valid else None,
@@ -137,4 +230,4 @@ class SelfRefine(Method):
                               "attempt_answers": [o.answer for o in attempts]})
 
     def max_calls_per_sample(self, ctx: MethodContext) -> int:
-        return 1 + 2 * self.iterations
+        return 1 + (self.iterations if self.few_shot else 2 * self.iterations)

@@ -11,7 +11,12 @@ import pandas as pd
 
 from df_ray.reporting.plots import make_plots
 from df_ray.reporting.runs import collect_runs, load_samples
-from df_ray.reporting.tables import build_table, to_markdown
+from df_ray.reporting.tables import (
+    build_table,
+    to_markdown,
+    token_ratios,
+    token_ratios_markdown,
+)
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
@@ -27,7 +32,8 @@ def _safe(name: str) -> str:
 def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
                  out_dir: str | Path = "reports", *, n_boot: int = 2000,
                  seed: int = 0) -> list[Path]:
-    """Write ``<experiment>_table.md``, ``<experiment>_table.csv``, the plots that apply
+    """Write ``<experiment>_table.md`` (the table, then the token-ratio check against the
+    paper), ``<experiment>_table.csv``, ``<experiment>_token_ratios.csv``, the plots that apply
     (``<experiment>_*.png``) and ``<experiment>_report.md`` (tables + plots) into ``out_dir``;
     returns the paths written, the report first."""
     runs = collect_runs(tracking_uri, experiment)
@@ -47,11 +53,15 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     prefix = _safe(experiment)
-    md_table = to_markdown(table)
+    ratios = token_ratios(table)
+    md_ratios = token_ratios_markdown(ratios)
+    md_table = to_markdown(table) + ("\n" + md_ratios if md_ratios else "")
     table_md = out / f"{prefix}_table.md"
     table_md.write_text(md_table)
     table_csv = out / f"{prefix}_table.csv"
     table.to_csv(table_csv, index=False, float_format="%.4f")
+    ratios_csv = out / f"{prefix}_token_ratios.csv"
+    ratios.to_csv(ratios_csv, index=False, float_format="%.4f")
     plots = make_plots(table, runs, out, prefix)
     sweeps = ", ".join(sorted({str(s) for s in runs["sweep"].dropna()})) or "–"
     lines = [f"# {experiment}", "",
@@ -64,7 +74,7 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
         lines += ["", f"![{p.stem}]({p.name})"]
     report = out / f"{prefix}_report.md"
     report.write_text("\n".join(lines) + "\n")
-    return [report, table_md, table_csv, *plots]
+    return [report, table_md, table_csv, ratios_csv, *plots]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

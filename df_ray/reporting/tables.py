@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from df_ray.reporting.paper import DEFAULTS, paper_numbers, planned_run
+from df_ray.reporting.paper import DEFAULTS, PAPER, paper_numbers, planned_run
 from df_ray.reporting.stats import bootstrap_ci, mcnemar
 
 ALPHA = 0.05
@@ -169,3 +169,62 @@ def to_markdown(table: pd.DataFrame) -> str:
             f"both answered; * marks p < {ALPHA}. Paper numbers: docs/method.md §8 (DarkForest's "
             f"only beside its default settings).")
     return "\n\n".join(parts) + "\n\n" + note + "\n"
+
+
+TOKEN_RATIO_HEADING = "### Tokens per sample against DarkForest"
+
+
+def paper_token_ratio(benchmark: str, method: str) -> float:
+    """The paper's tokens per sample of ``method`` over DarkForest's on ``benchmark`` (its
+    Figure 3 / docs/method.md §8), or NaN where the paper gives either number no value."""
+    bench = PAPER.get(benchmark, {})
+    ours = bench.get(method, {}).get("tokens")
+    df = bench.get("darkforest", {}).get("tokens")
+    if method == "darkforest" or ours is None or not df:
+        return float("nan")
+    return ours / df
+
+
+def token_ratios(table: pd.DataFrame) -> pd.DataFrame:
+    """Each baseline's tokens per sample over its benchmark's reference DarkForest run's
+    (:func:`build_table`'s ``reference`` row), beside the paper's ratio: the check that a
+    baseline has the paper's shape. One row per non-DarkForest configuration of a benchmark
+    with a reference run; ``vs_paper`` is our ratio over the paper's."""
+    cols = ["benchmark", "configuration", "method", "tokens_per_sample",
+            "darkforest_tokens_per_sample", "ratio", "paper_ratio", "vs_paper"]
+    out = []
+    for bench, group in table.groupby("benchmark", sort=False):
+        ref = group[group["reference"]]
+        if ref.empty:
+            continue
+        df_tokens = float(ref.iloc[0]["tokens_per_sample"])
+        for _, r in group[group["method"] != "darkforest"].iterrows():
+            tokens = float(r["tokens_per_sample"])
+            ratio = tokens / df_tokens if df_tokens > 0 else float("nan")
+            paper = paper_token_ratio(str(bench), str(r["method"]))
+            out.append({"benchmark": bench, "configuration": r["configuration"],
+                        "method": r["method"], "tokens_per_sample": tokens,
+                        "darkforest_tokens_per_sample": df_tokens, "ratio": ratio,
+                        "paper_ratio": paper, "vs_paper": ratio / paper})
+    return pd.DataFrame(out, columns=cols)
+
+
+def token_ratios_markdown(ratios: pd.DataFrame) -> str:
+    """The token-ratio check as Markdown ("" when no benchmark has a reference run)."""
+    if ratios.empty:
+        return ""
+    cols = ["benchmark", "configuration", "method", "tokens/sample", "/ DarkForest",
+            "paper", "ours / paper"]
+    lines = [TOKEN_RATIO_HEADING, "",
+             "| " + " | ".join(cols) + " |", "|" + "|".join(" --- " for _ in cols) + "|"]
+    for _, r in ratios.iterrows():
+        vals = [str(r["benchmark"]), str(r["configuration"]), str(r["method"]),
+                _f(r["tokens_per_sample"], "{:,.0f}"), _f(r["ratio"], "{:.2f}x"),
+                _f(r["paper_ratio"], "{:.1f}x"), _f(r["vs_paper"], "{:.2f}")]
+        lines.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
+    lines += ["", "Each baseline's tokens per sample (all calls, prompt + completion) over the "
+              "reference DarkForest run's, beside the paper's ratio (Figure 3: GoA-mean 2.9x, "
+              "GoA-max 1.6x, Self-Consistency 2.5x, MoA 1.8x on MATH; GoA-mean 4.2x, 4.1x, "
+              "4.6x on MMLU-Pro, GPQA, LegalBench). 'ours / paper' far from 1 means the "
+              "baseline's shape (its calls, prompts or lengths) departs from the paper's."]
+    return "\n".join(lines) + "\n"

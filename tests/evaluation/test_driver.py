@@ -23,8 +23,8 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mmlu_pro.json"
 SAMPLES = [make_sample(f"q{i}") for i in range(3)]
 # With every agent answering B (the responder): calls per sample of each method.
 EXPECTED_CALLS = {"darkforest": 4, "single": 1, "self_consistency": 9, "weighted_vote": 3,
-                  "debate": 6, "reconcile": 3, "moa": 7, "goa_max": 10, "goa_mean": 12,
-                  "self_refine": 9}  # MoA: 2 proposer layers + aggregator; Self-Refine: 4 iterations
+                  "debate": 6, "reconcile": 3, "moa": 4, "goa_max": 10, "goa_mean": 12,
+                  "self_refine": 5}  # MoA: proposers + aggregator; Self-Refine: 1 + 4 feedbacks
 
 
 def _members(methods=METHODS):

@@ -8,6 +8,7 @@ answer is C" in one line.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +25,11 @@ from df_ray.methods.prompt_templates import (
     DEBATE_HEADER,
     MOA_AGGREGATE,
     RECONCILE_INTRO,
+    RECONCILE_JSON_FORMAT,
+    RECONCILE_REVIEW,
     VERDICT_CORRECT,
 )
+from df_ray.methods.self_refine_fewshot import INSTRUCTION as REFINE_INSTRUCTION
 from df_ray.tasks.base import Sample
 
 AGENTS = ("a1", "a2", "a3")
@@ -68,20 +72,26 @@ def phase(request: ChatRequest) -> str:
     u = last_user_content(request)
     if DEBATE_HEADER in u:
         return "debate"
-    if RECONCILE_INTRO in u:
+    if RECONCILE_INTRO in u or RECONCILE_REVIEW in u:
         return "discussion"
+    if u.startswith("Q: ") and RECONCILE_JSON_FORMAT in u:
+        return "reconcile"
     if u.startswith(MOA_AGGREGATE):
         return "moa"
-    if u.startswith("Choose the "):
+    if u.startswith("Select ") and "models best suited" in u:
         return "select"
-    if u.startswith("Rate the following"):
+    if "Provide brief reasoning (2-3 key sentences)" in u:
+        return "goa_initial"
+    if u.startswith("Score the following"):
         return "score"
-    if u.startswith("Improve your answer"):
+    if u.startswith("Refine your answer by considering"):
         return "s2t"
-    if u.startswith("Other models have refined"):
+    if u.startswith("Other models refined their answers"):
         return "t2s"
-    if u.startswith("Combine the responses"):
+    if u.startswith("Synthesize these model responses"):
         return "pool"
+    if REFINE_INSTRUCTION in u:
+        return "fewshot_feedback"
     if "Proposed solution:" in u and VERDICT_CORRECT in u:
         return "feedback"
     if "Using the feedback, write an improved solution" in u:
@@ -89,6 +99,15 @@ def phase(request: ChatRequest) -> str:
     if u.startswith("You are the coordinator"):
         return "coordinator"
     return "independent"
+
+
+def json_answer(letter: str | None, conf: float | str | None = 0.9,
+                why: str = "Brief reasoning.") -> str:
+    """A JSON answer {"reasoning", "answer", "confidence_level"} (GoA's and ReConcile's)."""
+    d = {"reasoning": why, "answer": letter}
+    if conf is not None:
+        d["confidence_level"] = conf
+    return json.dumps(d)
 
 
 @dataclass

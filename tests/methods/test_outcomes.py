@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from df_ray.config import RunConfig
 from df_ray.core.calibration import AgentStats, Calibration
 from df_ray.methods.self_refine import feedback_says_correct
-from tests.methods.conftest import AGENTS, Script, answer
+from tests.methods.conftest import AGENTS, Script, answer, config, json_answer
 
 BAD = "I cannot decide."  # no answer marker: invalid
 
@@ -109,8 +110,11 @@ def test_debate_unparseable_answers_do_not_vote(run_method):
 # ----------------------------------------------------------------------------- ReConcile
 
 
+DF = {"protocol": "df_ray"}  # df_ray's earlier ReConcile (ablation)
+
+
 def test_reconcile_stops_at_once_when_all_agents_agree(run_method):
-    run = run_method("reconcile", Script(indep("B", "B", "B")))
+    run = run_method("reconcile", Script(indep("B", "B", "B")), DF)
     assert run.n_calls() == 3
     assert run.state.done and run.state.data["stopped_after_round"] == 0
     assert final(run) == "B" and run.outcome.extra["consensus"]
@@ -118,7 +122,7 @@ def test_reconcile_stops_at_once_when_all_agents_agree(run_method):
 
 def test_reconcile_stops_after_the_round_that_reaches_consensus(run_method):
     table = {**indep("A", "B", "C"), **{(a, "discussion"): answer("B", 0.9) for a in AGENTS}}
-    run = run_method("reconcile", Script(table), {"rounds": 3})
+    run = run_method("reconcile", Script(table), {"rounds": 3, **DF})
     assert run.n_calls() == 6
     assert run.state.data["stopped_after_round"] == 1
     assert final(run) == "B"
@@ -126,7 +130,7 @@ def test_reconcile_stops_after_the_round_that_reaches_consensus(run_method):
 
 def test_reconcile_invalid_answers_block_consensus(run_method):
     table = {**indep("A", "A", None), **{(a, "discussion"): answer("A", 0.9) for a in AGENTS}}
-    run = run_method("reconcile", Script(table))
+    run = run_method("reconcile", Script(table), DF)
     assert run.n_calls() == 6 and final(run) == "A"
 
 
@@ -135,11 +139,60 @@ def test_reconcile_weights_recalibrated_confidence(run_method):
              ("a1", "discussion"): answer("A", 1.0),   # weight 1.0
              ("a2", "discussion"): answer("B", 0.75),  # 0.3
              ("a3", "discussion"): answer("B", 0.85)}  # 0.5
-    run = run_method("reconcile", Script(table), {"rounds": 1})
+    run = run_method("reconcile", Script(table), {"rounds": 1, **DF})
     assert final(run) == "A"
     assert run.outcome.extra["weights"] == {"a1": 1.0, "a2": 0.3, "a3": 0.5}
     table[("a3", "discussion")] = answer("B", 0.95)  # 0.8: B = 1.1 > 1.0
-    assert final(run_method("reconcile", Script(table), {"rounds": 1})) == "B"
+    assert final(run_method("reconcile", Script(table), {"rounds": 1, **DF})) == "B"
+
+
+def recon(*letters, conf=0.8) -> dict:
+    """ReConcile's phase-1 JSON answers of a1..a3 (None: a reply that is not JSON)."""
+    return {(a, "reconcile"): (json_answer(x, conf) if x else BAD)
+            for a, x in zip(AGENTS, letters, strict=True)}
+
+
+def test_reconcile_reads_json_answers_and_stops_on_consensus(run_method):
+    run = run_method("reconcile", Script(recon("B", "B", "B")))
+    assert run.n_calls() == 3 and run.state.data["stopped_after_round"] == 0
+    assert final(run) == "B" and run.outcome.final.rule == "json"
+    assert [o.confidence for o in run.outcome.agent_observations] == [0.8, 0.8, 0.8]
+    assert not run.calls(role="agent")  # its own calls, not DarkForest's generations
+
+
+def test_reconcile_invalid_json_becomes_a_random_valid_answer_with_confidence_0(run_method):
+    table = {**recon("A", "A", None),
+             ("a3", "discussion"): "Answer: A",  # the task's format, not JSON: invalid too
+             **{(a, "discussion"): json_answer("A", 0.9) for a in ("a1", "a2")}}
+    run = run_method("reconcile", Script(table), {"rounds": 1})
+    first = run.outcome.agent_observations
+    assert first[2].valid and first[2].rule == "fallback" and first[2].confidence == 0.0
+    assert first[2].answer in "ABCD"
+    # drawn from the request's seed: the same answer every run, and the same as a rerun
+    again = run_method("reconcile", Script(table), {"rounds": 1})
+    assert again.outcome.agent_observations[2].answer == first[2].answer
+    last = run.outcome.extra["last_round"]
+    assert last[2]["confidence"] == 0.0 and last[2]["valid"]
+    assert run.outcome.extra["weights"]["a3"] == 0.1  # confidence 0 -> 0.1
+    assert run.outcome.extra["fallbacks"] == 1
+
+
+def test_reconcile_fallback_for_math_is_0_and_a_missing_confidence_is_0():
+    from df_ray.core.types import ParseSpec
+    from df_ray.methods.json_answers import fallback_answer, reconcile_json
+
+    o, reasoning = reconcile_json('{"reasoning": "r", "answer": "3/4"}', ParseSpec("math"))
+    assert o.valid and o.confidence == 0.0 and reasoning == "r"
+    o, _ = reconcile_json('{"reasoning": "r", "answer": "0.75", "confidence_level": "90%"}',
+                          ParseSpec("math"))
+    assert o.confidence == pytest.approx(0.9) and o.answer == reconcile_json(
+        "{'answer': '3/4'}", ParseSpec("math"))[0].answer  # a Python literal is read too
+    assert not reconcile_json("The answer is 3/4.", ParseSpec("math"))[0].valid
+    assert not reconcile_json('{"answer": "E"}', ParseSpec("choice", n_options=4))[0].valid
+    assert fallback_answer(ParseSpec("math"), 7).answer == "0"
+    assert fallback_answer(ParseSpec("code"), 7) is None
+    labels = ParseSpec("label", labels=("Yes", "No"))
+    assert {fallback_answer(labels, s).extracted for s in range(20)} == {"Yes", "No"}
 
 
 # ----------------------------------------------------------------------------- MoA
@@ -147,57 +200,82 @@ def test_reconcile_weights_recalibrated_confidence(run_method):
 
 def test_moa_final_is_the_aggregator_answer(run_method):
     table = {**indep("A", "A", "B"), ("coord", "moa"): answer("B")}
-    assert final(run_method("moa", Script(table), {"layers": 2})) == "B"
+    run = run_method("moa", Script(table))
+    assert final(run) == "B"
+    # the reference's shape: 3 proposer calls and 1 aggregator call, the aggregator at 0.7
+    assert len(run.calls(role="agent")) == 3 and run.n_calls() == 4
+    (agg,) = run.calls(role="aggregator")
+    assert agg.request.sampling.temperature == 0.7
+    d = config(method="moa").model_dump()
+    d["coordinator"]["temperature"] = 0.2
+    run = run_method("moa", Script(table), {"aggregator_temperature": None},
+                     cfg=RunConfig.model_validate(d))
+    assert run.calls(role="aggregator")[0].request.sampling.temperature == 0.2
     table[("coord", "moa")] = BAD
     assert final(run_method("moa", Script(table), {"layers": 2})) is None
 
 
 # ----------------------------------------------------------------------------- GoA
 
-GOA_SCORES = {("a1", "score"): "[0.5, 0.5]",   # a2, a3
-              ("a2", "score"): "[1.0, 0.0]",   # a1, a3
-              ("a3", "score"): "[1.0, 0.0]"}   # a1, a2 -> a1 2/3, a2 1/6, a3 1/6
+GOA_SCORES = {("a1", "score"): "[0.5, 0.5]",   # nodes 1, 2
+              ("a2", "score"): "[1.0, 0.0]",   # nodes 0, 2
+              ("a3", "score"): "[1.0, 0.0]"}   # nodes 0, 1 -> 0: 2/3, 1: 1/6, 2: 1/6
+
+
+def goa_first(*letters: str, conf: float = 0.9) -> dict:
+    """GoA's JSON first answers of a1..a3 and a selection of all three."""
+    return {**{(a, "goa_initial"): json_answer(x, conf) for a, x in zip(AGENTS, letters,
+                                                                        strict=True)},
+            ("coord", "select"): "0,1,2"}
 
 
 @pytest.mark.parametrize("name", ["goa_max", "goa_mean"])
 def test_goa_single_survivor_keeps_its_initial_answer(run_method, name):
-    run = run_method(name, Script({**indep("C", "B", "B"), **GOA_SCORES}), {"threshold": 0.2})
+    run = run_method(name, Script({**goa_first("C", "B", "B"), **GOA_SCORES}),
+                     {"threshold": 0.2})
     assert run.n_calls() == 1 + 3 + 3
-    assert run.outcome.extra["graph"]["ranked"] == ["a1"]
-    assert final(run) == "C"
+    assert run.outcome.extra["graph"]["ranked"] == [0]
+    assert final(run) == "C" and run.outcome.final.rule == "json"
 
 
 @pytest.mark.parametrize("name", ["goa_max", "goa_mean"])
 def test_goa_without_valid_scores_pools_the_initial_answers(run_method, name):
-    table = {**indep("C", "B", "B"), **{(a, "score"): "no idea" for a in AGENTS},
+    table = {**goa_first("C", "B", "B"), **{(a, "score"): "no idea" for a in AGENTS},
              ("coord", "pool"): answer("B")}
     run = run_method(name, Script(table))
-    assert run.n_calls() == 1 + 3 + 3 + 1
+    assert run.n_calls() == 1 + 3 + 3 * 3 + 1  # each judge asked 3 times, then dropped
     assert run.outcome.extra["fallback"] == "pool_initial"
-    assert sorted(run.outcome.extra["graph"]["dropped_judges"]) == list(AGENTS)
+    assert run.outcome.extra["graph"]["dropped_judges"] == [0, 1, 2]
     assert final(run) == "B"
+    run = run_method(name, Script(table), {"scoring_attempts": 1})
+    assert run.n_calls() == 1 + 3 + 3 + 1
 
 
 def test_goa_top_k_uses_the_selection(run_method):
-    table = {**indep("A", "B", "C"), ("coord", "select"): "2, 0",
+    table = {**goa_first("A", "B", "C"), ("coord", "select"): "2,0",
              ("a1", "score"): "[1.0]", ("a3", "score"): "[1.0]"}
     run = run_method("goa_max", Script(table, default=answer("C")), {"top_k": 2})
-    assert run.outcome.extra["nodes"] == ["a1", "a3"]
-    assert {c.agent for c in run.calls(role="agent")} == {"a1", "a3"}
+    assert run.outcome.extra["nodes"] == ["a3", "a1"]  # the reply's order
+    assert [c.agent for c in run.calls(role="goa_initial")] == ["a3", "a1"]
     assert run.n_calls() == 1 + 2 + 2 + 2
-    # a1 and a3 tie at 1/2 each: config order makes a1 the top node (max-pooled)
-    assert run.outcome.extra["graph"]["top"] == "a1"
-    assert [c.agent for c in run.calls(role="target_to_source")] == ["a1"]
-    table[("coord", "select")] = "no numbers here"
-    run = run_method("goa_max", Script(table, default=answer("C")), {"top_k": 2})
-    assert run.outcome.extra["nodes"] == ["a1", "a2"]
-    assert run.state.data["selection_fallback"] is True
+    # the two nodes tie at 1/2 each: node order makes node 0 (a3) the top node
+    assert run.outcome.extra["graph"]["top"] == 0
+    assert [c.agent for c in run.calls(role="target_to_source")] == ["a3"]
 
 
 def test_goa_one_node_answers_alone(run_method):
-    table = {**indep("A", "B", "C"), ("coord", "select"): "1"}
+    table = {**goa_first("A", "B", "C"), ("coord", "select"): "1"}
     run = run_method("goa_mean", Script(table), {"top_k": 1})
     assert run.n_calls() == 2 and final(run) == "B"
+
+
+def test_goa_independent_first_answers_ablation(run_method):
+    table = {**indep("A", "B", "C"), ("coord", "select"): "0,1,2", **GOA_SCORES}
+    run = run_method("goa_max", Script(table), {"first_answer": "independent",
+                                                "threshold": 0.2})
+    assert [c.agent for c in run.calls(role="agent")] == list(AGENTS)  # DarkForest's calls
+    assert not run.calls(role="goa_initial")
+    assert final(run) == "A"
 
 
 # ----------------------------------------------------------------------------- Self-Refine
@@ -217,23 +295,83 @@ def test_self_refine_stop_rule(text, stop):
     assert feedback_says_correct(text) is stop
 
 
-def test_self_refine_stops_when_the_feedback_approves(run_method):
+SR_DF = {"protocol": "df_ray"}  # df_ray's earlier zero-shot Self-Refine (ablation)
+
+
+def test_self_refine_df_ray_stops_when_the_feedback_approves(run_method):
     table = {("a1", "independent"): answer("B"), ("a1", "feedback"): "Fine.\nVerdict: CORRECT"}
-    run = run_method("self_refine", Script(table))
+    run = run_method("self_refine", Script(table), SR_DF)
     assert run.n_calls() == 2 and run.state.done
     assert final(run) == "B" and run.outcome.extra["stopped_early"]
     table = {("a1", "independent"): answer("A"),
              ("a1", "feedback"): ["Wrong.\nVerdict: INCORRECT", "Good.\nVerdict: CORRECT"],
              ("a1", "refine"): answer("B")}
-    run = run_method("self_refine", Script(table), {"iterations": 3})
+    run = run_method("self_refine", Script(table), {"iterations": 3, **SR_DF})
     assert run.n_calls() == 4
     assert final(run) == "B"
 
 
-def test_self_refine_keeps_the_last_valid_attempt(run_method):
+def test_self_refine_df_ray_keeps_the_last_valid_attempt(run_method):
     table = {("a1", "independent"): answer("A"), ("a1", "feedback"): "Verdict: INCORRECT",
              ("a1", "refine"): [answer("C"), BAD]}
-    run = run_method("self_refine", Script(table), {"iterations": 2})
+    run = run_method("self_refine", Script(table), {"iterations": 2, **SR_DF})
     assert run.n_calls() == 5
     assert run.outcome.extra["attempt_answers"] == ["A", "C", None]
     assert final(run) == "C"
+
+
+def fix(letter: str) -> str:
+    return f"# wrong! The reasoning is off.\n\nOkay! Here is the rewrite:\n\nBetter.\nAnswer: {letter}"
+
+
+def correct(letter: str) -> str:
+    return ("# looks good\n\nThere is no error in the solution! It is correct! Here is the "
+            f"rewrite (for the sake of completeness):\n\nSame.\nAnswer: {letter}")
+
+
+def test_self_refine_stops_on_its_own_verdict(run_method):
+    table = {("a1", "independent"): answer("A"),
+             ("a1", "fewshot_feedback"): [fix("B"), correct("B"), fix("C")]}
+    run = run_method("self_refine", Script(table))
+    assert run.n_calls() == 3 and run.state.done  # first answer + 2 feedback calls
+    assert run.outcome.extra["stopped_early"]
+    assert run.outcome.extra["attempt_answers"] == ["A", "B", "B"]
+    assert final(run) == "B"
+    (init,) = run.calls(role="refine_init")
+    assert init.request.sampling.temperature == 0.0  # the reference's first answer
+    for c in run.calls(role="feedback"):
+        assert c.request.sampling.temperature == 0.7
+        assert c.request.sampling.stop == ("### END",)
+
+
+def test_self_refine_makes_at_most_5_calls(run_method):
+    table = {("a1", "independent"): answer("A"), ("a1", "fewshot_feedback"): fix("B")}
+    run = run_method("self_refine", Script(table))
+    assert run.n_calls() == 5 and not run.outcome.extra["stopped_early"]
+    assert final(run) == "B"
+
+
+def test_self_refine_final_is_the_last_rewrite_unless_it_lost_the_format(run_method):
+    table = {("a1", "independent"): answer("A"),
+             ("a1", "fewshot_feedback"): [fix("C"), "# wrong!\n\nOkay! Here is the rewrite:"
+                                          "\n\nno answer here"]}
+    run = run_method("self_refine", Script(table), {"iterations": 2})
+    assert run.outcome.extra["attempt_answers"] == ["A", "C", None]
+    assert final(run) == "C"
+    # a feedback without a rewrite keeps the solution it reviewed
+    table = {("a1", "independent"): answer("A"), ("a1", "fewshot_feedback"): "# hmm"}
+    run = run_method("self_refine", Script(table), {"iterations": 1})
+    assert run.outcome.extra["attempt_answers"] == ["A", "A"]
+
+
+@pytest.mark.parametrize(("text", "stop"), [
+    (correct("B"), True),
+    (fix("B"), False),
+    ("It is correct!", True),
+    ("# wrong! It is correct that x = 2, but y is wrong.\nOkay! Here is the rewrite:\nAnswer: B",
+     True),  # the reference's rule reads the phrase anywhere in the feedback
+])
+def test_self_refine_reference_stop_rule(text, stop):
+    from df_ray.methods.self_refine_fewshot import says_correct, split_feedback
+
+    assert says_correct(split_feedback(text)[0]) is stop

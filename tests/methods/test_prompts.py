@@ -7,8 +7,9 @@ import pytest
 
 from df_ray.methods.base import derive_seed
 from df_ray.methods.common import INDEPENDENT_SLOT
+from df_ray.methods.prompt_templates import RECONCILE_JSON_FORMAT, RECONCILE_REVIEW
 from df_ray.tasks import get_task
-from tests.methods.conftest import AGENTS, MODELS, Script, answer, make_sample
+from tests.methods.conftest import AGENTS, MODELS, Script, answer, json_answer, make_sample
 
 # Each agent's reasoning carries a marker no other text has, so leaks are easy to see.
 REASON = {a: f"REASONING-OF-{a.upper()}-XYZ" for a in AGENTS}
@@ -44,14 +45,25 @@ def test_independent_answers_share_one_cache_entry_across_methods(run_method):
     assert set(df) == set(AGENTS)
     sample = make_sample()
     expected_seed = derive_seed(0, sample.id, INDEPENDENT_SLOT)
-    for name in ("single", "self_consistency", "weighted_vote", "debate", "reconcile", "moa",
-                 "goa_max", "goa_mean", "self_refine"):
-        run = run_method(name, script)
+    variants = [(n, {}) for n in ("single", "self_consistency", "weighted_vote", "debate",
+                                  "moa")]
+    variants += [("reconcile", {"protocol": "df_ray"}), ("self_refine", {"protocol": "df_ray"}),
+                 ("goa_max", {"first_answer": "independent"}),
+                 ("goa_mean", {"first_answer": "independent"})]
+    for name, args in variants:
+        run = run_method(name, script, args)
         first = run.calls(role="agent")
         assert first, name
         for c in first:
             assert c.request.key() == df[c.agent], name
             assert c.request.seed == expected_seed
+    # The reference protocols of GoA, ReConcile and Self-Refine make their own first calls.
+    for name, role in (("goa_max", "goa_initial"), ("reconcile", "reconcile_initial"),
+                       ("self_refine", "refine_init")):
+        run = run_method(name, script)
+        own = run.calls(role=role)
+        assert own and not run.calls(role="agent"), name
+        assert not {c.request.key() for c in own} & set(df.values()), name
     # Self-Consistency: sample 0 is shared, the others differ only by seed.
     sc = run_method("self_consistency", script).calls(sample_id=sample.id)
     a1 = [c for c in sc if c.agent == "a1"]
@@ -118,7 +130,8 @@ def test_reconcile_discussion_groups_answers_with_explanations_and_confidences(r
     table = {("a1", "independent"): answer("A", 0.95, REASON["a1"]),
              ("a2", "independent"): answer("B", 0.7, REASON["a2"]),
              ("a3", "independent"): answer("A", 0.85, REASON["a3"])}
-    run = run_method("reconcile", Script(table, default=answer("A", 0.9)), {"rounds": 1})
+    run = run_method("reconcile", Script(table, default=answer("A", 0.9)),
+                     {"rounds": 1, "protocol": "df_ray"})
     disc = run.calls(role="discussion")
     assert len(disc) == 3
     texts = {user_texts(c)[-1] for c in disc}
@@ -133,8 +146,33 @@ def test_reconcile_discussion_groups_answers_with_explanations_and_confidences(r
     assert make_sample().question in text
 
 
+def test_reconcile_json_peers_read_i_think_the_answer_is(run_method):
+    table = {("a1", "reconcile"): json_answer("A", 0.95, REASON["a1"]),
+             ("a2", "reconcile"): json_answer("B", "0.7", REASON["a2"]),
+             ("a3", "reconcile"): json_answer("C", 0.85, REASON["a3"])}
+    run = run_method("reconcile", Script(table, default=json_answer("A", 0.9)), {"rounds": 1})
+    (p1,) = {user_texts(c)[-1] for c in run.calls(role="reconcile_initial")}
+    assert p1.startswith("Q: ") and make_sample().question in p1
+    assert RECONCILE_JSON_FORMAT in p1
+    assert 'Only place A,B,C,D representing your choice in the "answer" field.' in p1
+    disc = run.calls(role="discussion")
+    texts = {user_texts(c)[-1] for c in disc}
+    assert len(texts) == 1  # every agent reads the same round table
+    text = texts.pop()
+    assert text.startswith(p1)  # phase 1's prompt, then the discussion
+    assert RECONCILE_REVIEW in text
+    # the two most common answers (three ties of one: the first two seen)
+    assert (f"There are 1 agents think the answer is A. One agent solution: I think the answer "
+            f"is A because {REASON['a1']} My confidence level is 0.95.") in text
+    assert f"I think the answer is B because {REASON['a2']} My confidence level is 0.7." in text
+    assert REASON["a3"] not in text
+    assert text.rstrip().endswith(RECONCILE_JSON_FORMAT)
+
+
 GOA = {
-    **INDEP,
+    **{(a, "goa_initial"): json_answer(x, 0.8, REASON[a]) for a, x in zip(AGENTS, "ABA",
+                                                                          strict=True)},
+    ("coord", "select"): "0,1,2",
     ("a1", "score"): "[0.6, 0.4]",
     ("a2", "score"): "Scores: [0.7, 0.3]",
     ("a3", "score"): "0.5, 0.5",
@@ -151,45 +189,76 @@ def test_goa_message_passing_prompts(run_method, name):
     assert sel.agent == "coord"
     for a in AGENTS:  # the candidates' model ids (no card configured for m1..m3)
         assert f"{MODELS[a]} (no description)" in user_texts(sel)[-1]
+    instruction = get_task("mmlu_pro").agent_prompt(make_sample())
     # scoring: each node sees the two others' answers, not its own
     for c in run.calls(role="scorer"):
         t = user_texts(c)[-1]
+        assert t.startswith("Score the following 2 model responses to this question.")
+        assert f"Question: {instruction}" in t
         assert REASON[c.agent] not in t
         assert all(REASON[b] in t for b in AGENTS if b != c.agent)
     graph = run.outcome.extra["graph"]
-    # a1 = (0.7+0.5)/2, a2 = (0.6+0.5)/2, a3 = (0.4+0.3)/2, normalised by their sum 1.5
-    assert graph["scores"] == pytest.approx({"a1": 0.4, "a2": 0.55 / 1.5, "a3": 0.35 / 1.5})
-    assert graph["ranked"] == ["a1", "a2", "a3"] and graph["top"] == "a1"
+    # node 0 = (0.7+0.5)/2, node 1 = (0.6+0.5)/2, node 2 = (0.4+0.3)/2, normalised by 1.5
+    assert graph["scores"] == pytest.approx([0.4, 0.55 / 1.5, 0.35 / 1.5])
+    assert graph["ranked"] == [0, 1, 2] and graph["top"] == 0
     s2t = {c.agent: user_texts(c)[-1] for c in run.calls(role="source_to_target")}
     assert set(s2t) == {"a2", "a3"}
-    assert "Model a1 (high relevance)" in s2t["a2"] and REASON["a1"] in s2t["a2"]
+    assert "Model 0 (high relevance)" in s2t["a2"] and REASON["a1"] in s2t["a2"]
     assert REASON["a2"] in s2t["a2"]  # its own initial answer
-    assert "Model a1 (moderate relevance)" in s2t["a3"]
-    assert "Model a2 (moderate relevance)" in s2t["a3"]
+    assert "Model 0 (moderate relevance)" in s2t["a3"]
+    assert "Model 1 (moderate relevance)" in s2t["a3"]
     t2s = {c.agent: user_texts(c)[-1] for c in run.calls(role="target_to_source")}
     assert set(t2s) == ({"a1"} if name == "goa_max" else {"a1", "a2"})
-    # target -> source shows the targets' refined answers (the paper), not their first ones
-    assert "S2T-a2" in t2s["a1"] and "S2T-a3" in t2s["a1"]
-    assert REASON["a2"] not in t2s["a1"] and REASON["a1"] in t2s["a1"]
+    # target -> source shows the targets' responses from before the round (the reference's
+    # code), not their refinements
+    assert REASON["a2"] in t2s["a1"] and REASON["a3"] in t2s["a1"]
+    assert "S2T-a2" not in t2s["a1"]
+    answer_format = get_task("mmlu_pro").answer_instructions()
     if name == "goa_max":
+        assert answer_format in t2s["a1"]  # only the final node's call ends with it
         assert not run.calls(role="pooling")
         assert run.outcome.final.raw.startswith("T2S-a1")
     else:
-        assert "S2T-a3" in t2s["a2"]
+        assert answer_format not in t2s["a1"]
         (pool,) = run.calls(role="pooling")
         text = user_texts(pool)[-1]
         assert "T2S-a1" in text and "T2S-a2" in text and "S2T-a3" in text
+        assert answer_format in text
+        assert pool.request.sampling.temperature == 0.7
         assert run.outcome.final.raw.startswith("POOLED")
+    assert run.outcome.final.answer == "B"
+    refined = run_method(name, Script(GOA, default="0"), {"t2s_reads": "refined"})
+    t2s = {c.agent: user_texts(c)[-1] for c in refined.calls(role="target_to_source")}
+    assert "S2T-a2" in t2s["a1"] and REASON["a2"] not in t2s["a1"]
+
+
+def test_self_refine_few_shot_feedback_reviews_the_current_solution(run_method):
+    fix = "# wrong!\n\nOkay! Here is the rewrite:\n\n"
+    table = {("a1", "independent"): answer("A", 0.6, "FIRST-ATTEMPT"),
+             ("a1", "fewshot_feedback"): [fix + answer("B", 0.8, "SECOND-ATTEMPT"),
+                                          fix + answer("B", 0.9, "THIRD-ATTEMPT")]}
+    run = run_method("self_refine", Script(table), {"iterations": 2})
+    fb = [user_texts(c)[-1] for c in run.calls(role="feedback")]
+    assert len(fb) == 2
+    for t in fb:  # the task kind's examples (multiple choice), both verdicts shown
+        assert "Which gas makes up most of Earth's atmosphere?" in t
+        assert "Okay! Here is the rewrite:" in t and "It is correct!" in t
+        assert t.count("### END ###") == 2
+        assert " ".join(get_task("mmlu_pro").answer_instructions().split()) in t
+    assert "FIRST-ATTEMPT" in fb[0].split("### END ###")[-1]
+    assert "SECOND-ATTEMPT" in fb[1].split("### END ###")[-1]
+    assert "FIRST-ATTEMPT" not in fb[1].split("### END ###")[-1]  # the current solution only
+    assert {c.agent for c in run.calls()} == {"a1"}
     assert run.outcome.final.answer == "B"
 
 
-def test_self_refine_refinement_reads_the_attempt_and_its_feedback(run_method):
+def test_self_refine_df_ray_refinement_reads_the_attempt_and_its_feedback(run_method):
     table = {("a1", "independent"): answer("A", 0.6, "FIRST-ATTEMPT"),
              ("a1", "feedback"): ["CRITIQUE-ONE\nVerdict: INCORRECT",
                                   "CRITIQUE-TWO\nVerdict: INCORRECT"],
              ("a1", "refine"): [answer("B", 0.8, "SECOND-ATTEMPT"),
                                 answer("B", 0.9, "THIRD-ATTEMPT")]}
-    run = run_method("self_refine", Script(table))
+    run = run_method("self_refine", Script(table), {"protocol": "df_ray"})
     fb = run.calls(role="feedback")
     assert "FIRST-ATTEMPT" in user_texts(fb[0])[-1]
     assert "SECOND-ATTEMPT" in user_texts(fb[1])[-1]

@@ -15,10 +15,11 @@ pytestmark = pytest.mark.slow
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mmlu_pro.json"
 SCRIPT = "tests.methods.responders:respond"
 
-# With every agent answering B: ReConcile agrees at once (n calls), Self-Refine never stops.
+# With every agent answering B: ReConcile agrees at once (n calls), Self-Refine never stops
+# (1 + 4 feedback calls), GoA's nodes are confident (no replacement).
 EXPECTED_CALLS = {"darkforest": 4, "single": 1, "self_consistency": 9, "weighted_vote": 3,
-                  "debate": 6, "reconcile": 3, "moa": 7, "goa_max": 10, "goa_mean": 12,
-                  "self_refine": 9}
+                  "debate": 6, "reconcile": 3, "moa": 4, "goa_max": 10, "goa_mean": 12,
+                  "self_refine": 5}
 
 
 def _sweep(tmp_path: Path, uri: str, fuse: bool = True) -> SweepConfig:
@@ -60,10 +61,11 @@ def test_every_method_runs_in_one_sweep(ray_local, tmp_path):
         assert 0.0 <= m["accuracy"] <= 1.0
         assert m["tokens_per_sample"] > 0
     by = {r.config.method: r.metrics for r in results}
-    # DarkForest ran first: the methods made of independent answers only pay nothing more.
+    # DarkForest ran first: the methods made of independent answers only pay nothing more;
+    # ReConcile's JSON answers are its own calls.
     assert by["single"]["fresh_calls"] == 0
     assert by["weighted_vote"]["fresh_calls"] == 0
-    assert by["reconcile"]["fresh_calls"] == 0
+    assert by["reconcile"]["fresh_calls"] == 3 * 3  # 3 samples, 3 JSON answers each
     # Logged once each, under the sweep's parent run, every run with the same metric names
     # (an undefined metric, e.g. coordinator agreement without a coordinator, is logged NaN).
     tracker = Tracker(uri, "methods-sweep")

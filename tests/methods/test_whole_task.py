@@ -5,6 +5,7 @@ picks top_k of the six-model pool from the model cards."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -171,19 +172,33 @@ def test_options_reach_every_later_prompt(run_method, method, args):
 def test_self_refine_feedback_is_task_specific(run_method):
     from df_ray.methods.prompt_templates import FEEDBACK_FOCUS
 
-    run = run_method("self_refine", _disagree, {"iterations": 1}, samples=[FINQA],
-                     cfg=_cfg("finqa", "self_refine"))
+    run = run_method("self_refine", _disagree, {"iterations": 1, "protocol": "df_ray"},
+                     samples=[FINQA], cfg=_cfg("finqa", "self_refine"))
     fb = [last_user_content(c.request) for c in run.calls(role="feedback")]
     assert fb and FEEDBACK_FOCUS["finqa"] in fb[0]
+    # the reference protocol's few-shot examples are the task kind's: FinQA programs
+    run = run_method("self_refine", _disagree, {"iterations": 1}, samples=[FINQA],
+                     cfg=_cfg("finqa", "self_refine"))
+    (fb,) = [last_user_content(c.request) for c in run.calls(role="feedback")]
+    assert "Answer: subtract(1200, 1000), divide(#0, 1000)" in fb
+    assert "Which gas makes up most" not in fb
 
 
-def test_baseline_defaults_follow_their_papers():
-    assert get_method("self_refine").iterations == 4
-    assert get_method("reconcile").discussion_rounds == 3
-    assert get_method("moa").layers == 3
+def test_baseline_defaults_follow_their_reference_code():
+    sr = get_method("self_refine").args
+    assert (sr.iterations, sr.protocol, sr.init_temperature, sr.feedback_temperature) == \
+        (4, "few_shot", 0.0, 0.7)
+    rc = get_method("reconcile").args
+    assert (rc.rounds, rc.protocol) == (2, "json")
+    moa = get_method("moa").args
+    assert (moa.layers, moa.aggregator_temperature) == (2, 0.7)
     assert get_method("debate").n_rounds == 2
     goa = get_method("goa_mean")
     assert (goa.top_k, goa.threshold, goa.mp_rounds) == (3, 0.05, 1)
+    a = goa.args
+    assert (a.first_answer, a.allow_repeats, a.selection_attempts, a.scoring_attempts,
+            a.replace_below, a.meta_temperature, a.t2s_reads) == \
+        ("brief_json", True, 5, 3, 0.1, 0.7, "initial")
 
 
 # ----------------------------------------------------------------------------- GoA nodes
@@ -205,33 +220,31 @@ def test_goa_node_sampling_picks_top_k_of_the_six_pool_models(run_method):
 
     def meta_llm(request):
         u = last_user_content(request)
-        if u.startswith("Choose the "):
+        if u.startswith("Select "):
             seen["prompt"] = u
             assert request.model == POOL["qwen25-7b"].model  # GoA's meta-LLM
             # The scripted meta-LLM reads the cards and picks the biomedical, the math and the
             # finance specialists.
-            idx = {}
-            for line in u.splitlines():
-                m = re.match(r"^(\d+): (\S+): ", line)
-                if m:
-                    idx[m.group(2)] = int(m.group(1))
-            return ", ".join(str(idx[m]) for m in (
+            listing = json.loads(u.split("Available models:\n", 1)[1].split("\n", 1)[0])
+            idx = {d["description"].split(":")[0]: d["index"] for d in listing}
+            return ",".join(str(idx[m]) for m in (
                 "ContactDoctor/Bio-Medical-Llama-3-8B", "mistralai/Mathstral-7B-v0.1",
                 "instruction-pretrain/finance-Llama3-8B"))
-        if u.startswith("Rate the following"):
+        if u.startswith("Score the following"):
             return "[0.5, 0.5]"
         return answer("B", 0.7)
 
     run = run_method("goa_mean", meta_llm, samples=[MC], cfg=cfg)
     prompt = seen["prompt"]
-    assert "Choose the 3 models" in prompt
+    assert "Select 3 models best suited" in prompt
     for m in POOL.values():
         assert m.card in prompt and m.model in prompt
-    assert set(pool_models) <= set(re.findall(r"^\d+: (\S+): ", prompt, re.M))
+    listing = json.loads(prompt.split("Available models:\n", 1)[1].split("\n", 1)[0])
+    assert [d["description"].split(":")[0] for d in listing] == pool_models
     nodes = run.outcome.extra["nodes"]
-    assert nodes == ["mathstral-7b", "biomed-llama3-8b", "finance-llama3-8b"]  # config order
-    answered = {c.agent for c in run.calls(role="agent")}
-    assert answered == set(nodes)
+    assert nodes == ["biomed-llama3-8b", "mathstral-7b", "finance-llama3-8b"]  # reply order
+    answered = [c.agent for c in run.calls(role="goa_initial")]
+    assert answered == nodes
     assert run.outcome.final is not None and run.outcome.final.answer == "B"
 
 
@@ -240,9 +253,9 @@ def test_goa_unusable_selection_falls_back_to_the_first_top_k(run_method):
 
     def meta_llm(request):
         u = last_user_content(request)
-        if u.startswith("Choose the "):
+        if u.startswith("Select "):
             return "I cannot decide."
-        if u.startswith("Rate the following"):
+        if u.startswith("Score the following"):
             return "[0.5, 0.5]"
         return answer("B", 0.7)
 
