@@ -74,7 +74,7 @@ class Limits:
     @property
     def wall_cap_s(self) -> float:
         """The wall-clock bound that holds even while the sandbox waits for a CPU."""
-        return max(4 * self.timeout_s, self.timeout_s + 60.0)
+        return max(6 * self.timeout_s, self.timeout_s + 60.0)
 
 
 # ----------------------------------------------------------------------------- uid pool
@@ -260,21 +260,6 @@ class _CappedReader:
         return text
 
 
-def _drain(fd: int, limit: int = 8192) -> str:
-    os.set_blocking(fd, False)
-    chunks, total = [], 0
-    while total < limit:
-        try:
-            b = os.read(fd, limit - total)
-        except (BlockingIOError, OSError):
-            break
-        if not b:
-            break
-        chunks.append(b)
-        total += len(b)
-    return b"".join(chunks).decode("utf-8", errors="replace")
-
-
 def _rmtree(path: Path) -> None:
     def onerror(func, p, exc):
         try:
@@ -298,26 +283,40 @@ def _why(d: dict) -> str:
 
 
 class _Waiter:
-    """Waits for the sandbox's first process with a pidfd (woken at once when it exits),
-    else by polling."""
+    """Waits for the sandbox's first process with a pidfd (woken at once when it exits, or
+    when the launcher writes on the result pipe), else by polling. Keeps what the launcher
+    wrote and notes when it said it had started."""
 
-    def __init__(self, proc: subprocess.Popen):
+    def __init__(self, proc: subprocess.Popen, result_fd: int):
         self.proc = proc
+        self.result_fd = result_fd
         self.pidfd = -1
+        self.buf = b""
+        self.started_at: float | None = None
+        os.set_blocking(result_fd, False)
         with contextlib.suppress(AttributeError, OSError):
             self.pidfd = os.pidfd_open(proc.pid)
+
+    def _read_result(self) -> None:
+        while True:
+            try:
+                b = os.read(self.result_fd, 8192)
+            except (BlockingIOError, OSError):
+                return
+            if not b:
+                return
+            self.buf = (self.buf + b)[-65536:]
+            if self.started_at is None and b'"started"' in self.buf:
+                self.started_at = time.monotonic()
 
     def wait(self, timeout: float) -> bool:
         if self.proc.poll() is not None:
             return True
-        if self.pidfd >= 0:
-            select.select([self.pidfd], [], [], max(0.0, timeout))
-            return self.proc.poll() is not None
-        try:
-            self.proc.wait(timeout=timeout)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
+        fds = [self.result_fd] + ([self.pidfd] if self.pidfd >= 0 else [])
+        with contextlib.suppress(OSError, ValueError):
+            select.select(fds, [], [], max(0.0, timeout))
+        self._read_result()
+        return self.proc.poll() is not None
 
     def close(self) -> None:
         if self.pidfd >= 0:
@@ -326,32 +325,40 @@ class _Waiter:
             self.pidfd = -1
 
 
-def _supervise(proc: subprocess.Popen, cg: cgroup.Cgroup | None, limits: Limits) -> str | None:
+def _supervise(proc: subprocess.Popen, cg: cgroup.Cgroup | None, limits: Limits,
+               waiter: _Waiter) -> str | None:
     """Wait for the sandbox to end; None when it ended by itself, else why it was stopped.
 
-    Wall time counts only while the sandbox is not stalled waiting for a CPU (the cgroup's
-    ``cpu.pressure`` ``full`` time, where the kernel reports it); CPU time counts every
+    The wall clock starts when the launcher has set the sandbox up and read its input, and
+    counts only while the sandbox is not stalled waiting for a CPU (the cgroup's
+    ``cpu.pressure`` ``full`` time, where the kernel reports it). CPU time counts every
     process of the sandbox (its cgroup). ``wall_cap_s`` bounds a starved sandbox too."""
-    waiter = _Waiter(proc)
-    t0 = time.monotonic()
-    stall0 = (cg.cpu_stall_s() if cg else None) or 0.0
+    t_start = time.monotonic()
+    t0: float | None = None
+    stall0 = 0.0
     budget = limits.cpu_budget_s
     try:
         while True:
             if waiter.wait(0.05):
                 return None
-            elapsed = time.monotonic() - t0
-            stall = 0.0
-            if cg is not None:
-                s = cg.cpu_stall_s()
-                stall = (s - stall0) if s is not None else 0.0
-                if cg.cpu_usage_s() > budget:
-                    return f"CPU time limit ({budget:g}s of CPU, all processes)"
-            if elapsed - stall > limits.timeout_s:
-                extra = f", not counting {stall:.1f}s waiting for a CPU" if stall >= 0.05 else ""
-                return f"wall-clock timeout after {limits.timeout_s:g}s{extra}"
-            if elapsed > limits.wall_cap_s:
-                return f"wall-clock timeout after {elapsed:.0f}s (waiting for a CPU included)"
+            now = time.monotonic()
+            if t0 is None and waiter.started_at is not None:
+                t0 = waiter.started_at
+                stall0 = (cg.cpu_stall_s() if cg else None) or 0.0
+            if cg is not None and cg.cpu_usage_s() > budget:
+                return f"CPU time limit ({budget:g}s of CPU, all processes)"
+            if t0 is not None:
+                stall = 0.0
+                if cg is not None:
+                    s = cg.cpu_stall_s()
+                    stall = (s - stall0) if s is not None else 0.0
+                if now - t0 - stall > limits.timeout_s:
+                    extra = (f", not counting {stall:.1f}s waiting for a CPU"
+                             if stall >= 0.05 else "")
+                    return f"wall-clock timeout after {limits.timeout_s:g}s{extra}"
+            if now - t_start > limits.wall_cap_s:
+                return (f"wall-clock timeout after {now - t_start:.0f}s (setup and waiting "
+                        "for a CPU included)")
     finally:
         waiter.close()
 
@@ -461,7 +468,8 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
 
         feeder = threading.Thread(target=feed, daemon=True)
         feeder.start()
-        stopped = _supervise(proc, cg, limits)
+        waiter = _Waiter(proc, r_fd)
+        stopped = _supervise(proc, cg, limits, waiter)
         if stopped is not None:
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -474,7 +482,8 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
         if cg is not None:
             cg.kill()  # anything left anywhere: the cgroup holds every process it started
         feeder.join(timeout=1)
-        report_text = _drain(r_fd)
+        waiter._read_result()
+        report_text = waiter.buf.decode("utf-8", errors="replace")
         rc = proc.returncode
         stdout, stderr = readers[0].text(), readers[1].text()
         duration = time.monotonic() - start
@@ -493,7 +502,9 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
         report = None
         for line in report_text.splitlines():
             with contextlib.suppress(ValueError):
-                report = json.loads(line)
+                d = json.loads(line)
+                if isinstance(d, dict) and "decider" in d:
+                    report = d
         if not isinstance(report, dict):
             if rc == SETUP_ERROR or "bwrap:" in stderr:
                 return result("error", "sandbox setup failed: " + stderr.strip()[-500:])

@@ -129,3 +129,10 @@ def test_getsource_of_its_own_function_fails_as_in_the_reference():
     res = _grade(program)
     assert res.status == "failed", res
     assert "could not get source code" in res.stderr or "OSError" in res.stderr, res
+
+
+def test_system_exit_while_loading_fails_as_in_the_reference():
+    # the reference's exec(check_program) ends at SystemExit, even exit(0): "failed"
+    res = _grade("def f(x):\n    return x * 2\n\nimport sys\nsys.exit(0)\n")
+    assert res.status == "failed", res
+    assert "SystemExit" in res.stderr, res

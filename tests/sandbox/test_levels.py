@@ -63,9 +63,8 @@ def test_correct_programs_are_not_refused():
 
 @strict_only
 def test_limits_hold():
-    t0 = time.monotonic()
-    assert run_untrusted("while True:\n    pass\n", timeout_s=2).status == "timeout"
-    assert time.monotonic() - t0 < 10
+    res = run_untrusted("while True:\n    pass\n", timeout_s=2)
+    assert res.status == "timeout" and ("CPU time" in res.detail or "wall-clock" in res.detail)
     assert run_untrusted("x = bytearray(100 * 1024 ** 3)\n").status == "failed"
     res = run_untrusted("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", timeout_s=5)
     assert res.status in ("failed", "timeout") and len(res.stdout) <= 64 * 1024 + 100
