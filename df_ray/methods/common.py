@@ -4,7 +4,10 @@ Roles. A call's ``role`` says what it is in its protocol. ``"agent"`` is reserve
 agent's independent first answer (the task's plain ``agent_prompt`` under slot
 ``"independent"``: one cache entry shared with DarkForest and every other method), so the
 pipeline's ``agent_tokens`` are the same generations for every method and everything a method
-adds on top lands in ``other_tokens`` (or ``coordinator_tokens`` for DarkForest).
+adds on top lands in ``other_tokens`` (or ``coordinator_tokens`` for DarkForest). Baselines
+whose reference code asks for a first answer of its own (GoA's brief JSON answer, ReConcile's
+JSON answer, Self-Refine's greedy first answer) make it under their own role: those tokens are
+``other_tokens`` too, and such a method's ``agent_tokens`` are 0.
 """
 
 from __future__ import annotations

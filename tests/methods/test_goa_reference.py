@@ -185,3 +185,26 @@ def test_scoring_retries_a_malformed_reply_then_drops_the_judge(run_method):
     assert any("(Previous invalid responses: ['0.5 and 0.5']. Must have exactly 2 scores "
                "summing to 1.0.)" in c.request.messages[-1].content for c in scorers)
     assert r.outcome.extra["graph"]["dropped_judges"] == [2]
+
+
+@pytest.mark.parametrize(("text", "answer", "conf"), [
+    ('{"reasoning": "r", "answer": "3/4", "confidence_level": "0.8"}', "3/4", 0.8),
+    ('Sure.\n```json\n{"reasoning": "r", "answer": "0.75", "confidence_level": 0.6}\n```',
+     "3/4", 0.6),
+    ('Thinking ... {"answer": "\\\\frac{3}{4}", "confidence_level": 1.5}', "3/4", None),
+    ("No JSON. The answer is \\boxed{3/4}. confidence: 0.3", "3/4", 0.3),
+    ('{"reasoning": "r", "answer": "3/4"}', "3/4", None),
+])
+def test_goa_reads_first_answers_as_the_reference_does(text, answer, conf):
+    from df_ray.core.parsing import canonicalize
+    from df_ray.core.types import ParseSpec
+    from df_ray.methods.json_answers import goa_json
+
+    spec = ParseSpec("math")
+    obs, c = goa_json(text, spec)
+    assert obs.valid and obs.answer == canonicalize(answer, spec)
+    assert c == conf  # None: missing (or outside [0, 1]): GoA replaces the node
+    assert obs.confidence == (0.5 if conf is None else conf)
+    choice, _ = goa_json('{"answer": "(c) Paris", "confidence_level": 0.9}',
+                         ParseSpec("choice", n_options=4))
+    assert choice.answer == "C"
