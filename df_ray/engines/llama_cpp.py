@@ -20,7 +20,9 @@ A batch is decoded as parallel sequences in one llama.cpp context (``n_parallel`
 time, default 8): each request is a sequence id with its own KV cache stream, one
 ``llama_decode`` call per step advances every active sequence by one token and feeds (chunks
 of) the prompts of newly admitted ones, and a finished sequence's slot is given to the next
-waiting request at once (continuous admission). A step over 8 sequences does the work of
+queued request at once (continuous batching). The loop runs on the engine's own thread and
+takes requests from a queue (``submit``), so a request that arrives while others are being
+decoded joins them at the next step instead of waiting for them to finish. A step over 8 sequences does the work of
 prompt processing over 8 tokens, so the tokens/s of prompt processing bounds what batching can
 gain: where the matrix kernels are memory-bound (a large model, a wide SIMD unit) a step over 8
 sequences costs little more than a step over one; on a small CPU with a 135M model they are
@@ -52,20 +54,27 @@ from __future__ import annotations
 import ctypes
 import importlib.metadata
 import importlib.util
+import logging
 import os
+import queue
 import re
 import tempfile
 import threading
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.batching import generate_by_submit
 from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion_prompt
 from df_ray.engines.llama_build import select_llama_library
 from df_ray.engines.models import CHUNKED_MODELS, chunked_model_path, model_cache_dir
-from df_ray.engines.spec import EngineSpec
+from df_ray.engines.spec import EMBEDDED_DEFAULT_PARALLEL, EngineSpec
+
+log = logging.getLogger(__name__)
 
 #: Before any ``import llama_cpp`` of this process: the portable or the x86-64-v3 build.
 LLAMA_BUILD = select_llama_library()
@@ -164,9 +173,10 @@ def model_path(name: str) -> Path:
 #: with ``engine_args: {sampling: {top_k: 40, ...}}``.
 NEUTRAL_SAMPLING: dict[str, Any] = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
 
-#: Sequences one engine decodes together unless ``engine_args: {n_parallel: N}`` says otherwise.
-#: Each holds a KV cache stream of ``n_ctx`` tokens (SmolLM2-135M: about 23 KB a token).
-DEFAULT_PARALLEL = 8
+#: Sequences one engine decodes together unless ``engine_args: {n_parallel: N}`` (or the spec's
+#: ``max_batch_size``) says otherwise. Each holds a KV cache stream of ``n_ctx`` tokens
+#: (SmolLM2-135M: about 23 KB a token).
+DEFAULT_PARALLEL = EMBEDDED_DEFAULT_PARALLEL
 
 
 class EmbeddedEngine:
@@ -190,7 +200,8 @@ class EmbeddedEngine:
         engine_args = dict(spec.engine_args)
         self.sampling_defaults = {**NEUTRAL_SAMPLING, **dict(engine_args.pop("sampling", {}))}
         #: Sequences decoded together (1 = one request at a time through create_completion).
-        self.n_parallel = max(1, int(engine_args.pop("n_parallel", DEFAULT_PARALLEL)))
+        self.n_parallel = max(1, int(engine_args.pop("n_parallel", None)
+                                     or spec.max_batch_size or DEFAULT_PARALLEL))
         kwargs: dict[str, Any] = {
             "model_path": str(self.model_file),
             # llama.cpp pads the context to a multiple of 256; ask for that size, so that
@@ -223,6 +234,12 @@ class EmbeddedEngine:
             )
         self._lock = threading.Lock()
         self._batched: _BatchedContext | None = None  # built on first use
+        self._inbox: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None  # the decode loop, started on first use
+        self._admitted = 0  # requests admitted so far (a sequence's index)
+        self.steps = 0  # decode steps so far
+        #: The last admissions and finishes: ("admit" | "finish", request index, step).
+        self.trace: deque[tuple[str, int, int]] = deque(maxlen=4096)
 
     # -- Engine protocol
 
@@ -231,11 +248,23 @@ class EmbeddedEngine:
             return 0
         return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
-    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+    def submit(self, request: ChatRequest) -> Future:
+        """Queue one request; its future gets the completion as soon as it is finished
+        (continuous batching: the decode loop admits it into the next free sequence slot)."""
+        fut: Future = Future()
         with self._lock:
-            if self.n_parallel <= 1 or not self._batchable():
-                return [self._one(r) for r in requests]
-            return self._generate_batched(requests)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="llama-decode",
+                                                daemon=True)
+                self._thread.start()
+        self._inbox.put((request, fut))
+        return fut
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        return generate_by_submit(self, requests)
+
+    def alive(self) -> bool:
+        return self._thread is None or self._thread.is_alive()
 
     # -- helpers
 
@@ -322,91 +351,149 @@ class EmbeddedEngine:
             self._batched = _BatchedContext(self.llm, self.n_parallel, self.n_ctx)
         return self._batched
 
-    def _generate_batched(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+    def _admit(self, request: ChatRequest, fut: Future) -> _Sequence | None:
+        """The request as a sequence to decode, or None when it is answered already (a prompt
+        longer than the context)."""
+        tokens, extra_stop, _criteria = self.render(request)
+        # (_criteria stops on the end-of-turn token, which is end-of-generation already.)
+        n = len(tokens)
+        if n >= self.n_ctx:
+            fut.set_result(Completion(
+                text="",
+                prompt_tokens=n,
+                completion_tokens=0,
+                error=f"{CONTEXT_LENGTH_ERROR}: prompt has {n} tokens, n_ctx is {self.n_ctx}",
+            ))
+            return None
+        s = request.sampling
+        # As create_completion: no limit means up to the context; never past it.
+        max_tokens = s.max_tokens if s.max_tokens and s.max_tokens > 0 else self.n_ctx - n
+        if max_tokens + n >= self.n_ctx:
+            max_tokens = self.n_ctx - n
+        stops = [x.encode("utf-8") for x in (*s.stop, *extra_stop)]
+        seq = _Sequence(self._admitted, request, tokens, max_tokens, stops, self.llm.token_bos())
+        seq.future = fut
+        self._admitted += 1
+        return seq
+
+    def _serve(self) -> None:
+        """The engine thread: answers queued requests, one at a time (``n_parallel`` 1) or as
+        sequences of the batched context, admitting queued requests into free slots between
+        decode steps (continuous batching)."""
+        while True:
+            if self.n_parallel <= 1 or not self._batchable():
+                request, fut = self._inbox.get()
+                if fut.set_running_or_notify_cancel():
+                    _settle(fut, lambda r=request: self._one(r))
+                continue
+            try:
+                self._decode_loop()
+            except Exception as e:  # its requests got the exception; start a new context
+                log.warning("llama.cpp decode loop failed (%s: %s); restarting it",
+                            type(e).__name__, e)
+
+    def _decode_loop(self) -> None:
         from llama_cpp import llama_cpp as C
 
-        results: list[Completion | None] = [None] * len(requests)
-        waiting: list[_Sequence] = []
-        for i, r in enumerate(requests):
-            tokens, extra_stop, _criteria = self.render(r)
-            # (_criteria stops on the end-of-turn token, which is end-of-generation already.)
-            n = len(tokens)
-            if n >= self.n_ctx:
-                results[i] = Completion(
-                    text="",
-                    prompt_tokens=n,
-                    completion_tokens=0,
-                    error=f"{CONTEXT_LENGTH_ERROR}: prompt has {n} tokens, n_ctx is {self.n_ctx}",
-                )
-                continue
-            s = r.sampling
-            # As create_completion: no limit means up to the context; never past it.
-            max_tokens = s.max_tokens if s.max_tokens and s.max_tokens > 0 else self.n_ctx - n
-            if max_tokens + n >= self.n_ctx:
-                max_tokens = self.n_ctx - n
-            stops = [x.encode("utf-8") for x in (*s.stop, *extra_stop)]
-            waiting.append(_Sequence(i, r, tokens, max_tokens, stops, self.llm.token_bos()))
-        if not waiting:
-            return [c for c in results if c is not None]
-        bc = self._context()
+        try:
+            bc = self._context()
+        except Exception as e:  # fail the next request with the cause, not every one
+            _request, fut = self._inbox.get()
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(e)
+            return
         vocab = self.llm._model.vocab
         piece, detok = bc.piece, self.llm.detokenize
-        waiting.reverse()  # pop() from the end admits requests in order
         free = list(range(bc.n_parallel - 1, -1, -1))  # pop() gives the lowest slot first
         active: dict[int, _Sequence] = {}
-        while waiting or active:
-            while free and waiting:  # continuous admission
-                seq = waiting.pop()
+        while True:
+            # Continuous admission: queued requests take free slots before every step; with
+            # nothing to decode, wait for the next request.
+            while free:
+                try:
+                    request, fut = self._inbox.get(block=not active)
+                except queue.Empty:
+                    break
+                if not fut.set_running_or_notify_cancel():
+                    continue
+                try:
+                    seq = self._admit(request, fut)
+                except BaseException as e:
+                    fut.set_exception(e)
+                    continue
+                if seq is None:
+                    continue
                 seq.slot = free.pop()
                 seq.sampler = self._sampler(seq.request)
                 bc.clear(seq.slot)
                 active[seq.slot] = seq
-            # One step: a token per decoding sequence, prompt chunks for the others, in slot
-            # order (llama.cpp splits a multi-stream batch by consecutive sequence ids).
-            budget = bc.n_batch - sum(1 for q in active.values() if q.fed >= len(q.prompt))
-            bc.begin()
-            for slot in sorted(active):
-                q = active[slot]
-                if q.fed >= len(q.prompt):
-                    q.logit_idx = bc.add(q.next_token, q.pos, slot, True)
-                    q.pos += 1
-                    continue
-                take = min(len(q.prompt) - q.fed, budget)
-                q.logit_idx = -1
-                for j in range(q.fed, q.fed + take):
-                    last = j == len(q.prompt) - 1
-                    idx = bc.add(q.prompt[j], j, slot, last)
-                    if last:
-                        q.logit_idx = idx
-                q.fed += take
-                q.pos = q.fed
-                budget -= take
-            bc.decode()
-            for slot in sorted(active):
-                q = active[slot]
-                if q.logit_idx < 0:
-                    continue
-                token = q.sampler.sample(bc.ctx, q.logit_idx)
-                done = q.accept(token, C.llama_vocab_is_eog(vocab, token), piece, detok)
-                if not done and q.pos >= bc.n_ctx_seq:  # (only past max_tokens, see accept)
-                    q.text_bytes, done = q.all_text, True
-                if done:
-                    text = q.text_bytes.decode("utf-8", errors="ignore")
-                    if self.prompt_format == "completion":
-                        text = text.strip()
-                    results[q.index] = Completion(
-                        text=text,
-                        prompt_tokens=len(q.prompt),
-                        completion_tokens=len(q.completion),
-                    )
+                self.trace.append(("admit", seq.index, self.steps))
+            try:
+                self._step(bc, active, free, vocab, piece, detok, C)
+            except BaseException as e:  # the context is unusable: fail what it held
+                for slot, q in list(active.items()):
+                    q.future.set_exception(e)
                     q.sampler.close()
                     bc.clear(slot)
-                    del active[slot]
-                    free.append(slot)
-                    free.sort(reverse=True)
-                else:
-                    q.next_token = token
-        return [c for c in results if c is not None]
+                active.clear()
+                self._batched = None
+                raise
+
+    def _step(self, bc, active, free, vocab, piece, detok, C) -> None:
+        """One step: a token per decoding sequence, prompt chunks for the others, in slot
+        order (llama.cpp splits a multi-stream batch by consecutive sequence ids)."""
+        budget = bc.n_batch - sum(1 for q in active.values() if q.fed >= len(q.prompt))
+        bc.begin()
+        for slot in sorted(active):
+            q = active[slot]
+            if q.fed >= len(q.prompt):
+                q.logit_idx = bc.add(q.next_token, q.pos, slot, True)
+                q.pos += 1
+                continue
+            take = min(len(q.prompt) - q.fed, budget)
+            q.logit_idx = -1
+            for j in range(q.fed, q.fed + take):
+                last = j == len(q.prompt) - 1
+                idx = bc.add(q.prompt[j], j, slot, last)
+                if last:
+                    q.logit_idx = idx
+            q.fed += take
+            q.pos = q.fed
+            budget -= take
+        bc.decode()
+        self.steps += 1
+        for slot in sorted(active):
+            q = active[slot]
+            if q.logit_idx < 0:
+                continue
+            token = q.sampler.sample(bc.ctx, q.logit_idx)
+            done = q.accept(token, C.llama_vocab_is_eog(vocab, token), piece, detok)
+            if not done and q.pos >= bc.n_ctx_seq:  # (only past max_tokens, see accept)
+                q.text_bytes, done = q.all_text, True
+            if done:
+                text = q.text_bytes.decode("utf-8", errors="ignore")
+                if self.prompt_format == "completion":
+                    text = text.strip()
+                q.sampler.close()
+                bc.clear(slot)
+                del active[slot]
+                free.append(slot)
+                free.sort(reverse=True)
+                self.trace.append(("finish", q.index, self.steps))
+                q.future.set_result(Completion(
+                    text=text,
+                    prompt_tokens=len(q.prompt),
+                    completion_tokens=len(q.completion),
+                ))
+            else:
+                q.next_token = token
+
+
+def _settle(fut: Future, fn: Any) -> None:
+    try:
+        fut.set_result(fn())
+    except BaseException as e:
+        fut.set_exception(e)
 
 
 #: Keyword arguments of ``Llama._init_sampler`` a ``sampling`` default may set.
@@ -431,7 +518,7 @@ _SAMPLER_ARGS = frozenset(
 class _Sequence:
     """One request being decoded as a sequence of the batched context."""
 
-    index: int  # position in the generate() call
+    index: int  # admission order over the engine's life
     request: ChatRequest
     prompt: list[int]
     max_tokens: int
@@ -447,6 +534,7 @@ class _Sequence:
     all_text: bytes = b""
     text_bytes: bytes = b""
     multibyte_fix: int = 0
+    future: Any = None  # gets the completion
 
     def accept(self, token: int, eog: bool, piece: Any, detokenize: Any) -> bool:
         """Take a sampled token; True when the sequence is finished. Mirrors the loop of

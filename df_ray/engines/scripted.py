@@ -196,6 +196,9 @@ class ScriptedEngine:
     fault_marker:
         a file path; when given, the faults fire only while the file does not exist and the
         engine creates it on firing, so a restarted worker (fresh counters) does not fault again.
+    count_fault:
+        ``"raise"``: ``count_tokens`` raises :class:`InjectedFault`; ``"exit"``: it exits the
+        process (a replica that dies while counting tokens).
     max_prompt_tokens:
         prompts with more (whitespace) tokens get ``Completion(error="context_length_exceeded
         ...")`` instead of an answer.
@@ -222,6 +225,7 @@ class ScriptedEngine:
         signal_name: str = "SIGILL",
         raise_on_start: str | None = None,
         fault_marker: str | Path | None = None,
+        count_fault: str | None = None,
         max_prompt_tokens: int | None = None,
         latency_s: float = 0.0,
     ) -> None:
@@ -253,6 +257,9 @@ class ScriptedEngine:
         self.signal_on_start = bool(signal_on_start)
         self.signal = signal.Signals[signal_name]  # KeyError names a bad signal at once
         self.fault_marker = Path(fault_marker) if fault_marker is not None else None
+        if count_fault not in (None, "raise", "exit"):
+            raise ValueError(f"count_fault must be 'raise' or 'exit', not {count_fault!r}")
+        self.count_fault = count_fault
         self.max_prompt_tokens = max_prompt_tokens
         self.latency_s = float(latency_s)
         self.calls: list[ChatRequest] = []
@@ -277,6 +284,10 @@ class ScriptedEngine:
             signal.raise_signal(self.signal)
 
     def count_tokens(self, text: str) -> int:
+        if self.count_fault == "raise":
+            raise InjectedFault("injected failure counting tokens")
+        if self.count_fault == "exit":
+            os._exit(self.exit_code)
         return whitespace_tokens(text)
 
     def prompt_tokens(self, request: ChatRequest) -> int:

@@ -17,10 +17,19 @@ ENGINE_KINDS: dict[str, str] = {
     "vllm": "df_ray.engines.vllm:VLLMEngine",
     "openai": "df_ray.engines.openai_http:OpenAIEngine",
     "scripted": "df_ray.engines.scripted:ScriptedEngine",
+    # GPU-engine timing (continuous batching, variable completion lengths) on CPU, for
+    # throughput studies.
+    "simulated": "df_ray.engines.simulated:SimulatedEngine",
     # A backbone deployed as a shared Ray Serve application (`df-ray serve`), called through
     # its DeploymentHandle.
     "serve": "df_ray.serving.engine:ServedEngine",
 }
+
+#: Engine kinds whose backbones are served from outside the job (kind -> module). When a
+#: job has such a backbone, the module's ``make_pool(backbones)`` and ``make_client(handles,
+#: specs, retries)`` build its engine pool and its stages' clients (job-owned engines for the
+#: other backbones, through `df_ray.pipeline.engine_pool`). The shared service plugs in here.
+POOL_PROVIDERS: dict[str, str] = {"serve": "df_ray.serving.client"}
 
 EngineKind = str
 
@@ -29,6 +38,15 @@ def one_of(names) -> str:
     """``'a', 'b' or 'c'``: registered names as validation messages list them."""
     names = [repr(n) for n in names]
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+#: Sequences vLLM schedules at once when nothing says otherwise (its default off H100/H200).
+VLLM_DEFAULT_SEQS = 256
+#: Sequences the embedded engine decodes together by default (``n_parallel``).
+EMBEDDED_DEFAULT_PARALLEL = 8
+#: Sequences the simulated continuous-batching engine runs at once by default.
+SIMULATED_DEFAULT_CAPACITY = 64
+#: The largest batch handed to an engine that answers whole batches, by default.
+STATIC_BATCH_SIZE = 32
 
 #: Models the embedded (llama.cpp) engine can run, each shipped in a PyPI package.
 EMBEDDED_MODELS: tuple[str, ...] = (
@@ -86,7 +104,13 @@ class EngineSpec(BaseModel):
     replicas: int = Field(default=1, ge=1)
     #: GPUs per replica. None -> 1 for vllm (times tensor_parallel_size), 0 otherwise.
     num_gpus: float | None = Field(default=None, ge=0.0)
-    max_batch_size: int = Field(default=32, ge=1)
+    #: The most requests one replica works on at once. For an engine that batches
+    #: continuously it is that engine's own setting, given only to change it: vLLM's
+    #: ``max_num_seqs`` (None: vLLM's default, 1024 sequences on an H100/H200, 256 on other
+    #: GPUs and on CPU) and the embedded engine's ``n_parallel`` (None: 8); ``engine_args``
+    #: naming them win. For an engine that answers whole batches (scripted, openai) it is
+    #: the largest batch (None: 32). It never caps a replica below what its engine schedules.
+    max_batch_size: int | None = Field(default=None, ge=1)
     request_timeout_s: float = Field(default=600.0, gt=0.0)
     #: A replica that Ray restarts more often than this within ``restart_window_s`` seconds
     #: is crash-looping: the job stops with the cause instead of restarting it forever.
@@ -151,6 +175,26 @@ class EngineSpec(BaseModel):
         if self.kind == "serve":  # the service's replicas hold the GPUs, not the job
             return 0.0
         return float(self.tensor_parallel_size) if self.kind == "vllm" else 0.0
+
+    @property
+    def capacity(self) -> int:
+        """Requests one replica works on at once, as far as the spec says (a running replica
+        reports the engine's own figure: ``EnginePool.capacities``)."""
+        if self.kind == "vllm":
+            return int(self.engine_args.get("max_num_seqs") or self.max_batch_size
+                       or VLLM_DEFAULT_SEQS)
+        if self.kind == "embedded":
+            return int(self.engine_args.get("n_parallel") or self.max_batch_size
+                       or EMBEDDED_DEFAULT_PARALLEL)
+        if self.kind == "simulated":
+            return int(self.engine_args.get("capacity") or self.max_batch_size
+                       or SIMULATED_DEFAULT_CAPACITY)
+        return self.batch_size_cap
+
+    @property
+    def batch_size_cap(self) -> int:
+        """The largest batch a replica hands an engine that answers whole batches."""
+        return self.max_batch_size or STATIC_BATCH_SIZE
 
     @property
     def resolved_num_cpus(self) -> float:

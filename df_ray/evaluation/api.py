@@ -50,25 +50,29 @@ class Evaluation:
 
 
 class EngineRouter:
-    """An engine client over several engines: each request goes to the engine of its model."""
+    """An engine client over several engines (backbone name -> engine): each request goes to
+    the engine of the backbone its call is bound to (``ChatRequest.backbone``); one engine
+    serving several backbones gets their requests in one batch."""
 
     def __init__(self, engines: Mapping[str, Any]) -> None:
-        self.by_model = dict(engines)
+        self.engines = dict(engines)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         out: list[Completion | None] = [None] * len(requests)
-        groups: dict[str, list[int]] = {}
+        groups: dict[int, list[int]] = {}
         for i, r in enumerate(requests):
-            groups.setdefault(r.model, []).append(i)
-        for model, idx in groups.items():
-            try:
-                engine = self.by_model[model]
-            except KeyError:
-                raise KeyError(f"no engine for model {model!r}; engines: "
-                               f"{sorted(self.by_model)}") from None
+            groups.setdefault(id(self.engines[self._backbone(r)]), []).append(i)
+        for idx in groups.values():
+            engine = self.engines[self._backbone(requests[idx[0]])]
             for i, c in zip(idx, engine.generate([requests[i] for i in idx]), strict=True):
                 out[i] = c
         return out  # type: ignore[return-value]
+
+    def _backbone(self, request: ChatRequest) -> str:
+        if request.backbone in self.engines:
+            return request.backbone
+        raise KeyError(f"no engine for backbone {request.backbone!r} (model {request.model!r}); "
+                       f"engines: {sorted(self.engines)}")
 
 
 def evaluate(config: Any, samples: Sequence[Sample] | None = None, *,
@@ -104,12 +108,11 @@ def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mappin
 
     if engines is None:
         engines = {name: make_engine(spec) for name, spec in cfg.backbones.items()}
-    by_model = {cfg.backbones[name].model: e for name, e in engines.items()}
 
     def count(agent_id: str, text: str) -> int:
         return engines[cfg.agent(agent_id).backbone].count_tokens(text)
 
-    client = EngineRouter(by_model)
+    client = EngineRouter(engines)
     if calibration is None:
         def fit(c: Any) -> Any:
             held_out = load_samples(c, split="calibration", limit=c.calibration.limit)
@@ -139,18 +142,15 @@ def _evaluate_pieces(method: Method | str, task: Task | str, agent_engines: Mapp
         raise ValueError("evaluate((method, task, engines), samples): samples are required")
     # Each agent its own seed, so agents on one engine still sample independently.
     views = {aid: AgentView(id=aid, model=str(getattr(e, "model", aid)), revision=None,
-                            sampling=SamplingParams(), seed=i)
+                            sampling=SamplingParams(), seed=i, backbone=aid)
              for i, (aid, e) in enumerate(agent_engines.items())}
     by_id = dict(agent_engines)
     ctx = MethodContext(task=task, agents=[v for a, v in views.items() if a != "coordinator"],
                         coordinator=views.get("coordinator"), settings=None,
                         calibration=calibration,
                         count_tokens=_counter(by_id))
-    models: dict[str, Any] = {}
-    for aid, e in agent_engines.items():
-        models.setdefault(views[aid].model, e)
     return _run(getattr(method, "name", "method"),
-                Driver([Member(method, ctx)], EngineRouter(models), cache), samples)
+                Driver([Member(method, ctx)], EngineRouter(by_id), cache), samples)
 
 
 def _counter(engines: Mapping[str, Any]) -> Callable[[str, str], int]:

@@ -99,6 +99,8 @@ class AgentView:
     system_prompt: str | None = None
     #: The backbone's model card (what it is good at), when the config gives one.
     description: str | None = None
+    #: The configuration's backbone the agent is bound to (its calls go there).
+    backbone: str | None = None
 
 
 def agent_view(cfg: Any, agent_id: str) -> AgentView:
@@ -109,7 +111,7 @@ def agent_view(cfg: Any, agent_id: str) -> AgentView:
                      sampling=SamplingParams(temperature=a.temperature, top_p=a.top_p,
                                              max_tokens=a.max_tokens),
                      seed=a.seed, system_prompt=a.system_prompt,
-                     description=getattr(a, "description", None))
+                     description=getattr(a, "description", None), backbone=a.backbone)
 
 
 @dataclass
@@ -145,7 +147,8 @@ class MethodContext:
             sampling = SamplingParams(temperature=temperature, top_p=sampling.top_p,
                                       max_tokens=sampling.max_tokens, stop=sampling.stop)
         return ChatRequest(model=agent.model, revision=agent.revision, messages=tuple(msgs),
-                           sampling=sampling, seed=derive_seed(agent.seed, sample.id, slot))
+                           sampling=sampling, seed=derive_seed(agent.seed, sample.id, slot),
+                           backbone=agent.backbone)
 
 
 def derive_seed(agent_seed: int, sample_id: str, slot: str) -> int:

@@ -59,6 +59,21 @@ class EngineFailure(RuntimeError):
                f"{cause}")
         super().__init__(msg + (f"\n{detail}" if detail else ""))
 
+    def __reduce__(self):  # crosses process boundaries whole (a stage's token count raises it)
+        return (EngineFailure, (self.backbone, self.model, self.replica, self.node, self.cause,
+                                self.detail))
+
+    @classmethod
+    def found_in(cls, e: BaseException | None) -> EngineFailure | None:
+        """The EngineFailure ``e`` carries (a stage's exception wrapped by Ray), as itself."""
+        seen = 0
+        while e is not None and seen < 20:
+            if isinstance(e, cls):
+                return cls(e.backbone, e.model, e.replica, e.node, e.cause, e.detail)
+            e = getattr(e, "cause", None) or e.__cause__ or e.__context__
+            seen += 1
+        return None
+
 
 def replica_label(backbone: str, replica: int) -> str:
     return f"engine-{backbone}-{replica}"

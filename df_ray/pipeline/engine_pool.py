@@ -11,38 +11,50 @@ when retries run out, into per-request errors rather than a crashed job.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-import queue
 import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import asdict
 from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.base import ChatRequest, Completion, route
 from df_ray.engines.spec import EngineSpec
 
 log = logging.getLogger(__name__)
 
 
-@ray.remote(max_restarts=-1, max_concurrency=64)
-class EngineActor:
-    """Hosts one engine replica.
+#: Calls one replica takes at once (each an awaiting coroutine; the engine decides what runs).
+ACTOR_CONCURRENCY = 8192
 
-    Stage actors call ``generate`` concurrently (a threaded actor); a single engine thread
-    merges whatever requests are waiting, up to ``max_batch_size``, into one engine batch,
-    so a continuous-batching engine (vLLM) sees full batches however the pipeline slices its
-    work. The engine is only ever touched by that thread (engines need not be thread-safe).
+
+def _failure_text(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    return type(e).__name__ + (f": {first}" if first else "")
+
+
+@ray.remote(max_restarts=-1, max_concurrency=ACTOR_CONCURRENCY)
+class EngineActor:
+    """Hosts one engine replica (an async actor).
+
+    Every request is handed to the engine as soon as it arrives and answered as soon as it
+    finishes (`df_ray.engines.batching.Replica`): a continuous-batching engine (vLLM's
+    async engine, the embedded llama.cpp decode loop) schedules it beside whatever is
+    running; an engine that only takes whole batches gets them from one engine thread, up to
+    ``max_batch_size``. A request the engine raised on comes back as ``{"failed": "Type:
+    message"}`` for that request alone (the client retries it); the others are unaffected.
     """
 
     def __init__(self, spec: dict[str, Any], backbone: str = "", replica: int = 0,
                  token: str | None = None) -> None:
         from df_ray.engines import make_engine
+        from df_ray.engines.batching import Replica
         from df_ray.pipeline import engine_health, faults, lifeline
 
         faults.install(engine_health.replica_label(backbone, replica))
@@ -54,78 +66,44 @@ class EngineActor:
             self.engine = make_engine(self.spec)
             engine_health.smoke_test(self.engine, self.spec)
         except BaseException as e:
-            first = (str(e).strip().splitlines() or [""])[0][:300]
-            report.set("failed", error=f"{type(e).__name__}" + (f": {first}" if first else ""),
+            report.set("failed", error=_failure_text(e),
                        detail=engine_health.describe_exception(e))
             raise
         report.set("ready")
-        self.served = 0
-        self.batches = 0
-        self.failed = 0
-        self.tokens = 0
-        self._queue: queue.Queue = queue.Queue()
-        threading.Thread(target=self._loop, name="engine", daemon=True).start()
+        self.replica = Replica(self.engine, self.spec.batch_size_cap)
+        self.capacity = engine_capacity(self.engine, self.spec)
 
-    def _loop(self) -> None:
-        cap = max(1, self.spec.max_batch_size)
-        held = None  # a token-count job met while filling a generation batch
-        while True:
-            job = held or self._queue.get()
-            held = None
-            jobs = [job]
-            if job[0] == "generate":
-                size = len(job[1])
-                while size < cap:
-                    try:
-                        nxt = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt[0] != "generate":
-                        held = nxt
-                        break
-                    jobs.append(nxt)
-                    size += len(nxt[1])
+    async def generate(self, requests: list[dict]) -> list[dict]:
+        futs = self.replica.submit([ChatRequest.from_dict(r) for r in requests])
+        out: list[dict] = []
+        for f in futs:
             try:
-                if job[0] == "count":
-                    job[2].set_result([int(self.engine.count_tokens(t)) for t in job[1]])
-                    continue
-                reqs = [r for _, rs, _ in jobs for r in rs]
-                out = self.engine.generate(reqs)
-                self.served += len(reqs)
-                self.batches += 1
-                self.failed += sum(1 for c in out if c.error is not None)
-                self.tokens += sum(c.prompt_tokens + c.completion_tokens for c in out)
-                i = 0
-                for _, rs, fut in jobs:
-                    fut.set_result(out[i:i + len(rs)])
-                    i += len(rs)
-            except BaseException as e:  # the callers see it and retry
-                for _, _, fut in jobs:
-                    if not fut.done():
-                        fut.set_exception(e)
+                out.append(asdict(await asyncio.wrap_future(f)))
+            except Exception as e:
+                out.append({"failed": _failure_text(e)})
+        return out
 
-    def _submit(self, kind: str, items: list) -> list:
-        fut: Future = Future()
-        self._queue.put((kind, items, fut))
-        return fut.result()
+    async def count_tokens(self, texts: list[str]) -> list[int]:
+        return await asyncio.wrap_future(self.replica.count_tokens(list(texts)))
 
-    def generate(self, requests: list[dict]) -> list[dict]:
-        out = self._submit("generate", [ChatRequest.from_dict(r) for r in requests])
-        return [asdict(c) for c in out]
+    async def stats(self) -> dict[str, Any]:
+        s = self.replica.stats()
+        return {"model": self.spec.model, "served": s["served"],
+                "batches": s["batches"] if s["batches"] is not None else s["generated"],
+                "failed": s["failed"], "tokens": s["tokens"], "generated": s["generated"],
+                "coalesced": s["coalesced"], "in_engine": s["in_engine"],
+                "completion_tokens": s["completion_tokens"],
+                "peak_in_engine": s["peak_in_engine"], "busy_area_s": s["busy_area_s"],
+                "capacity": self.capacity, "continuous": s["continuous"]}
 
-    def count_tokens(self, texts: list[str]) -> list[int]:
-        # Engines whose tokenizer may run beside generation (``concurrent_tokenize``) answer
-        # at once; through the engine queue a count would wait for the whole batch in
-        # progress (DarkForest counts T_cross once per sample on the coordinator's backbone,
-        # often the busiest). Others (vLLM's HF tokenizer is not safe to share across
-        # threads) are served by the engine thread.
-        if getattr(self.engine, "concurrent_tokenize", False):
-            return [int(self.engine.count_tokens(t)) for t in texts]
-        return self._submit("count", list(texts))
 
-    def stats(self) -> dict[str, Any]:
-        return {"model": self.spec.model, "served": self.served, "batches": self.batches,
-                "failed": self.failed, "tokens": self.tokens}
+def engine_capacity(engine: Any, spec: EngineSpec) -> int:
+    """Requests the engine works on at once: what a continuous-batching engine schedules
+    (vLLM's ``max_num_seqs``, llama.cpp's ``n_parallel``), else its batch size."""
+    cap = getattr(engine, "capacity", None)
+    if cap is None:
+        cap = getattr(engine, "n_parallel", None)
+    return int(cap) if cap else spec.capacity
 
 
 def _actor_options(spec: EngineSpec) -> dict[str, Any]:
@@ -133,6 +111,59 @@ def _actor_options(spec: EngineSpec) -> dict[str, Any]:
     parallel size) and the CPU threads an embedded model computes with."""
     cpus = spec.resolved_num_cpus if spec.kind == "embedded" else 0
     return {"num_gpus": spec.resolved_num_gpus, "num_cpus": cpus}
+
+
+def _amount(x: float) -> str:
+    return f"{x:g}"
+
+
+def resource_problems(specs: Mapping[str, EngineSpec],
+                      nodes: Sequence[Mapping[str, float]]) -> list[str]:
+    """Why the backbones' replicas could never all start on a cluster of these nodes (each
+    node's resources, as ``ray.nodes()`` gives them): a replica no node can hold, or more
+    GPUs or CPUs asked for together than the cluster has. Empty when they fit."""
+    problems: list[str] = []
+    total_gpu = sum(float(n.get("GPU", 0)) for n in nodes)
+    total_cpu = sum(float(n.get("CPU", 0)) for n in nodes)
+    largest = (f"largest node {_amount(max((float(n.get('CPU', 0)) for n in nodes), default=0))}"
+               f" CPUs, {_amount(max((float(n.get('GPU', 0)) for n in nodes), default=0))} GPUs")
+    has = (f"the cluster has {_amount(total_gpu)} GPUs and {_amount(total_cpu)} CPUs on "
+           f"{len(nodes)} node(s), {largest}")
+    want_gpu = want_cpu = 0.0
+    for name, spec in specs.items():
+        opts = _actor_options(spec)
+        gpu, cpu = float(opts["num_gpus"]), float(opts["num_cpus"])
+        want_gpu += gpu * spec.replicas
+        want_cpu += cpu * spec.replicas
+        if gpu == 0 and cpu == 0:
+            continue
+        fits = any(float(n.get("GPU", 0)) >= gpu and float(n.get("CPU", 0)) >= cpu
+                   for n in nodes)
+        if not fits:
+            problems.append(f"backbone {name!r} ({spec.kind}: {spec.model}) asks for "
+                            f"{_amount(gpu)} GPUs and {_amount(cpu)} CPUs per replica "
+                            f"(x{spec.replicas}); no node offers that: {has}")
+    if not problems and (want_gpu > total_gpu or want_cpu > total_cpu):
+        asks = ", ".join(f"{n!r} {_amount(float(_actor_options(s)['num_gpus']) * s.replicas)}"
+                         f" GPUs / {_amount(float(_actor_options(s)['num_cpus']) * s.replicas)}"
+                         " CPUs" for n, s in specs.items())
+        problems.append(f"the backbones ask for {_amount(want_gpu)} GPUs and "
+                        f"{_amount(want_cpu)} CPUs together ({asks}); {has}")
+    return problems
+
+
+def check_resources(specs: Mapping[str, EngineSpec]) -> None:
+    """Before any engine starts: a `ConfigError` (exit 2) when the live cluster could never
+    host every replica (`resource_problems`), instead of waiting for engines that cannot
+    start. A cluster that adds nodes on demand sets ``autoscaling: true`` to skip it."""
+    from df_ray.config import ConfigError
+
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    problems = resource_problems(specs, nodes)
+    if problems:
+        raise ConfigError("; ".join(problems) + ". Lower replicas or num_gpus/n_threads, run "
+                          "on a cluster that has them, or set autoscaling: true if the cluster "
+                          "adds nodes on demand")
 
 
 class EnginePool:
@@ -202,6 +233,22 @@ class EnginePool:
                 continue
         return out
 
+    def capacities(self, timeout_s: float = 30.0) -> dict[str, int]:
+        """Requests each backbone's replicas work on at once, all replicas together, as the
+        running engines report it (vLLM's ``max_num_seqs``, llama.cpp's ``n_parallel``, a
+        static engine's batch size); the spec's figure for a replica that does not answer."""
+        out: dict[str, int] = {}
+        for name, hs in self.handles.items():
+            refs = [h.stats.remote() for h in hs]
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+            total = 0
+            for ref in refs:
+                with contextlib.suppress(RayActorError, RayTaskError):
+                    total += int(ray.get(ref)["capacity"]) if ref in ready else 0
+            fallback = self.specs[name].capacity * len(hs)
+            out[name] = total if len(ready) == len(refs) and total else fallback
+        return out
+
     def client(self, retries: int = 2) -> EngineClient:
         return EngineClient(self.handles, self.specs, retries=retries)
 
@@ -214,58 +261,98 @@ class EnginePool:
         self.handles.clear()
 
 
+def _provider(specs: Mapping[str, EngineSpec]):
+    """The module that builds pools and clients for a job with backbones served from outside
+    it (``POOL_PROVIDERS``), or None."""
+    import importlib
+
+    from df_ray.engines.spec import POOL_PROVIDERS
+
+    mods = sorted({POOL_PROVIDERS[s.kind] for s in specs.values() if s.kind in POOL_PROVIDERS})
+    if len(mods) > 1:
+        raise ValueError(f"backbones served by several providers at once: {mods}")
+    return importlib.import_module(mods[0]) if mods else None
+
+
+def make_pool(backbones: Mapping[str, EngineSpec]):
+    """A job's engine pool: its own `EnginePool`, or its provider's pool when some backbone
+    is served from outside the job (e.g. the shared Serve service)."""
+    provider = _provider(backbones)
+    return provider.make_pool(backbones) if provider is not None else EnginePool(backbones)
+
+
+def make_client(handles: Mapping[str, list[Any]], specs: Mapping[str, EngineSpec],
+                retries: int = 2):
+    """The client a stage holds over a pool's handles (see `make_pool`)."""
+    provider = _provider(specs)
+    if provider is not None:
+        return provider.make_client(handles, specs, retries=retries)
+    return EngineClient(handles, specs, retries=retries)
+
+
 class EngineClient:
-    """Sends requests to the pools; picklable, so stages get their own copy."""
+    """Sends requests to the pools; picklable, so stages get their own copy.
+
+    Each request goes, on its own, to the replica of its backbone with the fewest requests
+    outstanding from this client (ties in turn), so a slow or busy replica gets less and a
+    free one more; each answer is taken as it arrives. A replica that fails a request (it
+    raised on it, or died) gets the request retried, at most ``retries`` times, on the least
+    loaded replica once the failed one answers again; a request still unanswered after its
+    backbone's ``request_timeout_s`` has its replica killed and restarted (it hung). When the
+    retries run out the request is answered with its last error; its batch-mates are not.
+    """
 
     def __init__(self, handles: Mapping[str, list[Any]], specs: Mapping[str, EngineSpec],
                  retries: int = 2) -> None:
         self.handles = {k: list(v) for k, v in handles.items()}
         self.specs = dict(specs)
         self.retries = retries
-        self._rr = dict.fromkeys(self.handles, 0)
-        self._rr_lock = threading.Lock()  # a stage actor's batches share one client
-        self._model_to_backbone = {}
-        for name, spec in self.specs.items():
-            self._model_to_backbone.setdefault((spec.model, spec.revision), name)
+        self._load = {k: [0] * len(v) for k, v in self.handles.items()}
+        self._turn = dict.fromkeys(self.handles, 0)
+        self._lock = threading.Lock()  # a stage actor's batches share one client
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_rr_lock"}
+        state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        state["_load"] = {k: [0] * len(v) for k, v in self.handles.items()}
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._rr_lock = threading.Lock()
+        self._lock = threading.Lock()
 
     def backbone_of(self, request: ChatRequest) -> str:
-        try:
-            return self._model_to_backbone[(request.model, request.revision)]
-        except KeyError:
-            raise KeyError(f"no backbone serves model {request.model!r}") from None
+        return route(request, self.specs)
+
+    # -- dispatch
+    def _pick(self, name: str) -> int:
+        """The replica of ``name`` with the fewest outstanding requests; it gets one more."""
+        with self._lock:
+            load = self._load[name]
+            low = min(load)
+            ties = [i for i, n in enumerate(load) if n == low]
+            k = ties[self._turn[name] % len(ties)]
+            self._turn[name] += 1
+            load[k] += 1
+            return k
+
+    def _release(self, name: str, k: int) -> None:
+        with self._lock:
+            self._load[name][k] -= 1
+
+    def outstanding(self) -> dict[str, list[int]]:
+        """Requests outstanding per replica, per backbone (from this client)."""
+        with self._lock:
+            return {k: list(v) for k, v in self._load.items()}
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         """Answer every request; all backbones and replicas work at once."""
+        names = [self.backbone_of(r) for r in requests]
         results: list[Completion | None] = [None] * len(requests)
-        pending: list[int] = list(range(len(requests)))
-        attempt = 0
         last_error: dict[int, str] = {}
+        pending = list(range(len(requests)))
+        attempt = 0
         while pending:
-            inflight = self._submit(requests, pending)
-            failed: list[int] = []
-            for actor, idxs, ref in inflight:
-                spec = self.specs[self.backbone_of(requests[idxs[0]])]
-                try:
-                    out = ray.get(ref, timeout=spec.request_timeout_s)
-                    for i, d in zip(idxs, out, strict=True):
-                        results[i] = Completion(**d)
-                except GetTimeoutError:
-                    log.warning("engine replica hung past %.0fs; restarting it", spec.request_timeout_s)
-                    ray.kill(actor, no_restart=False)
-                    failed += idxs
-                    last_error.update(dict.fromkeys(idxs, "engine timed out"))
-                except (RayActorError, RayTaskError) as e:
-                    log.warning("engine replica failed (%s); retrying", type(e).__name__)
-                    failed += idxs
-                    msg = str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
-                    last_error.update(dict.fromkeys(idxs, f"engine error: {msg}"))
+            failed, troubled = self._round(requests, names, pending, results, last_error)
             attempt += 1
             if failed and attempt > self.retries:
                 for i in failed:
@@ -273,9 +360,62 @@ class EngineClient:
                 break
             pending = failed
             if pending:
-                self._await_replicas({id(a): a for a, idxs, _ in inflight
-                                      if set(idxs) & set(failed)}.values())
-        return [r if r is not None else Completion("", 0, 0, error="engine failed") for r in results]
+                self._await_replicas(troubled)
+        return [r if r is not None else Completion("", 0, 0, error="engine failed")
+                for r in results]
+
+    def _round(self, requests: Sequence[ChatRequest], names: Sequence[str],
+               idxs: Sequence[int], results: list, last_error: dict[int, str]):
+        """Send ``idxs`` (one call each) and take every answer as it comes: the requests that
+        failed, and the replicas that failed them."""
+        inflight: dict[Any, tuple[int, str, int, float]] = {}
+        for i in idxs:
+            name = names[i]
+            k = self._pick(name)
+            ref = self.handles[name][k].generate.remote([requests[i].to_dict()])
+            inflight[ref] = (i, name, k, time.monotonic() + self.specs[name].request_timeout_s)
+        failed: list[int] = []
+        troubled: dict[tuple[str, int], Any] = {}
+        killed: set[tuple[str, int]] = set()
+        while inflight:
+            wait_s = min(d for *_, d in inflight.values()) - time.monotonic()
+            refs = list(inflight)
+            ready, rest = ray.wait(refs, num_returns=1, timeout=max(0.0, min(wait_s, 10.0)))
+            if ready and rest:
+                ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+            for ref in ready:
+                i, name, k, _ = inflight.pop(ref)
+                self._release(name, k)
+                try:
+                    (d,) = ray.get(ref)
+                except (RayActorError, RayTaskError) as e:
+                    log.warning("engine replica %s/%d failed (%s); retrying", name, k,
+                                type(e).__name__)
+                    failed.append(i)
+                    last_error[i] = f"engine error: {_last_line(e)}"
+                    troubled[(name, k)] = self.handles[name][k]
+                    continue
+                if "failed" in d:
+                    failed.append(i)
+                    last_error[i] = f"engine error: {d['failed']}"
+                    continue
+                results[i] = Completion(**d)
+            now = time.monotonic()
+            for ref, (i, name, k, deadline) in list(inflight.items()):
+                if deadline > now:
+                    continue
+                actor = self.handles[name][k]
+                if (name, k) not in killed:
+                    log.warning("engine replica %s/%d hung past %.0fs; restarting it", name, k,
+                                self.specs[name].request_timeout_s)
+                    ray.kill(actor, no_restart=False)
+                    killed.add((name, k))
+                del inflight[ref]
+                self._release(name, k)
+                failed.append(i)
+                last_error[i] = "engine timed out"
+                troubled[(name, k)] = actor
+        return failed, list(troubled.values())
 
     @staticmethod
     def _await_replicas(actors, timeout_s: float = 120.0) -> None:
@@ -289,23 +429,36 @@ class EngineClient:
                 except (RayActorError, GetTimeoutError):
                     time.sleep(0.5)
 
-    def _submit(self, requests: Sequence[ChatRequest], idxs: Sequence[int]):
-        by_backbone: dict[str, list[int]] = {}
-        for i in idxs:
-            by_backbone.setdefault(self.backbone_of(requests[i]), []).append(i)
-        inflight = []
-        for name, members in by_backbone.items():
-            replicas = self.handles[name]
-            size = max(1, self.specs[name].max_batch_size)
-            chunks = [members[j:j + size] for j in range(0, len(members), size)]
-            for chunk in chunks:
-                with self._rr_lock:
-                    actor = replicas[self._rr[name] % len(replicas)]
-                    self._rr[name] += 1
-                ref = actor.generate.remote([requests[i].to_dict() for i in chunk])
-                inflight.append((actor, chunk, ref))
-        return inflight
-
     def count_tokens(self, backbone: str, texts: Sequence[str]) -> list[int]:
-        actor = self.handles[backbone][0]
-        return ray.get(actor.count_tokens.remote(list(texts)))
+        """Token counts with ``backbone``'s tokenizer, through the same retries as a generation;
+        when they run out, an `EngineFailure` with the one-line cause."""
+        spec = self.specs[backbone]
+        cause = "no answer"
+        k = 0
+        for _attempt in range(self.retries + 1):
+            k = self._pick(backbone)
+            actor = self.handles[backbone][k]
+            try:
+                return list(ray.get(actor.count_tokens.remote(list(texts)),
+                                    timeout=spec.request_timeout_s))
+            except GetTimeoutError:
+                cause = f"a token count got no answer in {spec.request_timeout_s:.0f} s"
+                log.warning("engine replica %s/%d hung counting tokens; restarting it",
+                            backbone, k)
+                ray.kill(actor, no_restart=False)
+            except (RayActorError, RayTaskError) as e:
+                cause = f"a token count failed: {_last_line(e)}"
+                log.warning("engine replica %s/%d failed counting tokens (%s); retrying",
+                            backbone, k, type(e).__name__)
+            finally:
+                self._release(backbone, k)
+            self._await_replicas([actor])
+        from df_ray.pipeline.engine_health import EngineFailure
+
+        raise EngineFailure(backbone, spec.model, k, "?",
+                            f"{cause} ({self.retries + 1} attempts)")
+
+
+def _last_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[-1][:300] if text else type(e).__name__

@@ -12,8 +12,10 @@ from df_ray.core import Calibration
 from df_ray.evaluation.driver import encode_sample
 from df_ray.tasks.base import Sample
 
-#: Upper bound on the batches the stage works on at once (over all its actors).
-MAX_BATCHES_IN_FLIGHT = 64
+#: Upper bound on the batches the stage works on at once (over all its actors): enough for
+#: 8 samples a batch over two rounds to fill a backbone of 2,048 sequences (two H100s of
+#: vLLM's 1,024).
+MAX_BATCHES_IN_FLIGHT = 512
 
 
 def initial_rows(samples: Sequence[Sample]) -> list[dict[str, str]]:
@@ -22,7 +24,8 @@ def initial_rows(samples: Sequence[Sample]) -> list[dict[str, str]]:
 
 
 def stream_batches(handles: dict[str, Any], members: Sequence[tuple[RunConfig, Calibration | None]],
-                   samples: Sequence[Sample], for_calibration: bool = False) -> Iterator[Any]:
+                   samples: Sequence[Sample], for_calibration: bool = False,
+                   capacities: dict[str, int] | None = None) -> Iterator[Any]:
     """Yield graded batches (pyarrow tables) as they come out of the pipeline.
 
     ``members`` are configurations over the same samples and cache root: one pipeline
@@ -42,7 +45,7 @@ def stream_batches(handles: dict[str, Any], members: Sequence[tuple[RunConfig, C
     rows = initial_rows(samples)
     n_blocks = max(1, min(len(rows), (len(rows) + lead.batch_size - 1) // lead.batch_size))
     ds = ray.data.from_items(rows, override_num_blocks=n_blocks)
-    actors, calls = stage_plan(lead, n_blocks, rounds)
+    actors, calls = stage_plan(lead, n_blocks, rounds, capacities)
     compute = ray.data.ActorPoolStrategy(size=actors, max_concurrent_calls_per_actor=calls,
                                          enable_true_multi_threading=calls > 1)
     ds = ds.map_batches(EvaluationStage, batch_size=lead.batch_size, num_cpus=0.25,
@@ -54,18 +57,25 @@ def stream_batches(handles: dict[str, Any], members: Sequence[tuple[RunConfig, C
     yield from ds.iter_batches(batch_size=64, batch_format="pyarrow")
 
 
-def stage_plan(cfg: RunConfig, n_blocks: int, rounds: int = 1) -> tuple[int, int]:
+def stage_plan(cfg: RunConfig, n_blocks: int, rounds: int = 1,
+               capacities: dict[str, int] | None = None) -> tuple[int, int]:
     """Stage actors and the batches each works on at once.
 
     A batch spends its time in flight across ``rounds`` rounds of engine calls, so each
-    round's busiest backbone needs enough batches in flight to keep every replica full
-    (``replicas * max_batch_size`` requests): ``rounds`` times that, plus one to overlap the
-    CPU work, never more than there are blocks. A batch in flight mostly waits on engines, so
-    the batches share ``cfg.concurrency`` actors as threads: every actor is a process start
-    (seconds on a small machine, paid once per pipeline), a thread is free.
+    round's busiest backbone needs enough batches in flight to keep every replica full: its
+    engines' capacity (what they schedule at once: vLLM's ``max_num_seqs``, llama.cpp's
+    ``n_parallel``, a static engine's batch size; ``capacities`` when the running engines
+    reported it, else the spec's figure), times the replicas. That is ``rounds`` times the
+    batches that hold it, plus one to overlap the CPU work, never more than there are blocks
+    (nor ``MAX_BATCHES_IN_FLIGHT``). Batches at different rounds are in flight together, so
+    one batch's coordinator round overlaps the next batches' agent rounds. A batch in flight
+    mostly waits on engines, so the batches share ``cfg.concurrency`` actors as threads:
+    every actor is a process start (seconds on a small machine, paid once per pipeline), a
+    thread is free.
     """
-    need = max(-(-spec.replicas * spec.max_batch_size // cfg.batch_size)
-               for spec in cfg.backbones.values())
+    capacities = capacities or {}
+    need = max(-(-(capacities.get(name) or spec.replicas * spec.capacity) // cfg.batch_size)
+               for name, spec in cfg.backbones.items())
     need = max(1, rounds) * need + 1
     in_flight = max(1, min(max(cfg.concurrency, min(need, MAX_BATCHES_IN_FLIGHT)), n_blocks))
     actors = min(cfg.concurrency, in_flight)

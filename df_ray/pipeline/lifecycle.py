@@ -45,7 +45,7 @@ class EngineLifecycle:
             self.say(f"starting engines: {listing}")
             t = time.time()
             # Job-owned engines, or (for backbones of kind serve) the shared service's handles.
-            from df_ray.serving.client import make_pool
+            from df_ray.pipeline.engine_pool import make_pool
 
             pool = make_pool(self.backbones)
             try:

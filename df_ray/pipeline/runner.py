@@ -164,6 +164,7 @@ class Runner:
         self.tracker = tracker
         self.say = progress
         self.engines = EngineLifecycle(backbones, say=progress)
+        self._capacities: dict[str, int] | None = None  # what the running engines hold
         # Workers that died before this runner started are not its to report.
         self._faults_seen: set = set()
         self._new_faults()
@@ -203,11 +204,22 @@ class Runner:
                         samples: Sequence[Sample], for_calibration: bool = False):
         """Yield output batches (pyarrow tables): ``df_ray.pipeline.graph.stream_batches``
         over this runner's engines, stopped at once by an engine failure."""
-        from df_ray.pipeline.engine_health import until_failure
+        from df_ray.pipeline.engine_health import EngineFailure, until_failure
 
         pool = self.pool
-        yield from until_failure(stream_batches(pool.handles, members, samples, for_calibration),
-                                 lambda: pool.failure)
+        if self._capacities is None:
+            self._capacities = pool.capacities()
+        try:
+            yield from until_failure(stream_batches(pool.handles, members, samples,
+                                                    for_calibration, self._capacities),
+                                     lambda: pool.failure)
+        except Exception as e:
+            # A stage's engine failure (e.g. a token count whose retries ran out) arrives
+            # wrapped in Ray's task errors: the run stops with its one line.
+            failure = pool.failure or EngineFailure.found_in(e)
+            if failure is not None and failure is not e:
+                raise failure from None
+            raise
 
     def run(self, cfg: RunConfig, samples: Sequence[Sample] | None = None,
             sweep: str = "sweep") -> RunResult:
@@ -334,7 +346,12 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
         first = configs[0].tracking
         tracker = Tracker(first.uri, first.experiment)
     init_ray(address)
-    runner = Runner(shared_backbones(configs), tracker=tracker, progress=progress)
+    backbones = shared_backbones(configs)
+    if not any(c.autoscaling for c in configs):
+        from df_ray.pipeline.engine_pool import check_resources
+
+        check_resources(backbones)
+    runner = Runner(backbones, tracker=tracker, progress=progress)
     results = []
     try:
         ctx = tracker.sweep(sweep) if tracker is not None else _nullcontext()

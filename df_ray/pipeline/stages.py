@@ -20,9 +20,8 @@ from df_ray.evaluation.driver import Driver, Member, decode_sample, record_to_di
 from df_ray.evaluation.scoring import RESULT_COLUMNS
 from df_ray.pipeline import faults, lifeline
 from df_ray.pipeline.cache import GenerationCache
-from df_ray.pipeline.engine_pool import EngineClient
+from df_ray.pipeline.engine_pool import EngineClient, make_client
 from df_ray.pipeline.lifecycle import shared_backbones
-from df_ray.serving.client import make_client
 
 #: How often the stage re-lists the cache root for other writers' parts (seconds).
 REFRESH_INTERVAL_S = 5.0

@@ -132,8 +132,8 @@ def deployment_options(name: str, spec: EngineSpec, opts: ReplicaOptions) -> dic
     out: dict[str, Any] = {
         "name": ENGINE_DEPLOYMENT,
         "ray_actor_options": actor,
-        # Chunks from every job's stages wait here; the engine thread merges them.
-        "max_ongoing_requests": opts.max_ongoing_requests or max(64, 8 * spec.max_batch_size),
+        # Requests from every job's stages wait here; the engine admits them as it can.
+        "max_ongoing_requests": opts.max_ongoing_requests or max(64, 8 * spec.capacity),
         "health_check_period_s": 5.0,
         "health_check_timeout_s": 60.0,
         "graceful_shutdown_timeout_s": 5.0,
@@ -141,7 +141,7 @@ def deployment_options(name: str, spec: EngineSpec, opts: ReplicaOptions) -> dic
     if opts.max_replicas and opts.max_replicas > spec.replicas:
         out["autoscaling_config"] = {
             "min_replicas": spec.replicas, "max_replicas": opts.max_replicas,
-            "target_ongoing_requests": max(2, spec.max_batch_size // 4)}
+            "target_ongoing_requests": max(2, spec.capacity // 4)}
     else:
         out["num_replicas"] = spec.replicas
     return out
@@ -170,12 +170,14 @@ def llm_config_dict(name: str, spec: EngineSpec, opts: ReplicaOptions) -> dict[s
         engine_kwargs["max_model_len"] = spec.max_model_len
     if spec.revision:
         engine_kwargs["revision"] = spec.revision
+    if spec.max_batch_size is not None:
+        engine_kwargs["max_num_seqs"] = spec.max_batch_size
     engine_kwargs.update(spec.engine_args)
     max_r = max(spec.replicas, opts.max_replicas or spec.replicas)
     deployment: dict[str, Any] = {
         "autoscaling_config": {"min_replicas": spec.replicas, "max_replicas": max_r,
-                               "target_ongoing_requests": spec.max_batch_size},
-        "max_ongoing_requests": opts.max_ongoing_requests or 4 * spec.max_batch_size,
+                               "target_ongoing_requests": spec.capacity},
+        "max_ongoing_requests": opts.max_ongoing_requests or 4 * spec.capacity,
     }
     if opts.resources or opts.num_cpus is not None:
         actor: dict[str, Any] = {}

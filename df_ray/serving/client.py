@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from df_ray.config import ConfigError
-from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.base import ChatRequest, Completion, route
 from df_ray.engines.spec import EngineSpec
 from df_ray.serving import ENGINE_DEPLOYMENT
 
@@ -122,6 +122,14 @@ class ServingPool:
     def failure(self):
         return self.supervisor.failure
 
+    def capacities(self) -> dict[str, int]:
+        """Requests each backbone holds at once: the job-owned engines' report, the served
+        backbones' spec figure."""
+        out = {n: s.capacity * s.replicas for n, s in self.specs.items()}
+        if self.owned is not None:
+            out.update(self.owned.capacities())
+        return out
+
     def stats(self, timeout_s: float = 5.0) -> list[dict[str, Any]]:
         """The job-owned replicas' counters (the service's are its own)."""
         return self.owned.stats(timeout_s) if self.owned is not None else []
@@ -137,18 +145,16 @@ class ServingPool:
 
 
 def make_pool(backbones: Mapping[str, EngineSpec]):
-    """The engine pool of a job: a plain EnginePool unless some backbone is served."""
-    if any(s.kind == "serve" for s in backbones.values()):
-        return ServingPool(backbones)
-    from df_ray.pipeline.engine_pool import EnginePool
-
-    return EnginePool(backbones)
+    """The engine pool of a job with served backbones (`df_ray.pipeline.engine_pool.make_pool`
+    calls it through ``POOL_PROVIDERS``)."""
+    return ServingPool(backbones)
 
 
 def make_client(handles: Mapping[str, list[Any]], specs: Mapping[str, EngineSpec],
                 retries: int = 2):
-    """The client a stage holds: `EngineClient` for job-owned engines only, else a client that
-    sends served backbones' requests through their DeploymentHandles."""
+    """The client a stage holds (`df_ray.pipeline.engine_pool.make_client` calls it through
+    ``POOL_PROVIDERS``): `EngineClient` for job-owned engines only, else a client that sends
+    served backbones' requests through their DeploymentHandles."""
     from df_ray.pipeline.engine_pool import EngineClient
 
     if not any(is_served(h) for h in handles.values()):
@@ -198,7 +204,11 @@ class ServeClient:
                 try:
                     out = self._collect(name, resp, spec.request_timeout_s)
                     for i, c in zip(idxs, out, strict=True):
-                        results[i] = c
+                        if isinstance(c, str):  # the engine failed this request alone
+                            failed.append(i)
+                            last_error[i] = f"served engine {name!r}: {c}"
+                        else:
+                            results[i] = c
                 except Exception as e:
                     if isinstance(e, TimeoutError):
                         _cancel(resp)
@@ -231,7 +241,7 @@ class ServeClient:
             sb = self.served[name]
             h = self.handle(name)
             if sb.protocol == "engine":
-                size = max(1, self.specs[name].max_batch_size)
+                size = self.specs[name].batch_size_cap
                 for j in range(0, len(members), size):
                     chunk = members[j:j + size]
                     resp = h.generate.remote([requests[i].to_dict() for i in chunk])
@@ -242,9 +252,11 @@ class ServeClient:
                     inflight.append((name, [i], hs.chat.remote(to_chat_completion(requests[i]))))
         return inflight
 
-    def _collect(self, name: str, resp: Any, timeout_s: float) -> list[Completion]:
+    def _collect(self, name: str, resp: Any, timeout_s: float) -> list[Completion | str]:
+        """The answers of one call; a request the engine failed alone is its error text."""
         if self.served[name].protocol == "engine":
-            return [Completion(**d) for d in resp.result(timeout_s=timeout_s)]
+            return [d["failed"] if "failed" in d else Completion(**d)
+                    for d in resp.result(timeout_s=timeout_s)]
         return [from_chat_completion(_first(resp, timeout_s))]
 
     def _await_backbones(self, names: set[str], timeout_s: float = RECOVERY_WAIT_S) -> None:
@@ -294,15 +306,9 @@ class MixedClient:
         self.owned = (EngineClient(owned, {n: self.specs[n] for n in owned}, retries=retries)
                       if owned else None)
         self.served = ServeClient(served, self.specs, retries=retries)
-        self._model_to_backbone: dict[tuple[str, str | None], str] = {}
-        for name, spec in self.specs.items():
-            self._model_to_backbone.setdefault((spec.model, spec.revision), name)
 
     def backbone_of(self, request: ChatRequest) -> str:
-        try:
-            return self._model_to_backbone[(request.model, request.revision)]
-        except KeyError:
-            raise KeyError(f"no backbone serves model {request.model!r}") from None
+        return route(request, self.specs)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         names = [self.backbone_of(r) for r in requests]

@@ -54,18 +54,23 @@ def math_samples(n: int, prefix: str = "p"):
 
 
 def scripted_config(tmp: str, *, script: str = "majority", replicas: int = 1,
-                    max_batch_size: int = 32, shared_coordinator: bool = True, **over):
+                    max_batch_size: int = 32, shared_coordinator: bool = True,
+                    engine: dict | None = None, **over):
     """DarkForest over three scripted backbones; the coordinator shares the first (as in the
-    paper's table configs, where it shares qwen25-7b)."""
+    paper's table configs, where it shares qwen25-7b). ``engine``: every backbone's engine
+    fields instead of the scripted one (e.g. ``{"kind": "simulated", "engine_args": ...}``)."""
     from df_ray.config import RunConfig
 
-    backbones = {f"b{i}": {"kind": "scripted", "model": f"m{i}", "script": script,
-                           "replicas": replicas, "max_batch_size": max_batch_size}
-                 for i in (1, 2, 3)}
+    def backbone(model: str) -> dict:
+        if engine is not None:
+            return {"model": model, "replicas": replicas, **engine}
+        return {"kind": "scripted", "model": model, "script": script, "replicas": replicas,
+                "max_batch_size": max_batch_size}
+
+    backbones = {f"b{i}": backbone(f"m{i}") for i in (1, 2, 3)}
     coord = "b1"
     if not shared_coordinator:
-        backbones["bc"] = {"kind": "scripted", "model": "mc", "script": script,
-                           "replicas": replicas, "max_batch_size": max_batch_size}
+        backbones["bc"] = backbone("mc")
         coord = "bc"
     base = {
         "name": "perf",

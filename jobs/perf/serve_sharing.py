@@ -275,7 +275,7 @@ def run_mode(mode: str, args, tmp: Path) -> dict:
             wall = time.time() - t
             stats = serve_stats(cluster) if served else [
                 s for _, out, _ in procs for s in json.loads(out.read_text())["engine_stats"]]
-        batches = sum(s["batches"] for s in stats)
+        batches = sum(s["batches"] or 0 for s in stats)  # None: a continuous engine
         generated = sum(s.get("generated", s.get("served", 0)) for s in stats)
         asked = sum(s["served"] for s in stats)
         return {"mode": mode, "wall_s": wall, "deploy_s": deploy_s, "loads": len(mon.seen),

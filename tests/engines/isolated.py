@@ -6,7 +6,8 @@ reports anything. `IsolatedEngine` runs the engine in a child process instead an
 calls to it: a crash is then the failure of the one test that made the call, with the signal
 and the native stack in the message, and the next call starts a fresh child.
 
-Attribute access is forwarded too (``engine.prompt_format``, ``engine.llm.tokenize(...)``):
+``run(fn, ...)`` calls a test's own function on the engine in its process. Attribute access
+is forwarded too (``engine.prompt_format``, ``engine.llm.tokenize(...)``):
 values that pickle come back as values, anything else (a method, the Llama object) as a
 reference that can be called or looked into further.
 """
@@ -69,6 +70,8 @@ def _serve(conn, spec: dict, fault_path: str) -> None:  # the child process
                     obj = getattr(obj, name)
                 if op == "call":
                     conn.send(("ok", obj(*args, **kwargs)))
+                elif op == "run":  # a test's function of the engine, run beside it
+                    conn.send(("ok", args[0](engine, *args[1:], **kwargs)))
                 elif callable(obj) or not _picklable(obj):
                     conn.send(("ref", None))
                 else:
@@ -124,8 +127,9 @@ class IsolatedEngine:
         self._conn, child = ctx.Pipe()
         fd, self._fault_path = tempfile.mkstemp(prefix="df-ray-engine-", suffix=".log")
         os.close(fd)
+        # Not a daemon: vLLM's async engine starts its engine core as a child process.
         self._proc = ctx.Process(target=_serve, args=(child, self._spec, self._fault_path),
-                                 daemon=True)
+                                 daemon=False)
         self._proc.start()
         child.close()
         self._receive()
@@ -168,6 +172,11 @@ class IsolatedEngine:
         if name.startswith("_"):
             raise AttributeError(name)
         return self._get((name,))
+
+    def run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(engine, *args, **kwargs)`` in the engine's process (``fn`` a module-level
+        function): for what does not cross processes, such as futures of ``submit``."""
+        return self._request(("run", (), (fn, *args), kwargs))
 
     def close(self) -> None:
         if self._proc is not None:

@@ -12,6 +12,8 @@ pytest.importorskip(
     "llama_cpp", reason="llama-cpp-python is not installed (see .ci/install-embedded.sh)"
 )
 
+import time
+
 from df_ray.engines import ChatRequest, EngineSpec, Message, SamplingParams
 from tests.engines.isolated import IsolatedEngine
 
@@ -146,3 +148,29 @@ def test_an_over_long_prompt_fails_alone():
         assert c.error is None and c.text
     # max_tokens is cut to what the context leaves, as in the sequential engine.
     assert got[3].prompt_tokens + got[3].completion_tokens <= 256
+
+
+def _long_then_short(engine, long, short):
+    """In the engine's process: submit ``long``, and ``short`` once ``long`` is decoding."""
+    start = engine.steps  # (the engine has run earlier tests' steps)
+    f_long = engine.submit(long)
+    while engine.steps < start + 3:
+        time.sleep(0.001)
+    f_short = engine.submit(short)
+    return f_short.result(), f_long.result(), list(engine.trace)
+
+
+def test_a_request_queued_during_a_long_generation_is_admitted_before_it_ends(smol_batched):
+    """Continuous batching: a request submitted while another is being decoded takes a free
+    sequence slot at the next step, not after the running generation (shown by the engine's
+    admission and finish steps, and by which finishes first)."""
+    long = ask(SMOL, "Write a long story about a dragon who learns to read.", max_tokens=200)
+    short = ask(SMOL, "Say hello.", max_tokens=4)
+    s, lg, trace = smol_batched.run(_long_then_short, long, short)
+    assert lg.completion_tokens > 20 and s.completion_tokens <= 4
+    admits = {i: step for ev, i, step in trace if ev == "admit"}
+    finishes = {i: step for ev, i, step in trace if ev == "finish"}
+    long_id, short_id = sorted(admits)[-2:]
+    assert admits[short_id] > admits[long_id] >= 0
+    assert admits[short_id] < finishes[long_id]  # admitted while the long one ran
+    assert finishes[short_id] < finishes[long_id]  # and finished first

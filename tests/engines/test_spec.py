@@ -15,7 +15,18 @@ def test_defaults():
     assert s.engine_args == {}
     assert s.n_ctx == 2048
     assert s.replicas == 1
-    assert s.max_batch_size == 32
+    # max_batch_size is unset: each engine holds what its own scheduler takes
+    assert s.max_batch_size is None
+    assert s.capacity == 256  # vLLM's default off H100/H200 (a replica reports its own)
+    assert EngineSpec(kind="vllm", model="m", max_batch_size=512).capacity == 512
+    assert EngineSpec(kind="vllm", model="m", max_batch_size=8,
+                      engine_args={"max_num_seqs": 64}).capacity == 64
+    assert EngineSpec(kind="embedded", model="gemma3-270m").capacity == 8
+    assert EngineSpec(kind="embedded", model="gemma3-270m",
+                      engine_args={"n_parallel": 4}).capacity == 4
+    assert EngineSpec(kind="scripted", model="m").capacity == 32
+    assert EngineSpec(kind="scripted", model="m", max_batch_size=4).batch_size_cap == 4
+    assert EngineSpec(kind="simulated", model="m", engine_args={"capacity": 128}).capacity == 128
     assert s.request_timeout_s == 600
     assert s.resolved_num_gpus == 1.0
     assert EngineSpec(kind="vllm", model="m", tensor_parallel_size=2).resolved_num_gpus == 2.0
@@ -49,7 +60,8 @@ def test_from_yaml():
         ({"kind": "vllm", "model": "m", "tensor_parallel_size": 0}, "greater than or equal"),
         ({"kind": "vllm", "model": "m", "gpu_memory_utilization": 1.5}, "less than or equal"),
         ({"kind": "vllm", "model": "m", "bogus": 1}, "Extra inputs are not permitted"),
-        ({"kind": "tgi", "model": "m"}, "'embedded', 'vllm', 'openai', 'scripted' or 'serve'"),
+        ({"kind": "tgi", "model": "m"},
+         "'embedded', 'vllm', 'openai', 'scripted', 'simulated' or 'serve'"),
         ({"kind": "vllm", "model": "m", "script": "echo"}, "only valid for kind 'scripted'"),
         ({"kind": "vllm", "model": "m", "prompt_format": "raw"}, "'chat' or 'completion'"),
         ({"kind": "vllm", "model": "m", "tensor_parallel_size": 4, "num_gpus": 2}, "less than"),

@@ -13,7 +13,8 @@ import pytest
 # vLLM reads these when the engine starts; set them before anything imports it.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: ~5 s start
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB
-os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "all")
+# The async engine runs its engine core in a child process, which takes a CPU list or "nobind".
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
@@ -88,7 +89,8 @@ def engine(tiny_llama):
         dtype="float32",
         max_model_len=128,
         num_gpus=0,
-        engine_args={"enforce_eager": True, "max_num_seqs": 8},
+        engine_args={"enforce_eager": True, "max_num_seqs": 8,
+                     "distributed_executor_backend": "uni"},
     )
     eng = IsolatedEngine(spec)  # its own process: a native crash fails a test, not the session
     yield eng
@@ -127,9 +129,63 @@ def test_seed_determinism_and_context_error(engine):
     assert bad.prompt_tokens > 128
 
 
-def test_overhead_script_small_workload(tiny_llama):
-    """jobs/perf/vllm_overhead.py runs in this tier on a small workload and prints its ratio
-    (the ratio itself is a measurement, not asserted)."""
+def _long_then_short(engine, long, probe, shorts):
+    """In the engine's process: ``long`` first; a one-token ``probe`` whose answer shows that
+    ``long`` is running (both were scheduled in the same step); then ``shorts``. Returns the
+    names in the order they finished, and each one's submit and finish times."""
+    import threading
+    import time
+
+    order: list[str] = []
+    times: dict[str, list[float]] = {}
+    lock = threading.Lock()
+
+    def track(name, fut):
+        times[name] = [time.monotonic()]
+
+        def done(_f):
+            with lock:
+                order.append(name)
+                times[name].append(time.monotonic())
+
+        fut.add_done_callback(done)
+        return fut
+
+    f_long = track("long", engine.submit(long))
+    track("probe", engine.submit(probe)).result()
+    futs = [track(f"s{i}", engine.submit(r)) for i, r in enumerate(shorts)]
+    out = [f.result() for f in futs] + [f_long.result()]
+    return order, times, [c.completion_tokens for c in out]
+
+
+def test_requests_submitted_while_a_long_one_runs_finish_before_it(tiny_llama):
+    """Continuous batching in the vLLM replica's engine: requests submitted while a long
+    request is being decoded are scheduled beside it and finish first (completion order and
+    the submit/finish times), instead of waiting for it."""
+    spec = EngineSpec(kind="vllm", model=tiny_llama, dtype="float32", max_model_len=256,
+                      num_gpus=0, engine_args={"enforce_eager": True, "max_num_seqs": 8,
+                                               "distributed_executor_backend": "uni",
+                                               "sampling": {"ignore_eos": True}})
+    eng = IsolatedEngine(spec)
+    try:
+        order, times, lengths = eng.run(
+            _long_then_short, chat("the cat sat", seed=1, max_tokens=200),
+            chat("hello", seed=2, max_tokens=1),
+            [chat(f"a dog ran {i}", seed=3 + i, max_tokens=4) for i in range(3)])
+    finally:
+        eng.close()
+    assert lengths == [4, 4, 4, 200]  # ignore_eos: every request runs to its max_tokens
+    assert order[0] == "probe" and order[-1] == "long"
+    assert sorted(order[1:4]) == ["s0", "s1", "s2"]
+    for s in ("s0", "s1", "s2"):
+        # submitted after the long one had started, finished before it
+        assert times["probe"][1] <= times[s][0] < times[s][1] < times["long"][1]
+
+
+def test_throughput_script_small_workload(tiny_llama):
+    """jobs/perf/vllm_throughput.py runs in this tier on a small workload: the pipeline and
+    vLLM offline over the same requests, and prints their ratio (a measurement, not
+    asserted)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -137,11 +193,12 @@ def test_overhead_script_small_workload(tiny_llama):
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
     out = subprocess.run(
-        [sys.executable, str(root / "jobs/perf/vllm_overhead.py"), "--model", tiny_llama,
-         "--device", "cpu", "--prompts", "8", "--max-tokens", "8", "--max-model-len", "128",
-         "--rounds", "1", "--paths", "engine"],
-        capture_output=True, text=True, env=env, timeout=600,
+        [sys.executable, str(root / "jobs/perf/vllm_throughput.py"), "--model", tiny_llama,
+         "--device", "cpu", "--requests", "8", "--max-tokens", "8", "--max-model-len", "128",
+         "--ways", "a", "b"],
+        capture_output=True, text=True, env=env, timeout=900,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    line = next(x for x in out.stdout.splitlines() if x.startswith("# engine/raw tokens/s"))
+    line = next(x for x in out.stdout.splitlines() if x.startswith("# (a)/(b) tokens/s"))
+    assert "failed calls 0" in out.stdout
     print(line)

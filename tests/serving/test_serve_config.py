@@ -1,19 +1,16 @@
 """The engine service's building blocks without a cluster: what `df-ray serve` deploys for each
 backbone kind (vLLM through ray.serve.llm, the others through EngineServer), pool files, the
-replica's batcher (merging callers, coalescing identical requests) and the wire formats."""
+and the wire formats (the replica's request handling: tests/engines/test_batching.py)."""
 
 from __future__ import annotations
 
 import importlib.util
-import threading
-import time
 
 import pytest
 import yaml
 
 from df_ray.config import ConfigError, RunConfig
 from df_ray.engines.base import ChatRequest, Completion, Message, SamplingParams
-from df_ray.engines.scripted import ScriptedEngine
 from df_ray.engines.spec import EngineSpec
 from df_ray.serving import ENGINE_DEPLOYMENT
 from df_ray.serving.apps import (
@@ -25,7 +22,7 @@ from df_ray.serving.apps import (
     load_pool,
 )
 from df_ray.serving.client import chat_completion_fields, from_chat_completion
-from df_ray.serving.deployment import Batcher, completion_to_openai, openai_to_request
+from df_ray.serving.deployment import completion_to_openai, openai_to_request
 
 VLLM = EngineSpec(kind="vllm", model="Qwen/Qwen2.5-7B-Instruct", dtype="bfloat16",
                   max_model_len=8192, replicas=2, max_batch_size=64, revision="abc123",
@@ -58,7 +55,9 @@ def test_vllm_backbone_becomes_an_llm_config():
     assert d["model_loading_config"] == {"model_id": VLLM.model, "model_source": VLLM.model}
     assert d["engine_kwargs"] == {"dtype": "bfloat16", "tensor_parallel_size": 1,
                                   "gpu_memory_utilization": 0.9, "max_model_len": 8192,
-                                  "revision": "abc123", "enable_prefix_caching": True}
+                                  "revision": "abc123", "enable_prefix_caching": True,
+                                  # max_batch_size is vLLM's own max_num_seqs
+                                  "max_num_seqs": 64}
     auto = d["deployment_config"]["autoscaling_config"]
     assert (auto["min_replicas"], auto["max_replicas"]) == (2, 4)
     assert d["deployment_config"]["ray_actor_options"] == {"resources": {"h100": 1}}
@@ -86,7 +85,7 @@ def test_engine_deployment_options():
     o = deployment_options("e", emb, ReplicaOptions())
     assert o["name"] == ENGINE_DEPLOYMENT and o["num_replicas"] == 1
     assert o["ray_actor_options"] == {"num_cpus": 2.0, "num_gpus": 0.0}
-    assert o["max_ongoing_requests"] >= 8 * emb.max_batch_size
+    assert o["max_ongoing_requests"] >= 8 * emb.capacity
     s = EngineSpec(kind="scripted", model="m", replicas=2, max_batch_size=8)
     o = deployment_options("s", s, ReplicaOptions(num_cpus=0, resources={"gpu_slot": 1},
                                                    max_replicas=5))
@@ -136,71 +135,6 @@ def test_every_paper_sweep_file_is_a_valid_pool():
         for name, spec in backbones.items():
             if spec.kind == "vllm":
                 assert llm_config_dict(name, spec, opts.for_backbone(name))
-
-
-# --------------------------------------------------------------------------- the batcher
-
-
-class SlowEngine(ScriptedEngine):
-    """Its first batch takes a second (and says when it started): callers queue meanwhile."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.busy = threading.Event()
-
-    def generate(self, requests):
-        if not self.busy.is_set():
-            self.busy.set()
-            time.sleep(1.0)
-        return super().generate(requests)
-
-
-def test_batcher_merges_callers_and_coalesces_identical_requests():
-    engine = SlowEngine("m", "echo")
-    b = Batcher(engine, max_batch_size=8)
-    first = b.submit([req("warm-up")])  # occupies the engine while the others queue
-    assert engine.busy.wait(30)
-    results: dict[int, list] = {}
-
-    def caller(i: int) -> None:
-        futs = b.submit([req(f"q{i}"), req("shared")])
-        results[i] = [f.result(timeout=30) for f in futs]
-
-    threads = [threading.Thread(target=caller, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert first[0].result(timeout=30).text == "warm-up"
-    for i in range(4):
-        assert [c.text for c in results[i]] == [f"q{i}", "shared"]
-    # 1 + 4 distinct + 1 shared generated; the other 3 "shared" answered without generating
-    assert b.generated == 6 and engine.n_calls == 6
-    assert b.coalesced == 3 and b.served == 9
-    assert engine.batches[0] == 1 and max(engine.batches) >= 2  # callers merged into batches
-    assert sum(engine.batches) == 6
-    # a repeat of a recent request is answered from memory
-    (again,) = b.submit([req("q0")])
-    assert again.result(timeout=5).text == "q0" and engine.n_calls == 6
-
-
-def test_batcher_errors_reach_every_caller_and_are_not_remembered():
-    class Broken(ScriptedEngine):
-        fail = True
-
-        def generate(self, requests):
-            if self.fail:
-                self.fail = False
-                raise RuntimeError("engine crashed")
-            return super().generate(requests)
-
-    b = Batcher(Broken("m", "echo"), max_batch_size=4)
-    (f,) = b.submit([req("x")])
-    with pytest.raises(RuntimeError, match="crashed"):
-        f.result(timeout=10)
-    (f,) = b.submit([req("x")])  # retried: generated, not a remembered failure
-    assert f.result(timeout=10).text == "x"
-    assert b.count(["a b c"]).result(timeout=10) == [3]
 
 
 # --------------------------------------------------------------------------- wire formats

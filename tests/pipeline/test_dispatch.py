@@ -1,0 +1,120 @@
+"""The engine client against real local Ray engine actors (scripted engines): each request
+goes to the least loaded replica, an engine error fails only its request, a token count goes
+through the fault path, and a request carries its backbone to the engine."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from df_ray.engines import ChatRequest, EngineSpec, Message, SamplingParams
+from df_ray.pipeline.engine_health import EngineFailure
+from df_ray.pipeline.engine_pool import EnginePool
+
+pytestmark = pytest.mark.slow
+
+
+def req(prompt: str, backbone: str | None = "b", model: str = "m") -> ChatRequest:
+    return ChatRequest(model=model, messages=(Message("user", prompt),),
+                       sampling=SamplingParams(max_tokens=16), backbone=backbone)
+
+
+@pytest.fixture
+def pool_of(ray_local):
+    pools: list[EnginePool] = []
+
+    def make(**backbones: dict) -> EnginePool:
+        pool = EnginePool({n: EngineSpec(kind="scripted", **kw) for n, kw in backbones.items()})
+        pool.wait_ready(120)
+        pools.append(pool)
+        return pool
+
+    yield make
+    for p in pools:
+        p.shutdown()
+
+
+def served(pool: EnginePool) -> list[int]:
+    import ray
+
+    return [ray.get(h.stats.remote())["served"] for h in pool.handles["b"]]
+
+
+def test_least_outstanding_dispatch_avoids_the_slow_replica(pool_of, tmp_path):
+    # Whichever replica serves the first request sleeps 20 s on it (the fault marker makes it
+    # one replica only); the other answers at once. Ten single requests sent one after the
+    # other meanwhile all go to the free replica: the slow one has a request outstanding.
+    pool = pool_of(b={"model": "m", "replicas": 2, "script": "echo",
+                      "engine_args": {"hang_on_call": 1, "hang_s": 20,
+                                      "fault_marker": str(tmp_path / "hung")}})
+    client = pool.client(retries=0)
+    slow: dict = {}
+    t = threading.Thread(target=lambda: slow.update(c=client.generate([req("slow")])[0]))
+    t.start()
+    while not (tmp_path / "hung").exists():  # its replica is sleeping on it
+        t.join(0.01)
+    slow_replica = client.outstanding()["b"].index(1)
+    for i in range(10):
+        (c,) = client.generate([req(f"q{i}")])
+        assert c.error is None and c.text == f"q{i}"
+    counts = served(pool)
+    assert counts[1 - slow_replica] == 10
+    assert counts[slow_replica] == 1
+    t.join(60)
+    assert slow["c"].text == "slow"
+
+
+def test_an_engine_error_fails_only_its_request(pool_of):
+    pool = pool_of(b={"model": "m", "script": "tests.pipeline.test_dispatch:explode_on_q3",
+                      "max_batch_size": 8})
+    client = pool.client(retries=1)
+    out = client.generate([req(f"q{i}") for i in range(1, 6)])
+    assert [c.text for c in out] == ["q1", "q2", "", "q4", "q5"]
+    assert [c.error for c in out if c.error] == [
+        "engine error: RuntimeError: responder exploded on q3"]
+
+
+def explode_on_q3(request: ChatRequest) -> str:
+    text = request.messages[-1].content
+    if text == "q3":
+        raise RuntimeError("responder exploded on q3")
+    return text
+
+
+@pytest.mark.parametrize("fault, cause", [
+    ("raise", "a token count failed: df_ray.engines.scripted.InjectedFault: injected failure "
+               "counting tokens"),
+    ("exit", "a token count failed: "),
+])
+def test_a_token_count_that_keeps_failing_is_one_engine_failure_line(pool_of, fault, cause):
+    pool = pool_of(b={"model": "m", "engine_args": {"count_fault": fault}, "max_restarts": 10})
+    with pytest.raises(EngineFailure) as info:
+        pool.client(retries=1).count_tokens("b", ["one two three"])
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert msg.startswith("engine 'b' (model m), replica 0 on node ?: " + cause)
+    assert msg.endswith("(2 attempts)")
+
+
+def test_two_backbones_of_one_model_get_their_own_requests(pool_of):
+    """Two backbones serve the same model and revision (say a long-context and a short
+    copy): each request reaches the backbone its call is bound to, not the first of them."""
+    pool = pool_of(short={"model": "m", "script": "constant:short"},
+                   long={"model": "m", "script": "constant:long"})
+    client = pool.client()
+    out = client.generate([req("x", "long"), req("x", "short"), req("y", "long")])
+    assert [c.text for c in out] == ["long", "short", "long"]
+    with pytest.raises(KeyError, match="all serve model 'm'"):
+        client.generate([req("x", backbone=None)])
+
+
+def test_identical_concurrent_requests_are_generated_once(pool_of):
+    pool = pool_of(b={"model": "m", "script": "echo", "engine_args": {"latency_s": 0.2}})
+    client = pool.client()
+    out = client.generate([req("same")] * 5 + [req("other")])
+    assert [c.text for c in out] == ["same"] * 5 + ["other"]
+    import ray
+
+    stats = ray.get(pool.handles["b"][0].stats.remote())
+    assert stats["served"] == 6 and stats["generated"] == 2 and stats["coalesced"] == 4
