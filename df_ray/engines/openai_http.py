@@ -71,7 +71,7 @@ class OpenAIEngine:
         self.base_url = spec.base_url.rstrip("/")
         self.max_retries = int(args.get("max_retries", 4))
         self.backoff_s = float(args.get("backoff_s", 0.5))
-        self.concurrency = int(args.get("concurrency", spec.max_batch_size))
+        self.concurrency = int(args.get("concurrency", spec.batch_size_cap))
         self.extra_body: dict[str, Any] = dict(args.get("extra_body") or {})
         root = re.sub(r"/v1$", "", self.base_url)
         self.tokenize_url: str = args.get("tokenize_url") or f"{root}/tokenize"
