@@ -65,8 +65,9 @@ Remaining differences from the reference:
   ``'0': 0.7`` dictionaries);
 - max pooling breaks a tie for the top score by node order (the reference by domain:
   general, then code, then math);
-- when the final answer has no readable answer it is graded wrong (the reference scores
-  ``0`` for MATH and a random letter for multiple choice);
+- an unreadable final answer of a multiple-choice task is the reference's last option letter
+  in the text, else a random letter (``invalid_final``); of other tasks it is graded wrong
+  (the reference scores MATH's as ``0``);
 - the reference counts only the last judge's tokens of edge sampling; we count every call.
 
 Calls for k nodes and R rounds, without retries or replacements: max 1 + 2k + R*k (3 nodes,
@@ -79,6 +80,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -93,9 +95,10 @@ from df_ray.methods.base import (
     MethodContext,
     Outcome,
     SampleState,
+    derive_seed,
 )
 from df_ray.methods.common import AGENT_ROLE, independent_call, lead_agent, parse_record
-from df_ray.methods.json_answers import goa_json
+from df_ray.methods.json_answers import fallback_answer, goa_json
 from df_ray.methods.prompt_templates import (
     goa_answer_hint,
     goa_initial_prompt,
@@ -195,6 +198,10 @@ class GraphOfAgents(Method):
         meta_temperature: float | None = Field(
             0.7, ge=0.0, le=2.0, description="the meta-LLM's temperature for selection and "
                                              "pooling (GoA's 0.7; null: its own)")
+        invalid_final: Literal["reference", "wrong"] = Field(
+            "reference", description="a multiple-choice final answer the parser cannot read: "
+                                     "the reference's last option letter in the text, else a "
+                                     "random letter (reference); or no answer (wrong)")
         t2s_reads: Literal["initial", "refined"] = Field(
             "initial", description="what target-to-source shows of the targets: their "
                                    "responses before this round (the reference code) or "
@@ -536,6 +543,10 @@ class GraphOfAgents(Method):
             else:
                 final = parse_record(rec, ctx, state)
             final = final if final.valid else None
+            if final is None and self.args.invalid_final == "reference":
+                final = reference_choice(rec.text, ctx.task.parse_spec(state.sample),
+                                         derive_seed(0, state.sample.id, "goa-final"), rec.agent)
+                extra["final_fallback"] = final.rule if final is not None else None
         return Outcome(final=final, agent_observations=initial, extra=extra)
 
     def max_calls_per_sample(self, ctx: MethodContext) -> int:
@@ -546,6 +557,24 @@ class GraphOfAgents(Method):
             return select + 1
         per_round = 2 * k - 2 if self.pooling == "mean" else k
         return select + 2 * k + a.scoring_attempts * k + self.mp_rounds * per_round + 1
+
+
+def reference_choice(text: str, spec, seed: int, agent: str) -> Observation | None:
+    """GoA's last resort for a multiple-choice final answer (``main.py`` after
+    ``get_alphabet_choice``): the last option letter followed by ")" in the text, else the last
+    option letter anywhere, else a random letter (drawn from ``seed``). None for other kinds
+    (GoA's MATH rule scores an unreadable answer as 0, which is wrong for every problem whose
+    answer is not 0)."""
+    if spec.kind != "choice":
+        return None
+    letters = "".join(chr(65 + i) for i in range(spec.n_options or 10))
+    found = re.findall(f"([{letters}])\\)", text or "") or re.findall(f"([{letters}])",
+                                                                      text or "")
+    if found:
+        return Observation(agent=agent, answer=found[-1], confidence=0.5, valid=True,
+                           quality=0.0, raw=text, extracted=found[-1], rule="goa_letter")
+    fb = fallback_answer(spec, seed, agent=agent)
+    return None if fb is None else replace(fb, raw=text, rule="goa_random")
 
 
 def model_card(agent: AgentView) -> str:

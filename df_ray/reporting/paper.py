@@ -412,6 +412,8 @@ BASELINES: tuple[Baseline, ...] = (
               Knob("replace_below", "0.1", "reference", "`CONFIDENCE_THRESHOLD` of "
                    "`maybe_replace_with_general`; missing confidence also replaced"),
               Knob("meta_temperature", "0.7", "reference", "every GoA call at 0.7"),
+              Knob("invalid_final", "reference", "reference", "`main.py`: an unreadable "
+                   "multiple-choice answer is its last option letter, else a random one"),
               Knob("t2s_reads", "initial", "reference", "`_run_t_to_s` shows the targets' "
                    "pre-round responses; `refined` follows the paper's text"))),
     Baseline(("self_refine",), "Self-Refine (Madaan et al., 2023)",

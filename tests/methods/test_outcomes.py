@@ -375,3 +375,20 @@ def test_self_refine_reference_stop_rule(text, stop):
     from df_ray.methods.self_refine_fewshot import says_correct, split_feedback
 
     assert says_correct(split_feedback(text)[0]) is stop
+
+
+def test_goa_unreadable_choice_final_follows_the_reference(run_method):
+    table = {**goa_first("A", "B", "C"), **{(a, "score"): "[0.5, 0.5]" for a in AGENTS},
+             **{(a, "s2t"): answer("B") for a in AGENTS},
+             ("a1", "t2s"): "no idea at all, sorry"}
+    run = run_method("goa_max", Script(table))
+    assert run.outcome.extra["final_fallback"] == "goa_random"
+    assert run.outcome.final.answer in "ABCD" and run.outcome.final.confidence == 0.0
+    again = run_method("goa_max", Script(table))
+    assert again.outcome.final.answer == run.outcome.final.answer  # seeded, reproducible
+    table[("a1", "t2s")] = "Between A) and the rest, hmm, maybe C) after all"
+    run = run_method("goa_max", Script(table))
+    assert run.outcome.final.answer == "C"
+    assert run.outcome.extra["final_fallback"] in ("goa_letter", None)
+    table[("a1", "t2s")] = "no idea at all, sorry"
+    assert final(run_method("goa_max", Script(table), {"invalid_final": "wrong"})) is None
