@@ -125,6 +125,30 @@ def test_cpu_time_counts_every_process():
     assert res.cpu_time_s is not None and res.cpu_time_s >= 2, res
 
 
+SPINNER = ("import os\nfor _ in range(7):\n    if os.fork() == 0:\n        break\n"
+           "while True:\n    pass\n")
+
+
+def test_a_spinner_takes_at_most_its_cpu_quota():
+    # 8 spinning processes: without the cgroup's cpu.max they would take every core
+    res = run_untrusted(SPINNER, timeout_s=3, cpu_s=100)
+    assert res.status == "timeout", res
+    assert res.cpu_time_s is not None and res.cpu_time_s <= res.duration_s * 1.0 + 0.1, res
+
+
+@pytest.mark.slow
+def test_a_cpu_heavy_correct_answer_passes_beside_a_spinner():
+    from concurrent.futures import ThreadPoolExecutor
+
+    heavy = ("import time\ndef f(x):\n    end = time.process_time() + 1.0\n"
+             "    while time.process_time() < end:\n        pass\n    return x * 2\n")
+    with ThreadPoolExecutor(2) as ex:
+        spin = ex.submit(run_untrusted, SPINNER.replace("range(7)", "range(29)"), timeout_s=15)
+        res = _grade(heavy, timeout_s=10)
+        spin.result()
+    assert res.status == "passed", res
+
+
 # ----------------------------------------------------------------------------- sockets
 
 SOCKETS = """

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -39,15 +38,12 @@ def test_every_canonical_solution_passes_and_a_wrong_body_fails(problems):
         bad = task.run_tests(s, "    return None\n")
         return s.id, good, bad
 
-    t0 = time.monotonic()
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(run, problems))
-    elapsed = time.monotonic() - t0
     failed = [(i, g.detail) for i, g, _ in results if not g.correct]
     wrongly_passed = [i for i, _, b in results if b.correct]
     assert not failed, failed[:3]
     assert not wrongly_passed
-    assert elapsed < 120
 
 
 def test_full_definition_and_body_answers(fixtures):
