@@ -17,8 +17,9 @@ from df_ray.reporting.paper import EXPERIMENTS, experiments_markdown, planned_ru
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "jobs" / "configs"
 FIXTURES = ROOT / "tests" / "fixtures"
-#: Sweep files that are not an experiment of the paper.
-NOT_PAPER = {"cluster_example"}
+#: Sweep files that are not an experiment of the paper: a cluster example, and the
+#: laptop-scale run of Table 1's HumanEval protocol with small real models.
+NOT_PAPER = {"cluster_example", "cpu_humaneval"}
 
 FIXTURE_SOURCES = {"math": "math500.jsonl", "humaneval": "humaneval.jsonl",
                    "mmlu_pro": "mmlu_pro.json", "gpqa": ".", "finqa": "finqa",
