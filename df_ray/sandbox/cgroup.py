@@ -269,7 +269,10 @@ class Manager:
         cpu = cg.dirs["cpu"]
         if self.version == "v2":
             _write(mem / "memory.max", str(lim.memory_bytes))
-            _write(mem / "memory.swap.max", "0")
+            if (mem / "memory.swap.max").exists():
+                _write(mem / "memory.swap.max", "0")
+            else:
+                _require_no_swap("memory.swap.max")
             with contextlib.suppress(OSError):  # no zswap on many kernels
                 _write(mem / "memory.zswap.max", "0")
             _write(pids / "pids.max", str(lim.pids))
@@ -280,6 +283,8 @@ class Manager:
             _write(mem / "memory.limit_in_bytes", str(lim.memory_bytes))
             if (mem / "memory.memsw.limit_in_bytes").exists():
                 _write(mem / "memory.memsw.limit_in_bytes", str(lim.memory_bytes))
+            else:
+                _require_no_swap("memory.memsw.limit_in_bytes")
             with contextlib.suppress(OSError):
                 _write(mem / "memory.swappiness", "0")
             _write(pids / "pids.max", str(lim.pids))
@@ -287,6 +292,20 @@ class Manager:
             if lim.cpu_max is not None:
                 _write(cpu / "cpu.cfs_period_us", "100000")
                 _write(cpu / "cpu.cfs_quota_us", str(int(lim.cpu_max * 100000)))
+
+
+def _require_no_swap(missing: str) -> None:
+    """Without swap accounting a cgroup cannot be kept out of swap: fine only when the
+    machine has none."""
+    total = None
+    with contextlib.suppress(OSError, ValueError):
+        for line in _read(Path("/proc/meminfo")).splitlines():
+            if line.startswith("SwapTotal:"):
+                total = int(line.split()[1])
+    if total != 0:
+        raise CgroupUnavailable(f"the kernel has no {missing} (swap accounting is off: boot "
+                                "with swapaccount=1) and the machine has swap, so the "
+                                "sandbox's memory could be swapped out instead of limited")
 
 
 def _v2_controllers(d: Path) -> set[str]:
