@@ -10,8 +10,15 @@ from importlib import resources
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
-from df_ray.config import ConfigError, SweepConfig, _set_dotted, load_config
+from df_ray.config import (
+    ConfigError,
+    SweepConfig,
+    _set_dotted,
+    format_validation_error,
+    load_config,
+)
 from df_ray.methods import MethodArgsError
 
 
@@ -48,7 +55,9 @@ def miniature(sweep: SweepConfig, limit: int = 3) -> SweepConfig:
         if d.get("coordinator"):
             d["coordinator"] = cap(d["coordinator"])
         d["limit"] = limit
-        d["calibration"] = {**d["calibration"], "limit": limit}
+        # A miniature is a smoke test of the experiment, never a published number: its
+        # calibration is fitted on as few held-out samples as it runs.
+        d["calibration"] = {**d["calibration"], "limit": limit, "min_samples": limit}
         d["batch_size"] = 4
         d["concurrency"] = 1
         runs.append(d)
@@ -62,8 +71,23 @@ def _parse_value(v: str):
     return yaml.safe_load(v)
 
 
+def parse_seeds(text: str | None) -> list[int] | None:
+    """``--seeds 0,1,2`` as a list of run seeds (None when not given)."""
+    if text is None:
+        return None
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds {text!r}: expected integers separated by commas, "
+                          "e.g. --seeds 0,1,2") from None
+    if not seeds:
+        raise ConfigError("--seeds: give at least one seed, e.g. --seeds 0,1,2")
+    return seeds
+
+
 def load_with_overrides(path: str | None, overrides: list[str], limit: int | None,
-                        experiment: str | None = None, served: bool = False) -> SweepConfig:
+                        experiment: str | None = None, served: bool = False,
+                        seeds: list[int] | None = None) -> SweepConfig:
     if path is None and experiment is not None:
         exp_file = experiments_dir() / f"{experiment}.yaml"
         if not exp_file.is_file():
@@ -78,6 +102,12 @@ def load_with_overrides(path: str | None, overrides: list[str], limit: int | Non
         from df_ray.serving.client import use_service
 
         sweep = SweepConfig.model_validate(use_service(sweep.model_dump()))
+        sweep.expand()
+    if seeds is not None:  # every configuration once per run seed
+        try:
+            sweep = SweepConfig.model_validate({**sweep.model_dump(), "seeds": seeds})
+        except ValidationError as e:
+            raise ConfigError(f"--seeds: {format_validation_error(e)}") from None
         sweep.expand()
     if experiment is not None:
         overrides = [*overrides, f"tracking.experiment={experiment}"]
@@ -106,12 +136,13 @@ def load_with_overrides(path: str | None, overrides: list[str], limit: int | Non
 
 def format_results(results) -> str:
     """The results table: one row per configuration, with its calls that succeeded and
-    failed, the samples that had a failed call and the tokens spent."""
+    failed, the samples that had a failed call, the tokens spent and the share of answers
+    cut off at max_tokens."""
     from df_ray.pipeline.outcome import call_counts
 
     cols = ["configuration", "method", "n", "accuracy", "calls ok", "calls failed",
             "samples w/ errors", "tokens", "tokens/sample", "calls/sample", "fresh calls",
-            "trusted", "overrides", "wall s"]
+            "truncated", "trusted", "overrides", "wall s"]
     rows = []
     for r in results:
         m = r.metrics
@@ -127,7 +158,8 @@ def format_results(results) -> str:
             f"{calls - failed}", f"{failed}", f"{int(m.get('samples_with_errors', 0))}",
             f"{m.get('tokens_per_sample', 0) * n:,.0f}",
             f"{m.get('tokens_per_sample', 0):.0f}", f"{m.get('llm_calls_per_sample', 0):.2f}",
-            f"{m.get('fresh_calls', 0):.0f}", f"{100 * m.get('trusted_rate', 0):.0f}%",
+            f"{m.get('fresh_calls', 0):.0f}", f"{100 * m.get('truncation_rate', 0):.0f}%",
+            f"{100 * m.get('trusted_rate', 0):.0f}%",
             f"{100 * m.get('override_rate', 0):.0f}%", f"{m.get('wall_time_s', 0):.1f}",
         ])
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
@@ -220,7 +252,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from df_ray.pipeline.runner import run_sweep
 
     sweep = load_with_overrides(args.config, args.set or [], args.limit, args.experiment,
-                                served=args.served)
+                                served=args.served, seeds=parse_seeds(args.seeds))
     results = run_sweep(sweep, address=args.address)
     status = print_results(results)
     from df_ray.storage import resolve_storage
@@ -332,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config field, e.g. --set guardrail.tau_p=0.8")
     r.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or local Ray)")
+    r.add_argument("--seeds", metavar="S,S,...",
+                   help="run every configuration once per run seed, e.g. --seeds 0,1,2 (the "
+                        "report gives the mean and standard error over seeds)")
     r.add_argument("--served", action="store_true",
                    help="call every backbone through the shared engine service deployed with "
                         "`df-ray serve` (backbones become kind: serve, by name)")
@@ -356,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(rep)
     rep.set_defaults(fn=run_from_args)
     args = p.parse_args(argv)
-    from df_ray.core.calibration import CalibrationMismatchError
+    from df_ray.core.calibration import CalibrationMismatchError, CalibrationTooSmallError
+    from df_ray.evaluation.context import CalibrationDataError
     from df_ray.pipeline.engine_health import EngineFailure
     from df_ray.tasks.base import DataSchemaError
     from df_ray.tasks.gpqa import GatedDatasetError
@@ -366,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"df-ray: configuration error: {e}", file=sys.stderr)
         return 2
-    except CalibrationMismatchError as e:
+    except (CalibrationMismatchError, CalibrationTooSmallError, CalibrationDataError) as e:
         print(f"df-ray: calibration error: {e}", file=sys.stderr)
         return 2
     except (DataSchemaError, GatedDatasetError) as e:

@@ -75,12 +75,17 @@ GuardrailSettings = GuardrailArgs
 
 
 class CalibrationSettings(_Strict):
-    """Where frozen calibration files live, and whether the job may fit a missing one."""
+    """Where frozen calibration files live, whether the job may fit a missing one, and how
+    many held-out samples a fit needs."""
 
     path: str | None = None  # an explicit file; else looked up in `dir` by benchmark + agents
     dir: str = "calibration"
     auto_fit: bool = True
     limit: int | None = Field(100, ge=1)  # held-out samples used when fitting
+    #: The fewest graded held-out samples a calibration may be fitted on (DESIGN: 50-150).
+    #: A run that would fit on fewer stops before its test split; a file fitted on fewer is
+    #: refused at load. Lower it only for smoke tests, never for published numbers.
+    min_samples: int = Field(50, ge=1)
 
 
 def default_tracking_uri() -> str:
@@ -120,11 +125,19 @@ class RunConfig(_Strict):
     benchmark: str
     split: Literal["test", "calibration"] = "test"
     source: str | None = None
+    #: Where the calibration split's held-out samples come from when the test split comes
+    #: from a local file (``source``): a local file or folder in one of the benchmark's
+    #: schemas. Every test sample is removed from it. None: the hub's calibration split.
+    calibration_source: str | None = None
     #: A revision (commit, tag or branch) of the benchmark's hub data set, to pin it.
     data_revision: str | None = None
     composition: str | None = None
     limit: int | None = Field(None, ge=1)
     seed: int = 0
+    #: The benchmark's completion budget: every agent's and the coordinator's max_tokens,
+    #: where the agent does not give its own (a composition's agents take it). Sweep files
+    #: set it per benchmark with the reason beside it. None: each agent's own (default 512).
+    max_tokens: int | None = Field(None, ge=1, le=32768)
     method: str = "darkforest"
     #: The method's settings, checked against its ``Args`` (``df_ray.methods``).
     method_args: dict[str, Any] = Field(default_factory=dict)
@@ -225,11 +238,15 @@ class RunConfig(_Strict):
         if not isinstance(data, dict):
             return data
         d = dict(data)
+        budget = d.get("max_tokens")
         if d.get("composition") is not None:
             try:
                 comp = composition(str(d["composition"]))
             except UnknownCompositionError as e:
                 raise ValueError(f"composition: {e}") from None
+            if budget is not None:  # the benchmark's budget, not the composition's default
+                comp = {"agents": [{**a, "max_tokens": budget} for a in comp["agents"]],
+                        "coordinator": {**comp["coordinator"], "max_tokens": budget}}
             if "agents" not in d:
                 d["agents"] = comp["agents"]
             coord = d.get("coordinator", ...)
@@ -237,6 +254,12 @@ class RunConfig(_Strict):
                 d["coordinator"] = comp["coordinator"]
             elif isinstance(coord, dict) and "id" not in coord:
                 d["coordinator"] = {**comp["coordinator"], **coord}
+        if budget is not None:
+            if isinstance(d.get("agents"), list):
+                d["agents"] = [{"max_tokens": budget, **a} if isinstance(a, dict) else a
+                               for a in d["agents"]]
+            if isinstance(d.get("coordinator"), dict):
+                d["coordinator"] = {"max_tokens": budget, **d["coordinator"]}
         members = [a for a in [*(d.get("agents") or []), d.get("coordinator")]
                    if isinstance(a, dict)]
         backbones = dict(d.get("backbones") or {})
@@ -350,6 +373,13 @@ class SweepConfig(_Strict):
     base: dict[str, Any]
     runs: list[dict[str, Any]] = Field(default_factory=lambda: [{}])
     grid: dict[str, list[Any]] = Field(default_factory=dict)
+    #: Run seeds: every configuration once per seed (named ``... seed=<s>``). The seed
+    #: enters every request's seed, never the test split; reports give the mean and the
+    #: standard error over seeds. None: each configuration's own ``seed``.
+    seeds: list[int] | None = Field(None, min_length=1)
+    #: Per benchmark, the completion budget (``RunConfig.max_tokens``) of every
+    #: configuration on it that does not set its own; the sweep file says why beside it.
+    max_tokens: dict[str, int] = Field(default_factory=dict)
     #: Run consecutive configurations over the same samples and cache root through one
     #: pipeline (one start, each shared call made once); off: one pipeline per configuration,
     #: each configuration finished and logged before the next starts.
@@ -362,7 +392,39 @@ class SweepConfig(_Strict):
             self._configs = self._expand()
         return list(self._configs)
 
+    @field_validator("max_tokens")
+    @classmethod
+    def _budget_benchmarks(cls, v: dict[str, int]) -> dict[str, int]:
+        for bench, n in v.items():
+            if bench not in TASK_REGISTRY:
+                raise ValueError(f"max_tokens: unknown benchmark {bench!r}; allowed: "
+                                 f"{one_of(TASK_REGISTRY)}")
+            if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 32768:
+                raise ValueError(f"max_tokens.{bench}: expected an integer in [1, 32768], "
+                                 f"got {n!r}")
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and len(set(v)) != len(v):
+            raise ValueError(f"seeds must be distinct, got {v}")
+        return v
+
     def _expand(self) -> list[RunConfig]:
+        if self.seeds is None:
+            return self._expand_runs()
+        if "seed" in self.grid or any("seed" in r for r in self.runs):
+            raise ConfigError(f"sweep {self.name!r}: give run seeds either as `seeds` or as "
+                              "`seed` in runs/grid, not both")
+        check_grid_size({**self.grid, "seed": self.seeds}, len(self.runs))
+        out = []
+        for cfg in self._expand_runs():
+            for s in self.seeds:
+                out.append(cfg.model_copy(update={"seed": s, "name": f"{cfg.name} seed={s}"}))
+        return out
+
+    def _expand_runs(self) -> list[RunConfig]:
         out: list[RunConfig] = []
         keys = list(self.grid)
         check_grid_size(self.grid, len(self.runs))
@@ -374,6 +436,8 @@ class SweepConfig(_Strict):
                     _set_dotted(d, k, v)
                 for k, v in zip(keys, combo, strict=True):
                     _set_dotted(d, k, v)
+                if d.get("max_tokens") is None and d.get("benchmark") in self.max_tokens:
+                    d["max_tokens"] = self.max_tokens[d["benchmark"]]
                 if "name" not in override:
                     parts = [override.get("name") or d.get("name") or f"{self.name}-{i}"]
                     parts += [f"{k}={v}" for k, v in zip(keys, combo, strict=True)]

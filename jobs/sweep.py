@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the working dir, under Ray
 
-from df_ray.cli import engine_failure_text, load_with_overrides, print_results
+from df_ray.cli import engine_failure_text, load_with_overrides, parse_seeds, print_results
 from df_ray.config import ConfigError
 
 
@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--limit", type=int)
+    p.add_argument("--seeds", metavar="S,S,...",
+                   help="every configuration once per run seed, e.g. --seeds 0,1,2")
     p.add_argument("--summary-json", help="also write the per-configuration metrics here")
     p.add_argument("--served", action="store_true",
                    help="call every backbone through the shared engine service (`df-ray "
@@ -40,15 +42,24 @@ def main(argv: list[str] | None = None) -> int:
 
         os.environ["DF_RAY_USER"] = args.user
     try:
-        sweep = load_with_overrides(args.config, args.set, args.limit, served=args.served)
+        sweep = load_with_overrides(args.config, args.set, args.limit, served=args.served,
+                                    seeds=parse_seeds(args.seeds))
     except ConfigError as e:
         print(f"configuration error: {e}", file=sys.stderr)
         return 2
+    from df_ray.core.calibration import CalibrationTooSmallError
+    from df_ray.evaluation.context import CalibrationDataError
     from df_ray.pipeline.engine_health import EngineFailure
     from df_ray.pipeline.runner import run_sweep
 
     try:
         results = run_sweep(sweep)
+    except ConfigError as e:
+        print(f"configuration error: {e}", file=sys.stderr)
+        return 2
+    except (CalibrationTooSmallError, CalibrationDataError) as e:
+        print(f"calibration error: {e}", file=sys.stderr)
+        return 2
     except EngineFailure as e:
         print(engine_failure_text(e), file=sys.stderr)
         return 1

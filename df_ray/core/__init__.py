@@ -21,6 +21,7 @@ from df_ray.core.calibration import (
     Calibration,
     CalibrationMismatchError,
     CalibrationRecord,
+    CalibrationTooSmallError,
     fit_calibration,
     load_calibration,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "Calibration",
     "CalibrationMismatchError",
     "CalibrationRecord",
+    "CalibrationTooSmallError",
     "Cluster",
     "Decision",
     "DecisionSource",

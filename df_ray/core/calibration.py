@@ -40,6 +40,7 @@ __all__ = [
     "Calibration",
     "CalibrationMismatchError",
     "CalibrationRecord",
+    "CalibrationTooSmallError",
     "PairStats",
     "PatternStats",
     "fit_calibration",
@@ -52,6 +53,11 @@ _SEP = "|"
 
 class CalibrationMismatchError(ValueError):
     """A calibration file that does not belong to this run (agents, benchmark or schema)."""
+
+
+class CalibrationTooSmallError(ValueError):
+    """A calibration fitted (or to be fitted) on fewer held-out samples than required: its
+    alpha, R_pi and kappa would be little more than the Laplace prior."""
 
 
 def _laplace(hits: int, n: int) -> float:
@@ -136,6 +142,15 @@ class Calibration:
     #: What each agent was when fitted (backbone model, revision, sampling, prompt...), as the
     #: caller describes it; empty when unknown. A run whose agents differ is refused.
     identities: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: Where the held-out samples came from (the caller's description: data set, split, what
+    #: was removed from it); empty when unknown.
+    data_source: str = ""
+    #: Fingerprint of the held-out samples (the caller's hash of their ids and contents).
+    data_fingerprint: str = ""
+    #: What the fit cost: LLM calls and their tokens (prompt + completion) over all held-out
+    #: samples, as the caller counted them; 0 when unknown.
+    fit_calls: int = 0
+    fit_tokens: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "agents", tuple(self.agents))
@@ -222,6 +237,13 @@ class Calibration:
         }
         if self.identities:
             out["agent_identities"] = {a: dict(v) for a, v in self.identities.items()}
+        if self.data_source:
+            out["data_source"] = self.data_source
+        if self.data_fingerprint:
+            out["data_fingerprint"] = self.data_fingerprint
+        if self.fit_calls or self.fit_tokens:
+            out["fit_calls"] = self.fit_calls
+            out["fit_tokens"] = self.fit_tokens
         return out
 
     @classmethod
@@ -254,6 +276,10 @@ class Calibration:
                     for k, s in d.get("pairs", {}).items()
                 },
                 identities={a: dict(v) for a, v in d.get("agent_identities", {}).items()},
+                data_source=str(d.get("data_source") or ""),
+                data_fingerprint=str(d.get("data_fingerprint") or ""),
+                fit_calls=int(d.get("fit_calls") or 0),
+                fit_tokens=int(d.get("fit_tokens") or 0),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"calibration {source} is malformed: {exc}") from exc
@@ -303,11 +329,19 @@ def fit_calibration(
     gamma: float = 0.5,
     fitted_at: str | None = None,
     identities: Mapping[str, Mapping[str, Any]] | None = None,
+    min_samples: int | None = None,
+    data_source: str = "",
+    data_fingerprint: str = "",
+    fit_calls: int = 0,
+    fit_tokens: int = 0,
 ) -> Calibration:
     """Count alpha, R_pi and kappa over held-out records (see the module docstring).
 
     Raises ValueError for an observation from an agent outside ``agents`` or a record with
-    neither ``gold`` nor ``correct``.
+    neither ``gold`` nor ``correct``; :class:`CalibrationTooSmallError` for fewer than
+    ``min_samples`` records (None: no lower bound). ``data_source`` and ``data_fingerprint``
+    describe where the records came from, ``fit_calls`` and ``fit_tokens`` what they cost;
+    all four are stored in the file.
     """
     agents = tuple(agents)
     _check_agent_ids(agents)
@@ -347,6 +381,12 @@ def fit_calibration(
             both_wrong[(i, j)] += 1
             same_wrong[(i, j)] += int(zi == zj)
 
+    if min_samples is not None and n_samples < min_samples:
+        raise CalibrationTooSmallError(
+            f"calibration for {benchmark!r}: {n_samples} held-out sample(s) "
+            f"{'from ' + data_source + ' ' if data_source else ''}is fewer than the "
+            f"{min_samples} required; every alpha, R_pi and kappa would be close to the "
+            "Laplace prior 1/2")
     return Calibration(
         benchmark=benchmark,
         agents=agents,
@@ -357,6 +397,10 @@ def fit_calibration(
         pattern_stats={p: PatternStats(p_n[p], p_correct[p]) for p in sorted(p_n)},
         pair_stats={p: PairStats(both_wrong[p], same_wrong[p]) for p in pairs},
         identities={a: dict(v) for a, v in (identities or {}).items() if a in known},
+        data_source=data_source,
+        data_fingerprint=data_fingerprint,
+        fit_calls=int(fit_calls),
+        fit_tokens=int(fit_tokens),
     )
 
 
@@ -369,12 +413,15 @@ def load_calibration(
     agents: Sequence[str] | None = None,
     benchmark: str | None = None,
     identities: Mapping[str, Mapping[str, Any]] | None = None,
+    min_samples: int | None = None,
 ) -> Calibration:
     """Read a calibration file, refusing one that does not belong to this run.
 
     Agent lists are compared as sets (every statistic is keyed by agent id). Raises
     :class:`CalibrationMismatchError` for other agents, another benchmark or an unknown
-    schema_version; ValueError for a file that is not a calibration.
+    schema_version; :class:`CalibrationTooSmallError` for a file fitted on fewer than
+    ``min_samples`` held-out samples (None: no lower bound); ValueError for a file that is
+    not a calibration.
     """
     path = Path(path)
     try:
@@ -400,4 +447,10 @@ def load_calibration(
             f"calibration file {path} was fitted for agents that differ from this run's: "
             f"{'; '.join(diffs)}. Refit the calibration for these agents (delete the file, or "
             f"set calibration.auto_fit), or pass the calibration file fitted for them.")
+    if min_samples is not None and cal.n_samples < min_samples:
+        raise CalibrationTooSmallError(
+            f"calibration file {path} was fitted on {cal.n_samples} held-out sample(s), fewer "
+            f"than the {min_samples} required (calibration.min_samples); refit it on more "
+            "held-out data (delete the file and let the run fit one), or pass a file fitted "
+            "on enough")
     return cal

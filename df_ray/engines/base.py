@@ -70,15 +70,29 @@ class ChatRequest:
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+#: The error every engine gives a request whose prompt exceeds its context length (the
+#: engine refuses it without running it; such a call spends no tokens).
+CONTEXT_LENGTH_ERROR = "context_length_exceeded"
+
+
 @dataclass(frozen=True, slots=True)
 class Completion:
     """An engine's answer to one request. ``error`` is set (and text empty) when the call failed
-    for a reason retrying will not fix (e.g. the prompt exceeds the context length)."""
+    for a reason retrying will not fix (e.g. the prompt exceeds the context length).
+    ``finish_reason`` is why the completion ended, as vLLM, llama.cpp and OpenAI-compatible
+    servers name it: ``stop`` (end of sequence or a stop string), ``length`` (it hit
+    ``max_tokens``: the answer is cut off), None when the engine did not say."""
 
     text: str
     prompt_tokens: int
     completion_tokens: int
     error: str | None = None
+    finish_reason: str | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the completion was cut off at ``max_tokens``."""
+        return self.finish_reason == "length"
 
     @property
     def total_tokens(self) -> int:

@@ -331,6 +331,7 @@ class EmbeddedEngine:
             text=text,
             prompt_tokens=int(usage.get("prompt_tokens", len(tokens))),
             completion_tokens=int(usage.get("completion_tokens", 0)),
+            finish_reason=out["choices"][0].get("finish_reason"),  # "stop" | "length"
         )
 
     # -- batched decoding (see the module docstring)
@@ -470,6 +471,7 @@ class EmbeddedEngine:
             done = q.accept(token, C.llama_vocab_is_eog(vocab, token), piece, detok)
             if not done and q.pos >= bc.n_ctx_seq:  # (only past max_tokens, see accept)
                 q.text_bytes, done = q.all_text, True
+                q.finish_reason = "length"  # the sequence's context is full
             if done:
                 text = q.text_bytes.decode("utf-8", errors="ignore")
                 if self.prompt_format == "completion":
@@ -484,6 +486,7 @@ class EmbeddedEngine:
                     text=text,
                     prompt_tokens=len(q.prompt),
                     completion_tokens=len(q.completion),
+                    finish_reason=q.finish_reason,
                 ))
             else:
                 q.next_token = token
@@ -535,6 +538,7 @@ class _Sequence:
     text_bytes: bytes = b""
     multibyte_fix: int = 0
     future: Any = None  # gets the completion
+    finish_reason: str | None = None  # "stop" | "length", once finished
 
     def accept(self, token: int, eog: bool, piece: Any, detokenize: Any) -> bool:
         """Take a sampled token; True when the sequence is finished. Mirrors the loop of
@@ -545,6 +549,7 @@ class _Sequence:
         drops a leading space after a leading BOS, where the whole text is detokenized."""
         if eog:
             self.text_bytes = self.all_text
+            self.finish_reason = "stop"
             return True
         self.completion.append(token)
         if self.completion[0] == self.bos:
@@ -563,9 +568,11 @@ class _Sequence:
         any_stop = [x for x in self.stops if x in all_text]
         if any_stop:
             self.text_bytes = all_text[: all_text.index(any_stop[0])]
+            self.finish_reason = "stop"
             return True
         if len(self.completion) >= self.max_tokens:
             self.text_bytes = all_text
+            self.finish_reason = "length"  # as Llama._create_completion says
             return True
         return False
 

@@ -197,7 +197,8 @@ class OpenAIEngine:
         if completion_tokens is None:
             completion_tokens = self.count_tokens(text)
         return Completion(
-            text=text, prompt_tokens=int(prompt_tokens), completion_tokens=int(completion_tokens)
+            text=text, prompt_tokens=int(prompt_tokens), completion_tokens=int(completion_tokens),
+            finish_reason=choice.get("finish_reason"),  # "stop" | "length" | ...
         )
 
     @staticmethod

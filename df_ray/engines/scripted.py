@@ -348,11 +348,14 @@ class ScriptedEngine:
         text = self.responder(request)
         text = _apply_stop(text, request.sampling.stop)
         words = text.split()
+        finish = "stop"
         if len(words) > request.sampling.max_tokens:
             # Truncate at the max_tokens-th word, keeping the original spacing before it.
             text = _first_words(text, request.sampling.max_tokens)
+            finish = "length"
         return Completion(
-            text=text, prompt_tokens=n_prompt, completion_tokens=whitespace_tokens(text)
+            text=text, prompt_tokens=n_prompt, completion_tokens=whitespace_tokens(text),
+            finish_reason=finish,
         )
 
 

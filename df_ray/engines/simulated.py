@@ -184,4 +184,6 @@ class SimulatedEngine:
         if pad > 0:
             text += "\n" + " ".join(["pad"] * pad)
         prompt = sum(len(m.content.split()) for m in s.request.messages)
-        return Completion(text=text, prompt_tokens=prompt, completion_tokens=s.length)
+        finish = "length" if s.length >= s.request.sampling.max_tokens else "stop"
+        return Completion(text=text, prompt_tokens=prompt, completion_tokens=s.length,
+                          finish_reason=finish)

@@ -157,7 +157,8 @@ class VLLMEngine:
         out = final.outputs[0]
         text = out.text.strip() if self.prompt_format == "completion" else out.text
         return Completion(text=text, prompt_tokens=len(final.prompt_token_ids or ids),
-                          completion_tokens=len(out.token_ids))
+                          completion_tokens=len(out.token_ids),
+                          finish_reason=out.finish_reason)  # "stop" | "length" | "abort"
 
     # -- helpers
 

@@ -104,7 +104,8 @@ def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mappin
                      calibration: Any, cache: Any) -> Evaluation:
     from df_ray.engines import make_engine
     from df_ray.evaluation.calibration_files import fit_and_save, resolve_calibration
-    from df_ray.evaluation.context import load_samples
+    from df_ray.evaluation.context import check_held_out, load_calibration_samples, load_samples
+    from df_ray.evaluation.scoring import spent_tokens
 
     if engines is None:
         engines = {name: make_engine(spec) for name, spec in cfg.backbones.items()}
@@ -115,11 +116,17 @@ def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mappin
     client = EngineRouter(engines)
     if calibration is None:
         def fit(c: Any) -> Any:
-            held_out = load_samples(c, split="calibration", limit=c.calibration.limit)
+            held_out = load_calibration_samples(c)
+            check_held_out(c, held_out)
             member = Member.from_config(c, None, count, for_calibration=True)
             driver = Driver([member], client, cache)
-            recs = driver.calibration_records(driver.run(held_out))
-            return fit_and_save(c, [record_from_dict(record_to_dict(r)) for _, r in recs])
+            rows = driver.run(held_out.samples)
+            recs = driver.calibration_records(rows)
+            states = [st for sts in rows for st in sts]
+            return fit_and_save(c, [record_from_dict(record_to_dict(r)) for _, r in recs],
+                                held_out=held_out,
+                                tokens=sum(spent_tokens(st.calls) for st in states),
+                                calls=sum(len(st.calls) for st in states))
 
         calibration = resolve_calibration(cfg, fit)
     if samples is None:

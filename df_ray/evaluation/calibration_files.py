@@ -68,42 +68,57 @@ def needs_calibration(cfg: Any) -> bool:
     return cfg.build_method().needs_calibration
 
 
-def check_calibration(cfg: Any) -> None:
+def _load(cfg: Any, path: str | Path) -> Calibration:
+    return load_calibration(path, agents=cfg.agent_ids(), benchmark=cfg.benchmark,
+                            identities=cfg.agent_identities(),
+                            min_samples=cfg.calibration.min_samples)
+
+
+def check_calibration(cfg: Any, held_out: Callable[[Any], Any] | None = None) -> None:
     """Fail before any engine starts when the configuration's calibration cannot be had: an
-    explicit file that does not belong to it, or no matching file with auto_fit off."""
+    explicit or matching file that does not belong to it or was fitted on fewer than
+    ``calibration.min_samples`` samples; no matching file with auto_fit off; or, when a fit
+    is due, a calibration split smaller than ``calibration.min_samples`` (or unavailable).
+    ``held_out(cfg)``: how to load the calibration split (default
+    ``df_ray.evaluation.context.load_calibration_samples``; a caller checking many
+    configurations passes a memoised one)."""
     from df_ray.config import ConfigError
+    from df_ray.evaluation.context import check_held_out, load_calibration_samples
 
     if not needs_calibration(cfg):
         return
     if cfg.calibration.path:
-        load_calibration(cfg.calibration.path, agents=cfg.agent_ids(), benchmark=cfg.benchmark,
-                         identities=cfg.agent_identities())
-    elif (not cfg.calibration.auto_fit
-          and find_calibration(cfg.calibration.dir, cfg.benchmark, cfg.agent_ids(),
-                               cfg.agent_identities()) is None):
+        _load(cfg, cfg.calibration.path)
+        return
+    found = find_calibration(cfg.calibration.dir, cfg.benchmark, cfg.agent_ids(),
+                             cfg.agent_identities())
+    if found is not None:
+        _load(cfg, found)
+    elif not cfg.calibration.auto_fit:
         raise ConfigError(
             f"{cfg.name}: no calibration file for {cfg.benchmark} with agents "
             f"{cfg.agent_ids()} as configured (backbone models, sampling, prompts) in "
             f"{cfg.calibration.dir!r}, and calibration.auto_fit is off; "
             "set calibration.auto_fit: true or calibration.path")
+    else:
+        check_held_out(cfg, (held_out or load_calibration_samples)(cfg))
 
 
 def resolve_calibration(cfg: Any, fit: Callable[[Any], Calibration]) -> Calibration | None:
     """The configuration's calibration: None when its method needs none, else the explicit
-    file, else a matching file in ``calibration.dir``, else ``fit(cfg)`` when auto_fit."""
+    file, else a matching file in ``calibration.dir``, else ``fit(cfg)`` when auto_fit.
+    A file fitted on fewer than ``calibration.min_samples`` samples is refused."""
     from df_ray.config import ConfigError
 
     if not needs_calibration(cfg):
         return None
     agents, identities = cfg.agent_ids(), cfg.agent_identities()
     if cfg.calibration.path:
-        return load_calibration(cfg.calibration.path, agents=agents, benchmark=cfg.benchmark,
-                                identities=identities)
+        return _load(cfg, cfg.calibration.path)
     found = find_calibration(cfg.calibration.dir, cfg.benchmark, agents, identities)
     if found is not None:
         try:
-            return load_calibration(found, agents=agents, benchmark=cfg.benchmark,
-                                    identities=identities)
+            return _load(cfg, found)
         except CalibrationMismatchError:
             pass
     if not cfg.calibration.auto_fit:
@@ -112,12 +127,20 @@ def resolve_calibration(cfg: Any, fit: Callable[[Any], Calibration]) -> Calibrat
 
 
 def fit_and_save(cfg: Any, records: Iterable[CalibrationRecord],
-                 say: Callable[[str], None] = lambda m: None) -> Calibration:
+                 say: Callable[[str], None] = lambda m: None, *,
+                 held_out: Any = None, tokens: int = 0, calls: int = 0) -> Calibration:
     """Fit a calibration for the configuration's agents from held-out records and freeze it
-    under ``calibration.dir`` (a name that holds other agents' file gets an identity tag)."""
+    under ``calibration.dir`` (a name that holds other agents' file gets an identity tag).
+    Fewer than ``calibration.min_samples`` records are refused (CalibrationTooSmallError);
+    ``held_out`` (``df_ray.evaluation.context.HeldOut``) names their source in the file,
+    ``tokens`` and ``calls`` what the fit cost."""
     identities = cfg.agent_identities()
     cal = fit_calibration(list(records), agents=cfg.agent_ids(), benchmark=cfg.benchmark,
-                          gamma=cfg.gamma, identities=identities)
+                          gamma=cfg.gamma, identities=identities,
+                          min_samples=cfg.calibration.min_samples,
+                          data_source=getattr(held_out, "origin", "") or "",
+                          data_fingerprint=getattr(held_out, "fingerprint", "") or "",
+                          fit_calls=calls, fit_tokens=tokens)
     out = Path(cfg.calibration.dir) / calibration_filename(cfg.benchmark, cfg.agent_ids())
     if out.exists():
         # That name holds the calibration of other agents with these ids (another model,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from df_ray.methods.base import MethodContext, agent_view
@@ -11,9 +15,14 @@ from df_ray.tasks.base import Sample
 
 
 def build_context(cfg: Any, calibration: Any = None,
-                  count_tokens: Callable[[str, str], int] | None = None) -> MethodContext:
+                  count_tokens: Callable[[str, str], int] | None = None, *,
+                  for_calibration: bool = False) -> MethodContext:
     """The MethodContext of a RunConfig. ``count_tokens(agent_id, text)`` counts with the
-    agent's engine tokenizer; without one, whitespace-separated words are counted."""
+    agent's engine tokenizer; without one, whitespace-separated words are counted.
+
+    The run seed enters every request's seed (``derive_seed``), except in a calibration
+    pass: a frozen calibration belongs to the benchmark and the agents, not to a run seed,
+    so whichever seed's configuration fits it, it is fitted on the same generations."""
     return MethodContext(
         task=task_for(cfg),
         agents=[agent_view(cfg, a.id) for a in cfg.agents],
@@ -21,8 +30,12 @@ def build_context(cfg: Any, calibration: Any = None,
         settings=cfg,
         calibration=calibration,
         count_tokens=count_tokens or _words,
-        run_seed=cfg.seed,
+        run_seed=CALIBRATION_RUN_SEED if for_calibration else cfg.seed,
     )
+
+
+#: The run seed of calibration passes (see ``build_context``).
+CALIBRATION_RUN_SEED = 0
 
 
 #: The seed every benchmark split is drawn with. A run's ``seed`` changes sampling (agent
@@ -44,3 +57,130 @@ def load_samples(cfg: Any, split: str | None = None, limit: int | None = None) -
 
 def _words(agent: str, text: str) -> int:
     return len(text.split())
+
+
+class CalibrationDataError(ValueError):
+    """A configuration's calibration split cannot be had (no held-out source reachable)."""
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A configuration's calibration split: the samples, where they came from (in words, for
+    messages and the calibration file) and a fingerprint of exactly these samples."""
+
+    samples: list[Sample]
+    origin: str
+    fingerprint: str
+
+
+def question_key(sample: Sample) -> str:
+    """What makes two samples the same problem across sources and schemas: the loader's
+    ``question_key`` (the question stem without inlined options) or a hash of the question."""
+    from df_ray.tasks._common import normalize_ws, stable_hash
+
+    key = sample.meta.get("question_key") if isinstance(sample.meta, dict) else None
+    return str(key) if key else stable_hash(normalize_ws(sample.question))[:16]
+
+
+def samples_fingerprint(samples: Sequence[Sample]) -> str:
+    """A hash of exactly these samples (ids, questions, golds, in order)."""
+    h = hashlib.sha256()
+    for s in samples:
+        h.update(json.dumps([s.id, s.question, s.gold], ensure_ascii=False).encode())
+        h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+def _is_local(source: str | None) -> bool:
+    from df_ray.tasks._common import is_local
+
+    return is_local(source)
+
+
+def load_calibration_samples(cfg: Any) -> HeldOut:
+    """The configuration's calibration split, disjoint from its whole test split (by id and by
+    ``question_key``), at most ``calibration.limit`` samples:
+
+    - ``calibration_source`` given: every sample that source holds (the loader's
+      ``held_out_pool``; for a loader without one, its test and calibration splits of it),
+      in a seeded order;
+    - else, a test split from a local file (``source``): the hub's calibration split (the
+      loader's ``hub_source``, default ``"hub"``); when that cannot be loaded,
+      CalibrationDataError says what to pass instead;
+    - else the loader's calibration split of ``source`` (today's hub splits are disjoint by
+      construction; the removal changes nothing there).
+    """
+    from df_ray.tasks import data_location
+    from df_ray.tasks._common import pinned_revision, seeded_order
+
+    task = task_for(cfg)
+    test: list[Sample] = []
+    if cfg.split == "test":  # the whole test split, whatever the run's limit
+        with pinned_revision(getattr(cfg, "data_revision", None)):
+            test = task.load("test", source=cfg.source, limit=None, seed=SPLIT_SEED)
+    test_ids = {s.id for s in test}
+    test_keys = {question_key(s) for s in test}
+    cal_source = getattr(cfg, "calibration_source", None)
+    if cal_source is not None:
+        origin = f"local {cal_source}"
+        if not _is_local(cal_source):
+            raise CalibrationDataError(f"{cfg.name}: calibration_source {cal_source!r} is not "
+                                       "an existing file or folder")
+        pool: list[Sample] = []
+        seen: set[str] = set()
+        if hasattr(task, "held_out_pool"):
+            parts = [task.held_out_pool(cal_source)]
+        else:
+            parts = [task.load(split, source=cal_source, seed=SPLIT_SEED)
+                     for split in ("calibration", "test")]
+        for s in (s for part in parts for s in part):
+            if s.id not in seen:
+                seen.add(s.id)
+                pool.append(s)
+        pool = seeded_order(pool, lambda s: s.id, SPLIT_SEED, "calibration-source")
+    elif _is_local(cfg.source):
+        hub = getattr(task, "hub_source", "hub")
+        where = getattr(sys.modules.get(type(task).__module__), "HUB", None)
+        where = f"hub {where}" if where else data_location(cfg.benchmark, hub)[0]
+        origin = f"{where}, calibration split"
+        try:
+            with pinned_revision(getattr(cfg, "data_revision", None)):
+                pool = task.load("calibration", source=hub, seed=SPLIT_SEED)
+        except Exception as e:  # offline, gated, not cached: say what to pass instead
+            raise CalibrationDataError(
+                f"{cfg.name}: the {cfg.benchmark} test split comes from the file {cfg.source}, "
+                f"so its calibration split must come from elsewhere: {where}'s calibration "
+                f"split could not be loaded ({type(e).__name__}: {e}). Pass "
+                "calibration_source=<a local file of held-out samples> (test samples are "
+                "removed from it), or a calibration.path fitted on enough held-out data"
+            ) from None
+    else:
+        where, _ = data_location(cfg.benchmark, cfg.source)
+        origin = f"{where}, calibration split"
+        pool = load_samples(cfg, split="calibration", limit=None)
+    before = len(pool)
+    pool = [s for s in pool if s.id not in test_ids and question_key(s) not in test_keys]
+    if len(pool) < before:
+        origin += f", minus {before - len(pool)} test sample(s)"
+    limit = cfg.calibration.limit
+    chosen = pool[:limit] if limit is not None else pool
+    return HeldOut(chosen, origin, samples_fingerprint(chosen))
+
+
+def check_held_out(cfg: Any, held_out: HeldOut) -> None:
+    """Refuse a calibration split smaller than ``calibration.min_samples``, naming the
+    benchmark, the count and where the held-out samples come from."""
+    from df_ray.core.calibration import CalibrationTooSmallError
+
+    need = cfg.calibration.min_samples
+    n = len(held_out.samples)
+    if n >= need:
+        return
+    hint = ("pass calibration_source=<a local file of held-out samples> (test samples are "
+            "removed from it)")
+    if cfg.calibration.limit is not None and cfg.calibration.limit < need:
+        hint = f"raise calibration.limit ({cfg.calibration.limit}) to at least {need}"
+    raise CalibrationTooSmallError(
+        f"{cfg.name}: {cfg.benchmark} has {n} held-out calibration sample(s) from "
+        f"{held_out.origin}, fewer than calibration.min_samples={need}: a fit on them would "
+        f"leave alpha, R_pi and kappa at about the prior 1/2; {hint}")

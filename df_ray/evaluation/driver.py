@@ -64,7 +64,9 @@ class Member:
                     count_tokens: Callable[[str, str], int] | None = None, *,
                     for_calibration: bool = False) -> Member:
         """A RunConfig's member; ``calibration`` is the frozen Calibration it uses (if any)."""
-        return cls(cfg.build_method(), build_context(cfg, calibration, count_tokens),
+        return cls(cfg.build_method(),
+                   build_context(cfg, calibration, count_tokens,
+                                 for_calibration=for_calibration),
                    for_calibration)
 
 
@@ -125,7 +127,8 @@ class Driver:
         # the row; another stage's cache writes may not be listed yet).
         known: dict[int, dict[str, Completion]] = {}
         for i in {p.row for p in planned}:
-            known[i] = {c.key: Completion(c.text, c.prompt_tokens, c.completion_tokens)
+            known[i] = {c.key: Completion(c.text, c.prompt_tokens, c.completion_tokens,
+                                          finish_reason=c.finish_reason)
                         for st in rows[i] for c in st.calls if c.error is None}
         cache = self.cache
         if (cache is not None and self.refresh is not None
@@ -163,7 +166,7 @@ class Driver:
             rows[p.row][p.member].calls.append(CallRecord(
                 round=round, role=p.call.role, agent=p.call.agent, key=keys[j], text=comp.text,
                 prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens,
-                cached=cached[j], error=comp.error))
+                cached=cached[j], error=comp.error, finish_reason=comp.finish_reason))
 
     # ------------------------------------------------------------------ the end
     def finish(self, rows: Sequence[Row], busy: list[list[float]] | None = None

@@ -3,10 +3,15 @@ grow with the run.
 
 Definitions (per sample, averaged over samples unless noted):
 - accuracy: the benchmark's headline metric; ``accuracy_se`` = sqrt(p(1-p)/n).
-- tokens_*: prompt + completion tokens of every call, split by role; ``t_cross`` the evidence
+- tokens_*: prompt + completion tokens of every call an engine answered (a failed or refused
+  call counts 0), split by role; ``t_cross`` the evidence
   tokens DarkForest shows its coordinator (coordinator tokenizer).
 - llm_calls: calls issued per sample (cached or not); fresh_calls: calls an engine served in
-  this run (total, not per sample).
+  this run (total, not per sample); failed_calls: calls that failed (total); refused_calls:
+  of those, calls the engine refused for their prompt's length (total; they spend 0 tokens).
+- truncation_rate: share of the calls an engine answered that were cut off at max_tokens
+  (finish_reason ``length``): over all calls, and per agent id (``truncation_rate.<agent>``,
+  the coordinator's too); truncated_calls: their number (total).
 - reachability: share of samples where at least one agent's independent answer was right.
 - trusted_rate: share where the guardrail trusted z*.
 - override_rate: share where the guardrail overrode a coordinator that disagreed with z*.
@@ -43,6 +48,8 @@ class MetricsAccumulator:
     coord_agree: int = 0
     coord_agree_n: int = 0
     errors_samples: int = 0
+    #: agent id -> [answered calls, truncated calls]
+    truncation: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, row: Mapping[str, Any]) -> None:
         self.n += 1
@@ -53,7 +60,12 @@ class MetricsAccumulator:
         for k, v in (scores or {}).items():
             self.score_sums[k] = self.score_sums.get(k, 0.0) + float(v)
         for k in SUMMED:
-            self.sums[k] = self.sums.get(k, 0.0) + float(row[k] or 0)
+            self.sums[k] = self.sums.get(k, 0.0) + float(row.get(k) or 0)  # older files lack some
+        trunc = row.get("truncation")
+        for agent, (answered, cut) in (json.loads(trunc) if trunc else {}).items():
+            t = self.truncation.setdefault(agent, [0, 0])
+            t[0] += int(answered)
+            t[1] += int(cut)
         self.trusted += bool(row["trusted"])
         self.reach += bool(row["any_agent_correct"])
         if row["n_errors"]:
@@ -86,6 +98,7 @@ class MetricsAccumulator:
             "llm_calls_per_sample": self.sums.get("n_calls", 0.0) / n,
             "fresh_calls": self.sums.get("n_fresh_calls", 0.0),
             "failed_calls": self.sums.get("n_errors", 0.0),
+            "refused_calls": self.sums.get("n_refused", 0.0),
             "samples_with_errors": float(self.errors_samples),
             "reachability": self.reach / n,
             "trusted_rate": self.trusted / n,
@@ -98,4 +111,10 @@ class MetricsAccumulator:
         }
         for k, v in self.score_sums.items():
             out[k] = v / n
+        answered = sum(a for a, _ in self.truncation.values())
+        out["truncated_calls"] = self.sums.get("n_truncated", 0.0)
+        out["truncation_rate"] = (self.sums.get("n_truncated", 0.0) / answered
+                                  if answered else 0.0)
+        for agent, (a, cut) in sorted(self.truncation.items()):
+            out[f"truncation_rate.{agent}"] = cut / a if a else 0.0
         return out

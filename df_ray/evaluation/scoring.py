@@ -39,6 +39,11 @@ class ResultRow:
     n_calls: int = _col("int64", summed=True)
     n_fresh_calls: int = _col("int64", summed=True)
     n_errors: int = _col("int64", summed=True)
+    n_refused: int = _col("int64", summed=True,
+                          doc="calls the engine refused (prompt over its context length)")
+    n_truncated: int = _col("int64", summed=True,
+                            doc="answered calls cut off at max_tokens (finish_reason length)")
+    truncation: str = _col("string", doc="JSON: per agent id, [answered calls, truncated]")
     agent_tokens: int = _col("int64", summed=True)
     coordinator_tokens: int = _col("int64", summed=True)
     other_tokens: int = _col("int64", summed=True)
@@ -100,7 +105,7 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> R
     top = outcome.top_answer
     tokens = {"agent": 0, "coordinator": 0, "other": 0}
     for c in state.calls:
-        tokens[c.role if c.role in tokens else "other"] += c.prompt_tokens + c.completion_tokens
+        tokens[c.role if c.role in tokens else "other"] += spent_tokens([c])
     detail = {
         "observations": [_obs_dict(o) for o in outcome.agent_observations],
         "agent_correct": agent_correct,
@@ -111,7 +116,7 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> R
         "extra": outcome.extra,
         "calls": [{"round": c.round, "role": c.role, "agent": c.agent, "cached": c.cached,
                    "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
-                   "error": c.error} for c in state.calls],
+                   "error": c.error, "finish_reason": c.finish_reason} for c in state.calls],
     }
     return ResultRow(
         sample_id=sample.id,
@@ -131,6 +136,9 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> R
         n_calls=len(state.calls),
         n_fresh_calls=sum(1 for c in state.calls if not c.cached and c.error is None),
         n_errors=sum(1 for c in state.calls if c.error),
+        n_refused=sum(1 for c in state.calls if is_refusal(c.error)),
+        n_truncated=sum(1 for c in state.calls if not c.error and c.finish_reason == "length"),
+        truncation=json.dumps(truncation_by_agent(state.calls), sort_keys=True),
         agent_tokens=tokens["agent"],
         coordinator_tokens=tokens["coordinator"],
         other_tokens=tokens["other"],
@@ -148,6 +156,32 @@ def grade_key(o: Observation) -> tuple[str | None, str | None]:
     programs with one key (docstrings and ``__main__`` blocks dropped) can behave
     differently. Answers share a grade only when both texts are identical."""
     return (o.answer, o.extracted)
+
+
+def spent_tokens(calls: Any) -> int:
+    """Prompt + completion tokens of the calls an engine answered. A failed or refused call
+    (e.g. a prompt over the context length, which the engine never ran) spends none."""
+    return sum(c.prompt_tokens + c.completion_tokens for c in calls if not c.error)
+
+
+def truncation_by_agent(calls: Any) -> dict[str, list[int]]:
+    """Per agent id (the coordinator's too): [calls an engine answered, of them cut off at
+    max_tokens]."""
+    out: dict[str, list[int]] = {}
+    for c in calls:
+        if c.error:
+            continue
+        n = out.setdefault(c.agent, [0, 0])
+        n[0] += 1
+        n[1] += int(c.finish_reason == "length")
+    return out
+
+
+def is_refusal(error: str | None) -> bool:
+    """Whether a call's error is the engine refusing its prompt (over the context length)."""
+    from df_ray.engines.base import CONTEXT_LENGTH_ERROR
+
+    return bool(error) and str(error).startswith(CONTEXT_LENGTH_ERROR)
 
 
 def _obs_dict(o: Observation) -> dict[str, Any]:

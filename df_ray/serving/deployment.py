@@ -130,7 +130,7 @@ def openai_to_request(body: dict[str, Any], model: str) -> ChatRequest:
 def completion_to_openai(c: Completion, model: str) -> dict[str, Any]:
     return {"id": f"chatcmpl-{time.time_ns()}", "object": "chat.completion",
             "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "finish_reason": "stop",
+            "choices": [{"index": 0, "finish_reason": c.finish_reason or "stop",
                          "message": {"role": "assistant", "content": c.text}}],
             "usage": {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
                       "total_tokens": c.total_tokens}}

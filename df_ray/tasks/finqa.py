@@ -124,6 +124,8 @@ def _rows_to_samples(rows: list[dict], file: str) -> list[Sample]:
 class FinQATask:
     name = "finqa"
     kind = "finqa"
+    #: FinQA has no hub copy: its default source is the official release's folder.
+    hub_source = None
 
     def __init__(self, *, test_size: int = 300, calibration_size: int = 100):
         self.test_size = test_size
@@ -148,6 +150,11 @@ class FinQATask:
     def _rows(self, source: str | None, split: Split) -> list[Sample]:
         f = self._file(source, split)
         return _rows_to_samples(C.read_rows(f), str(f))
+
+    def held_out_pool(self, source: str) -> list[Sample]:
+        """Every sample of ``source`` as candidates for a calibration split (the run removes
+        its test samples from them)."""
+        return self._rows(source, "calibration")
 
     def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
              seed: int = 0) -> list[Sample]:

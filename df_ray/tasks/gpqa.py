@@ -10,9 +10,21 @@ Fields used: ``Question``, ``Correct Answer``, ``Incorrect Answer 1..3``, ``Reco
 diamond rows are removed from it using ``test_source`` (constructor) or, failing that, the
 hub.
 
+GoA's schema (``GPQA_test.json`` of UNITES-Lab/GoA, the 198 diamond questions the paper
+aligns with): ``question`` with the options inlined as ``The options are: (A) ... (D) ...``
+in GoA's fixed order, ``gold_answer`` the letter; the order is kept, ids are content hashes
+(``gpqa/<16 hex>``) and ``question_key`` is the question without its options, so a
+calibration split from the hub's gpqa_main drops these questions by text. A single GoA
+file is a test split; its calibration split comes from the hub or ``calibration_source``.
+
 Options: the correct and the three incorrect answers are shuffled per question with a
 ``random.Random`` seeded by sha256(global seed, Record ID): deterministic across processes
 and machines, different between questions. ``gold`` is the letter of the correct answer.
+
+Default (no ``source``): test = GoA's ``GPQA_test.json`` at the pinned GoA commit
+(``df_ray.tasks.goa``: fetched once, cached, SHA-256 checked), in its order with its option
+order; calibration from the hub as below (the run also removes GoA's questions by text).
+``source="hub"``: the hub's diamond as test.
 
 Splits: test = all diamond rows in data-set order; calibration = main rows not in
 diamond (by Record ID and by question text), ordered by sha256(seed, id), the first
@@ -37,8 +49,8 @@ from pathlib import Path
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.answer_instruction import answer_instruction
-from df_ray.tasks.base import Grade, Sample, Split
-from df_ray.tasks.mmlu_pro import grade_letter, render_options
+from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+from df_ray.tasks.mmlu_pro import _GOA_OPTIONS, count_inline_options, grade_letter, render_options
 
 HUB = "Idavidrein/gpqa"
 HUB_PAGE = "https://huggingface.co/datasets/Idavidrein/gpqa"
@@ -69,9 +81,31 @@ def shuffle_options(correct: str, incorrect: list[str], record_id: str,
     return shuffled, C.letters(len(options))[order.index(0)]
 
 
+def _goa_row(row: dict, file: str, index: int) -> Sample:
+    """A row of GoA's ``GPQA_test.json``: ``question`` with the four options inlined in GoA's
+    fixed order ("... The options are: (A) ... (D) ..."), ``gold_answer`` their letter. The
+    order is kept as GoA published it (not shuffled: the paper's runs saw this order)."""
+    q = C.field(row, "question", str, file=file, index=index)
+    gold = C.field(row, "gold_answer", str, file=file, index=index).strip().upper()
+    n = count_inline_options(q)
+    if n != 4:
+        raise DataSchemaError(f"{file}: row {index}: field 'question' inlines {n} options "
+                              "(A), (B), ...; GoA's GPQA rows inline 4")
+    if gold not in C.letters(4):
+        raise DataSchemaError(f"{file}: row {index}: field 'gold_answer' {gold!r} is not one "
+                              "of A, B, C, D")
+    stem = _GOA_OPTIONS.split(q, maxsplit=1)[0].strip()
+    return Sample(id=C.text_id("gpqa", q), task="gpqa", question=q.strip(), gold=gold,
+                  meta={"n_options": 4, "option_order": "goa",
+                        "question_key": C.stable_hash(C.normalize_ws(stem))[:16]})
+
+
 def _rows_to_samples(rows: list[dict], file: str, seed: int) -> list[Sample]:
     out = []
     for i, row in enumerate(rows):
+        if isinstance(row, dict) and "gold_answer" in row and "Record ID" not in row:
+            out.append(_goa_row(row, file, i))
+            continue
         v = {k: C.field(row, k, str, file=file, index=i) for k in FIELDS}
         question = v["Question"].strip()
         incorrect = [v[f"Incorrect Answer {j}"].strip() for j in (1, 2, 3)]
@@ -121,9 +155,19 @@ class GPQATask:
             return self._local(source, config, seed)  # type: ignore[arg-type]
         return self._hub(config, seed)
 
+    def held_out_pool(self, source: str) -> list[Sample]:
+        """Every sample of ``source`` as candidates for a calibration split (the run removes
+        its test samples from them)."""
+        return self._split("gpqa_main", source, 0)
+
     def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
              seed: int = 0) -> list[Sample]:
         if split == "test":
+            if source is None:  # the paper's data: GoA's file at the pinned commit
+                from df_ray.tasks.goa import goa_file
+
+                return C.apply_limit(self._local(str(goa_file("gpqa")), "gpqa_diamond", seed),
+                                     limit)
             return C.apply_limit(self._split("gpqa_diamond", source, seed), limit)
         if split != "calibration":
             raise ValueError(f"unknown split {split!r}")

@@ -138,6 +138,11 @@ class HumanEvalTask:
             return self._all(PACKAGE_SOURCE)
         return _rows_to_samples(C.dataset_rows(ds), f"{HUB}:test")
 
+    def held_out_pool(self, source: str) -> list[Sample]:
+        """Every sample of ``source`` as candidates for a calibration split (the run removes
+        its test samples from them)."""
+        return self._all(source)
+
     def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
              seed: int = 0) -> list[Sample]:
         if split not in ("test", "calibration"):

@@ -309,6 +309,11 @@ class LegalBenchTask:
             return self._local(source)  # type: ignore[arg-type]
         return self._hub()
 
+    def held_out_pool(self, source: str) -> list[Sample]:
+        """Every sample of ``source`` as candidates for a calibration split (the run removes
+        its test samples from them)."""
+        return self._all(source)
+
     def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
              seed: int = 0) -> list[Sample]:
         """``seed`` is accepted for the protocol and ignored: the split is fixed."""

@@ -136,6 +136,11 @@ class MathTask:
             pool.extend(_rows_to_samples(C.dataset_rows(ds), f"{HENDRYCKS}/{cfg}:test"))
         return C.dedupe_ids(pool)
 
+    def held_out_pool(self, source: str) -> list[Sample]:
+        """Every sample of ``source`` as candidates for a calibration split (the run removes
+        its test samples from them)."""
+        return self._pool(source)
+
     def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
              seed: int = 0) -> list[Sample]:
         if split == "test":

@@ -6,11 +6,19 @@ Data: ``TIGER-Lab/MMLU-Pro`` split ``test`` (12,032 rows: ``question_id``, ``que
 GoA's sampled schema (``question`` with the options inlined as ``(A) ... (J)``,
 ``gold_answer`` letter, optional ``category``; e.g. ``MMLU_Pro_sampled_test.json``).
 
-Split (seeded, stratified by category, disjoint by construction): each category's rows are
-shuffled by sha256(seed, id); ``test`` takes the first ``per_category_test`` (150; 14
-categories -> 2,100 rows), ``calibration`` the next ones, ``calibration_size`` (150)
-spread evenly over the categories. GoA's sampled file already holds exactly 150 rows per
-category, so it yields the same 2,100 test rows and an empty calibration split.
+Default (no ``source``): the paper's data. ``test`` is GoA's ``MMLU_Pro_sampled_test.json``
+at the pinned GoA commit (``df_ray.tasks.goa``: fetched once and cached, SHA-256 checked;
+2,100 rows, 150 per category); ``calibration`` is ``calibration_size`` (150) rows of the
+hub's test split outside GoA's file (matched by question text without the options),
+stratified by category.
+
+``source="hub"`` or a file (seeded, stratified by category, disjoint by construction): each
+category's rows are shuffled by sha256(seed, id); ``test`` takes the first
+``per_category_test`` (150; 14 categories -> 2,100 rows), ``calibration`` the next ones,
+``calibration_size`` (150) spread evenly over the categories. GoA's sampled file already
+holds exactly 150 rows per category, so it yields the same 2,100 test rows and an empty
+calibration split (a run then takes its calibration split from the hub or
+``calibration_source``).
 
 Ids: ``mmlu_pro/<question_id>``, or a content hash when the source has no id (GoA).
 ``ParseSpec.n_options`` is the row's actual option count (some rows have fewer than 10).
@@ -35,6 +43,14 @@ from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
 
 HUB = "TIGER-Lab/MMLU-Pro"
 _INLINE = re.compile(r"\(([A-Z])\)\s")
+#: Where GoA's files start the inlined options ("... The options are: (A) ...").
+_GOA_OPTIONS = re.compile(r"\s*The options are:")
+
+
+def question_key(stem: str) -> str:
+    """The same problem's key in every schema (the question without its options), so that a
+    calibration split from one source can drop the test problems of another."""
+    return C.stable_hash(C.normalize_ws(stem))[:16]
 
 
 def render_options(options: list[str]) -> str:
@@ -63,6 +79,7 @@ def _rows_to_samples(rows: list[dict], file: str) -> list[Sample]:
             n = count_inline_options(q) or 10
             sid = C.text_id("mmlu_pro", q)
             question = q
+            stem = _GOA_OPTIONS.split(q, maxsplit=1)[0]
         else:
             qid = C.field(row, "question_id", (int, str), file=file, index=i)
             q = C.field(row, "question", str, file=file, index=i)
@@ -72,11 +89,13 @@ def _rows_to_samples(rows: list[dict], file: str) -> list[Sample]:
             n = len(options)
             sid = f"mmlu_pro/{qid}"
             question = f"{q}\n\nOptions:\n{render_options(options)}"
+            stem = q
         if not n or gold not in C.letters(n):
             raise DataSchemaError(f"{file}: row {i}: field 'answer' {gold!r} is not one of "
                                   f"the {n} option letters")
         out.append(Sample(id=sid, task="mmlu_pro", question=question, gold=gold,
-                          meta={"category": cat, "n_options": n}))
+                          meta={"category": cat, "n_options": n,
+                                "question_key": question_key(stem)}))
     # native ids: a repeated id is the same row; content ids: repeated rows are kept
     return C.uniquify_ids(C.dedupe_ids([s for s in out if "/" in s.id and
                                         not _is_hash_id(s.id)]) +
@@ -95,6 +114,25 @@ class MMLUProTask:
         self.per_category_test = per_category_test
         self.calibration_size = calibration_size
 
+    def _paper(self, split: Split, seed: int) -> list[Sample]:
+        """The default: GoA's sampled test file at the pinned commit (``df_ray.tasks.goa``);
+        calibration: ``calibration_size`` hub rows outside it (by question text), stratified
+        by category."""
+        from df_ray.tasks.goa import goa_file
+
+        goa = C.load_local(str(goa_file("mmlu_pro")), _rows_to_samples)
+        test, _ = C.stratified_split(goa, lambda s: s.meta["category"], seed,
+                                     per_stratum_test=self.per_category_test, n_calibration=0,
+                                     salt="mmlu_pro")
+        if split == "test":
+            return test
+        keys = {s.meta["question_key"] for s in goa}
+        pool = [s for s in self._all("hub") if s.meta["question_key"] not in keys]
+        _, cal = C.stratified_split(pool, lambda s: s.meta["category"], seed,
+                                    per_stratum_test=0, n_calibration=self.calibration_size,
+                                    salt="mmlu_pro")
+        return cal
+
     def _all(self, source: str | None) -> list[Sample]:
         C.check_source(source)
         if C.is_local(source):
@@ -102,10 +140,17 @@ class MMLUProTask:
         ds = C.load_hub_dataset(HUB, split="test")
         return _rows_to_samples(C.dataset_rows(ds), f"{HUB}:test")
 
+    def held_out_pool(self, source: str) -> list[Sample]:
+        """Every sample of ``source`` as candidates for a calibration split (the run removes
+        its test samples from them)."""
+        return self._all(source)
+
     def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
              seed: int = 0) -> list[Sample]:
         if split not in ("test", "calibration"):
             raise ValueError(f"unknown split {split!r}")
+        if source is None:
+            return C.apply_limit(self._paper(split, seed), limit)
         test, cal = C.stratified_split(self._all(source), lambda s: s.meta["category"], seed,
                                        per_stratum_test=self.per_category_test,
                                        n_calibration=self.calibration_size, salt="mmlu_pro")

@@ -146,6 +146,8 @@ class Tracker:
             if calibration is not None:
                 params["calibration.file_agents"] = ",".join(calibration.agents)
                 params["calibration.n_samples"] = str(calibration.n_samples)
+                params["calibration.data_source"] = calibration.data_source or "unknown"
+                params["calibration.data_fingerprint"] = calibration.data_fingerprint or "unknown"
             params.update(params_extra)
             items = [Param(k[:250], v[:6000]) for k, v in sorted(params.items())]
             for i in range(0, len(items), 100):

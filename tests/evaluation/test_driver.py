@@ -151,9 +151,13 @@ def test_evaluate_fits_a_missing_calibration_in_process(tmp_path):
                       for i in (1, 2, "c")},
         "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2)],
         "coordinator": {"id": "coord", "backbone": "bc"},
-        "calibration": {"dir": str(tmp_path / "cal"), "limit": 2},
+        # the test split holds the whole file: held-out rows come from GoA's fixture (its
+        # "What is 2 + 2?" is a test question and is dropped; two rows remain)
+        "calibration_source": str(FIXTURE.parent / "mmlu_pro_goa.json"),
+        "calibration": {"dir": str(tmp_path / "cal"), "limit": 2, "min_samples": 2},
         "cache_root": str(tmp_path / "cache"),
     })
     ev = df_ray.evaluate(cfg)
-    assert len(list((tmp_path / "cal").glob("*.json"))) == 1
+    (fitted,) = (tmp_path / "cal").glob("*.json")
+    assert json.loads(fitted.read_text())["n_samples"] == 2
     assert [r.final_answer for r in ev.rows] == ["B", "B"]

@@ -12,6 +12,7 @@ import pytest
 from df_ray.cli import main
 from df_ray.config import ConfigError, RunConfig, load_config
 from df_ray.experiments import COMPOSITIONS, FINQA_GROWTH, GENERAL, NAMED, POOL
+from df_ray.experiments.budgets import MAX_TOKENS
 from df_ray.reporting.paper import EXPERIMENTS, experiments_markdown, planned_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,7 +83,9 @@ def test_every_backbone_is_a_pool_model_with_a_card():
             for a in cfg.agents:
                 assert a.description == POOL[a.backbone].card
                 assert a.id == a.backbone and a.seed == POOL[a.backbone].seed
-                assert (a.temperature, a.max_tokens) == (0.7, 800)  # GoA's defaults
+                # GoA's temperature; the benchmark's budget (df_ray/experiments/budgets.py)
+                assert (a.temperature, a.max_tokens) == (0.7, MAX_TOKENS[cfg.benchmark][0])
+            assert cfg.coordinator.max_tokens == MAX_TOKENS[cfg.benchmark][0]
 
 
 def test_compositions_are_three_pool_agents_with_the_general_coordinator():

@@ -35,7 +35,10 @@ def _sweep(tmp_path: Path, uri: str, fuse: bool = True) -> SweepConfig:
             "ablation": "no_calibration",
             "cache_root": str(tmp_path / "cache"),
             "results_dir": str(tmp_path / "results"),
-            "calibration": {"dir": str(tmp_path / "calibration")},
+            # weighted_vote fits one: the test split holds the whole file, so its held-out
+            # rows come from GoA's fixture (minus its test question: 2 rows, a smoke test)
+            "calibration_source": str(FIXTURE.parent / "mmlu_pro_goa.json"),
+            "calibration": {"dir": str(tmp_path / "calibration"), "min_samples": 2},
             "tracking": {"uri": uri, "experiment": "methods-sweep"},
             "batch_size": 2,
         },

@@ -62,7 +62,7 @@ def test_mmlu_pro_through_datasets_hub_path(fixtures, monkeypatch, tmp_path):
                                      split="train", cache_dir=str(tmp_path))
 
     monkeypatch.setattr(C, "load_hub_dataset", fake_hub)
-    rows = MMLUProTask(per_category_test=3).load("test")
+    rows = MMLUProTask(per_category_test=3).load("test", source="hub")
     assert calls == [("TIGER-Lab/MMLU-Pro", None, "test")]
     assert len(rows) == 6
     assert rows == MMLUProTask(per_category_test=3).load(
@@ -119,7 +119,7 @@ def test_gpqa_without_token_gives_the_clear_error(monkeypatch):
 
     monkeypatch.setattr(C, "load_hub_dataset", no_network)
     with pytest.raises(GatedDatasetError) as e:
-        GPQATask().load("test")
+        GPQATask().load("test", source="hub")
     msg = str(e.value)
     assert "huggingface.co/datasets/Idavidrein/gpqa" in msg and "HF_TOKEN" in msg
     assert "source=" in msg
@@ -135,7 +135,7 @@ def test_gpqa_with_token_uses_the_hub_path(monkeypatch, fixtures, tmp_path):
                                      split="train", cache_dir=str(tmp_path))
 
     monkeypatch.setattr(C, "load_hub_dataset", fake_hub)
-    test = GPQATask().load("test")
+    test = GPQATask().load("test", source="hub")
     cal = GPQATask().load("calibration")
     assert len(test) == 3 and len(cal) == 5
     assert seen[0] == ("Idavidrein/gpqa", "gpqa_diamond", "train", "hf_dummy")
@@ -147,4 +147,30 @@ def test_gpqa_schema_error(tmp_path):
                               "Incorrect Answer 1": "b", "Incorrect Answer 2": "c",
                               "Record ID": "r"}]))
     with pytest.raises(DataSchemaError, match=r"gpqa_diamond\.json.*row 0.*'Incorrect Answer 3'"):
+        GPQATask().load("test", source=str(f))
+
+
+def test_gpqa_reads_goa_schema_in_its_fixed_option_order(fixtures):
+    t = GPQATask()
+    rows = t.load("test", source=str(fixtures / "gpqa_goa.json"))
+    assert [s.gold for s in rows] == ["B", "D", "A"]
+    assert rows[0].question.endswith("(A) Joule (B) Newton (C) Watt (D) Pascal")  # not shuffled
+    assert rows[0].id.startswith("gpqa/") and rows[0].meta["option_order"] == "goa"
+    assert t.parse_spec(rows[0]).n_options == 4
+    assert t.grade(rows[0], obs("B")).correct and not t.grade(rows[0], obs("A")).correct
+    # the same questions from the hub's schema have the same question_key: a calibration
+    # split from gpqa_main can drop GoA's test questions by text
+    hub = t.load("test", source=str(fixtures / "gpqa_diamond.csv"))
+    assert [s.meta["question_key"] for s in rows] == [s.meta["question_key"] for s in hub]
+
+
+def test_gpqa_goa_schema_errors(tmp_path):
+    f = tmp_path / "GPQA_test.json"
+    f.write_text(json.dumps([{"question": "q? The options are: (A) a (B) b (C) c",
+                              "gold_answer": "A"}]))
+    with pytest.raises(DataSchemaError, match=r"row 0.*inlines 3 options"):
+        GPQATask().load("test", source=str(f))
+    f.write_text(json.dumps([{"question": "q? The options are: (A) a (B) b (C) c (D) d",
+                              "gold_answer": "E"}]))
+    with pytest.raises(DataSchemaError, match=r"row 0.*'gold_answer' 'E'"):
         GPQATask().load("test", source=str(f))
