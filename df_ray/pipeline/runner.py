@@ -102,8 +102,9 @@ def calibration_metrics(calibration: Calibration | None) -> dict[str, float]:
     """What the configuration's calibration cost when it was fitted (its file records it):
     held-out samples, LLM calls and tokens in total and per held-out sample. Paid once per
     benchmark and agent set, whichever configurations then share the file."""
-    if calibration is None:
-        return {}
+    if calibration is None:  # NaN: every configuration carries the same metric names
+        return dict.fromkeys(("calibration_samples", "calibration_calls", "calibration_tokens",
+                              "calibration_tokens_per_sample"), float("nan"))
     n = calibration.n_samples
     return {"calibration_samples": float(n),
             "calibration_calls": float(calibration.fit_calls),
@@ -329,6 +330,10 @@ class Runner:
                 raise RuntimeError(f"{cfg.name}: {len(samples)} samples in, {f.acc.n} graded")
             metrics["failed_call_rate"] = failed_call_rate(metrics)
             metrics.update(calibration_metrics(calibration))
+            for a in [*cfg.agent_ids(), *([cfg.coordinator.id] if cfg.coordinator else [])]:
+                # every agent named, NaN for one the method never called: the configurations
+                # of a sweep carry the same metric names
+                metrics.setdefault(f"truncation_rate.{a}", float("nan"))
             metrics["worker_deaths"] = float(len(deaths))
             errors = first_errors(str(path)) if metrics.get("failed_calls") else []
             failure = judge(cfg, metrics, errors)

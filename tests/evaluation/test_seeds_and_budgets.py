@@ -109,6 +109,20 @@ def test_truncation_is_kept_in_the_cache_and_measured_per_agent_and_configuratio
     for _, row in d2.finish(d2.run(SAMPLES)):
         acc2.add(row.to_dict())
     assert engine2.n_calls == 0 and acc2.result()["truncation_rate.a1"] == 1.0
+    # and MLflow keeps both rates (a real store)
+    from mlflow.tracking import MlflowClient
+
+    from df_ray.tracking import Tracker
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    MlflowClient(tracking_uri=uri).create_experiment("trunc",
+                                                     artifact_location=str(tmp_path / "art"))
+    samples = tmp_path / "samples.parquet"
+    samples.write_bytes(b"")
+    run_id = Tracker(uri, "trunc").log_run(cfg, m, samples)
+    logged = MlflowClient(tracking_uri=uri).get_run(run_id).data.metrics
+    assert logged["truncation_rate.a1"] == 1.0 and logged["truncation_rate.a2"] == 0.0
+    assert logged["truncation_rate"] == pytest.approx(4 / 12)
 
 
 def test_cache_parts_written_before_finish_reasons_read_as_unknown(tmp_path):
