@@ -9,6 +9,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+# Offline, LegalBench's official base_prompt.txt files cannot be fetched: the suite builds
+# df_ray's own LegalBench prompts unless a test asks for the official ones with fixture
+# prompts (tests/tasks/test_legalbench_prompts.py).
+os.environ.setdefault("DF_RAY_LEGALBENCH_PROMPTS", "ours")
 
 
 @pytest.fixture(scope="session")

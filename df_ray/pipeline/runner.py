@@ -148,6 +148,10 @@ def provenance(cfg: RunConfig, samples: Sequence[Sample]) -> dict[str, str]:
     if samples:
         blob = task.agent_prompt(samples[0]) + "\x00" + problem_statement(task, samples[0])
         out["provenance.prompt_fingerprint"] = hashlib.sha256(blob.encode()).hexdigest()[:16]
+        origin = samples[0].meta.get("prompt_origin") if isinstance(samples[0].meta, dict) \
+            else None
+        if origin:  # a benchmark's own prompt file (LegalBench's base_prompt.txt)
+            out["provenance.prompt_origin"] = str(origin)
     for name, spec in sorted(cfg.backbones.items()):
         out[f"provenance.model.{name}"] = spec.model
         out[f"provenance.model_revision.{name}"] = spec.revision or "unpinned"

@@ -528,7 +528,8 @@ def experiments_markdown() -> str:
         "(calibration) |",
         "| FinQA | 300 of test.json | 100 of dev.json | the official release, "
         "`$DF_RAY_HOME/data/finqa` |",
-        "| LegalBench | 500, stratified over 154 tasks | 100 | hub parquet conversion |",
+        "| LegalBench | 500, stratified over 154 tasks | 100 | hub parquet conversion; "
+        "prompts: LegalBench's `base_prompt.txt` per task at the pinned commit |",
         "",
         "GoA's files (UNITES-Lab/GoA at commit c9def0082e43, `df_ray/tasks/goa.py`) are "
         "fetched once on a machine with internet access into `$DF_RAY_HOME/data/goa/`, "
@@ -560,8 +561,14 @@ def experiments_markdown() -> str:
         *[f"| {b} | {n} | {why} |" for b, (n, why) in MAX_TOKENS.items()],
         "",
         "LegalBench: the 8 tasks whose official metric is not exact match are excluded "
-        "(162 - 8 = 154); each task gets its own instruction and up to 4 few-shot examples "
-        "from its train split. `df-ray validate --config <file>` says what to fetch when data "
+        "(162 - 8 = 154). Each task's prompt is LegalBench's own `tasks/<task>/base_prompt.txt` "
+        "(HazyResearch/legalbench at commit ce482446b8ea, with its own few-shot examples), "
+        "filled as LegalBench's `generate_prompts` fills it, then the allowed labels and "
+        "df_ray's answer format; fetched once into `$DF_RAY_HOME/data/legalbench/` (or read "
+        "from a local copy of the repository's `tasks/` folder given as `source=`) and logged "
+        "as `provenance.prompt_origin`. `DF_RAY_LEGALBENCH_PROMPTS=ours` builds df_ray's own "
+        "instruction per task with up to 4 train examples instead (not the paper's prompts). "
+        "`df-ray validate --config <file>` says what to fetch when data "
         "is missing; `--source BENCHMARK=PATH` points a benchmark at a local copy.",
         *baselines_markdown(),
     ]

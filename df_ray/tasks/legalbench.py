@@ -25,7 +25,18 @@ columns (``text``, ``question``, ``contract``, ...); every string column other t
 - a single file whose rows carry a ``task`` column, and optionally ``split`` (``train``
   rows are the few-shot examples, every other row a question).
 
-Prompt: the task's instruction (``instruction``: ours, one per task, written from the
+Prompt (default, ``prompts="official"``): LegalBench's own ``tasks/<task>/base_prompt.txt``
+at the pinned commit ``PROMPTS_COMMIT`` of HazyResearch/legalbench, with its own few-shot
+examples, filled as LegalBench's ``generate_prompts`` fills it (every ``{{column}}`` replaced
+by the row's value); its final answer cue ``A:`` gives way to the allowed labels and df_ray's
+answer format ("reason, then 'Answer: <label>'"). The prompt file is read from a local copy
+of the repository's ``tasks/`` folder when ``source`` points there, else from
+``$DF_RAY_HOME/data/legalbench/<commit>/``, fetched there once on a machine with internet
+access; offline without it the load stops and says what to fetch. Each sample records where
+its prompt came from (``meta["prompt_origin"]``, logged as ``provenance.prompt_origin``).
+
+Prompt with ``prompts="ours"`` (or ``DF_RAY_LEGALBENCH_PROMPTS=ours``): the task's
+instruction (``instruction``: ours, one per task, written from the
 task's definition in LegalBench; a family of tasks such as ``cuad_*`` shares a template that
 names the task's own category), up to ``few_shot`` (4) of the task's train examples with
 their answers, the case, and the allowed labels. Labels, per task: the sorted set of
@@ -51,8 +62,10 @@ alone) is read the same, and a label followed by an explanation is read too.
 
 from __future__ import annotations
 
+import os
 import re
 import string
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -201,8 +214,86 @@ def _body(inputs: dict[str, str], limit: int | None = None) -> str:
     return text
 
 
+# ----------------------------------------------------------------------------- prompts
+
+#: LegalBench's official prompts: ``tasks/<task>/base_prompt.txt`` at this commit.
+PROMPTS_REPO = "HazyResearch/legalbench"
+PROMPTS_COMMIT = "ce482446b8eac4403b6db2c17223af4514bb24e3"
+#: ``official`` (default) or ``ours``: which prompts a LegalBenchTask builds by default.
+PROMPTS_ENV = "DF_RAY_LEGALBENCH_PROMPTS"
+PROMPT_CHOICES = ("official", "ours")
+_PLACEHOLDER = re.compile(r"\{\{([^{}]+)\}\}")
+#: The answer cue LegalBench's prompts end with ("A:"), replaced by df_ray's answer format.
+_CUE = re.compile(r"\n?\s*A:\s*$")
+
+
+class LegalBenchPromptUnavailable(FileNotFoundError):
+    """A task's official base_prompt.txt is neither local, cached nor fetchable here."""
+
+
+def prompt_url(task: str) -> str:
+    return (f"https://raw.githubusercontent.com/{PROMPTS_REPO}/{PROMPTS_COMMIT}/tasks/"
+            f"{task}/base_prompt.txt")
+
+
+def prompt_cache(task: str) -> Path:
+    base = os.environ.get("DF_RAY_HOME") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                         "df_ray")
+    return Path(base) / "data" / "legalbench" / PROMPTS_COMMIT / task / "base_prompt.txt"
+
+
+def base_prompt(task: str, local: Path | None = None) -> tuple[str, str]:
+    """(template, where it came from) of a task's official ``base_prompt.txt``: the local
+    copy's ``<local>/<task>/base_prompt.txt`` (the LegalBench repository's ``tasks/``
+    layout), else the cache, else fetched once at the pinned commit into the cache
+    (atomically), unless offline."""
+    from df_ray.tasks.goa import offline
+
+    if local is not None and (local / task / "base_prompt.txt").is_file():
+        f = local / task / "base_prompt.txt"
+        return f.read_text(encoding="utf-8"), str(f)
+    cached = prompt_cache(task)
+    origin = f"{PROMPTS_REPO}@{PROMPTS_COMMIT[:12]}:tasks/{task}/base_prompt.txt"
+    if cached.is_file():
+        return cached.read_text(encoding="utf-8"), origin
+    hint = (f"fetch it on a machine with internet access (any df_ray run there does) or "
+            f"curl -L --create-dirs -o {cached} {prompt_url(task)}; or point source= at a "
+            f"copy of the repository's tasks/ folder; or set {PROMPTS_ENV}=ours for df_ray's "
+            "own instructions (not the paper's prompts)")
+    if offline():
+        raise LegalBenchPromptUnavailable(
+            f"LegalBench's prompt for task {task!r} is not cached at {cached} and this machine "
+            f"is offline; {hint}")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_name(f".base_prompt.{os.getpid()}.tmp")
+    try:
+        try:
+            with urllib.request.urlopen(prompt_url(task), timeout=60) as r:
+                tmp.write_bytes(r.read())
+        except OSError as e:
+            raise LegalBenchPromptUnavailable(
+                f"cannot fetch {prompt_url(task)}: {e}; {hint}") from None
+        os.replace(tmp, cached)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return cached.read_text(encoding="utf-8"), origin
+
+
+def fill(template: str, inputs: dict[str, str], *, task: str, where: str) -> str:
+    """LegalBench's ``generate_prompts``: every ``{{column}}`` replaced by the row's value; a
+    placeholder the row has no column for is an error naming it."""
+    missing = sorted({m for m in _PLACEHOLDER.findall(template) if m not in inputs})
+    if missing:
+        raise DataSchemaError(f"{where}: LegalBench task {task!r}: its base prompt needs "
+                              f"column(s) {missing}, the row has {sorted(inputs)}")
+    if not _PLACEHOLDER.search(template):
+        raise DataSchemaError(f"LegalBench task {task!r}: its base prompt has no {{{{...}}}} "
+                              "field to fill")
+    return _PLACEHOLDER.sub(lambda m: inputs[m.group(1)].strip(), template)
+
+
 def _build(parsed: list[tuple[str, str, object, dict[str, str], str]],
-           few_shot: int) -> list[Sample]:
+           few_shot: int, templates: dict[str, tuple[str, str]] | None = None) -> list[Sample]:
     labels: dict[str, set[str]] = {}
     examples: dict[str, list[list[str]]] = {}
     for t, a, _, inputs, split in parsed:
@@ -213,11 +304,16 @@ def _build(parsed: list[tuple[str, str, object, dict[str, str], str]],
     for t, a, index, inputs, split in parsed:
         if split == "train":
             continue
+        meta: dict = {"legalbench_task": t, "labels": sorted(labels[t])}
+        if templates is not None:  # LegalBench's own prompt, with its own examples
+            template, origin = templates[t]
+            meta["base_prompt"] = fill(template, inputs, task=t, where=origin)
+            meta["prompt_origin"] = origin
+        else:
+            meta["instruction"] = instruction(t)
+            meta["few_shot"] = examples.get(t, [])
         out.append(Sample(id=f"legalbench/{t}/{index}", task="legalbench",
-                          question=_body(inputs), gold=a,
-                          meta={"legalbench_task": t, "labels": sorted(labels[t]),
-                                "instruction": instruction(t),
-                                "few_shot": examples.get(t, [])}))
+                          question=_body(inputs), gold=a, meta=meta))
     return C.dedupe_ids(out)
 
 
@@ -230,11 +326,23 @@ class LegalBenchTask:
     kind = "label"
 
     def __init__(self, *, tasks: Sequence[str] | None = None, test_size: int = 500,
-                 calibration_size: int = 100, few_shot: int = FEW_SHOT):
+                 calibration_size: int = 100, few_shot: int = FEW_SHOT,
+                 prompts: str | None = None):
         self.tasks = tuple(tasks) if tasks is not None else None
         self.test_size = test_size
         self.calibration_size = calibration_size
         self.few_shot = few_shot
+        #: ``official``: LegalBench's base_prompt.txt per task; ``ours``: df_ray's
+        #: instructions with few-shot examples from the train split.
+        self.prompts = prompts or os.environ.get(PROMPTS_ENV, "").strip() or "official"
+        if self.prompts not in PROMPT_CHOICES:
+            raise ValueError(f"LegalBench prompts {self.prompts!r}: allowed: "
+                             f"{', '.join(PROMPT_CHOICES)} ({PROMPTS_ENV})")
+
+    def _templates(self, parsed: list, local: Path | None) -> dict[str, tuple[str, str]] | None:
+        if self.prompts != "official":
+            return None
+        return {t: base_prompt(t, local) for t in sorted({r[0] for r in parsed})}
 
     def selected(self, available: Sequence[str]) -> list[str]:
         """The tasks to run out of those a source holds: ``tasks`` if given, else every
@@ -259,7 +367,7 @@ class LegalBenchTask:
                     continue
                 rows = _with_split(C.dataset_rows(ds), split)
                 parsed += _parse_rows(rows, f"{HUB}/{task}:{split}", task)
-        return _build(parsed, self.few_shot)
+        return _build(parsed, self.few_shot, self._templates(parsed, None))
 
     @staticmethod
     def _local_layout(folder: Path) -> dict[str, dict[str, list[Path]]]:
@@ -290,7 +398,8 @@ class LegalBenchTask:
         if p.is_file():
             parsed = _parse_rows(C.read_rows(p), str(p), None)
             keep = set(self.selected(sorted({t for t, *_ in parsed})))
-            return _build([r for r in parsed if r[0] in keep], self.few_shot)
+            parsed = [r for r in parsed if r[0] in keep]
+            return _build(parsed, self.few_shot, self._templates(parsed, None))
         layout = self._local_layout(p)
         if not layout:
             raise FileNotFoundError(f"no LegalBench task data under {p}")
@@ -301,7 +410,7 @@ class LegalBenchTask:
             for split in ("train", "test"):
                 for f in layout[task][split]:
                     parsed += _parse_rows(_with_split(C.read_rows(f), split), str(f), task)
-        return _build(parsed, self.few_shot)
+        return _build(parsed, self.few_shot, self._templates(parsed, p))
 
     def _all(self, source: str | None) -> list[Sample]:
         C.check_source(source)
@@ -334,12 +443,21 @@ class LegalBenchTask:
 
     def problem_statement(self, sample: Sample) -> str:
         """Instruction, the case and the allowed labels (the few-shot examples are the
-        agents' alone: later calls already read the agents' answers)."""
-        instr = sample.meta.get("instruction") or instruction(sample.meta["legalbench_task"])
+        agents' alone: later calls already read the agents' answers). With LegalBench's own
+        prompt: that prompt, filled, without its final answer cue, and the allowed labels."""
         labels = ", ".join(sample.meta["labels"])
+        if sample.meta.get("base_prompt"):
+            body = _CUE.sub("", sample.meta["base_prompt"]).rstrip()
+            return f"{body}\n\nAllowed labels: {labels}"
+        instr = sample.meta.get("instruction") or instruction(sample.meta["legalbench_task"])
         return f"{instr}\n\n{sample.question}\n\nAllowed labels: {labels}"
 
     def agent_prompt(self, sample: Sample) -> str:
+        if sample.meta.get("base_prompt"):
+            return (f"{self.problem_statement(sample)}\n\n"
+                    + answer_instruction("Reason step by step. Then give your final answer on "
+                                         "a line of the form 'Answer: <label>' using exactly "
+                                         "one of the allowed labels."))
         instr = sample.meta.get("instruction") or instruction(sample.meta["legalbench_task"])
         shots = sample.meta.get("few_shot") or []
         labels = ", ".join(sample.meta["labels"])
