@@ -375,8 +375,9 @@ BASELINES: tuple[Baseline, ...] = (
              (Knob("agent", "qwen25-7b (HumanEval: qwen25-coder-7b)", "ours",
                    "the model whose reported scores can reach the paper's row "
                    "(df_ray/experiments/compositions.py)"),
-              Knob("samples", str(SELF_CONSISTENCY_SAMPLES), "paper",
-                   "read off the paper's MATH token ratio 11.8k / 4.7k (8-11 calls)"))),
+              Knob("samples", str(SELF_CONSISTENCY_SAMPLES), "ours",
+                   "read off the paper's MATH token ratio 11.8k / 4.7k (8-11 calls of one "
+                   "model; df_ray/experiments/compositions.py)"))),
     Baseline(("debate",), "Multi-agent Debate (Du et al., 2023)",
              "composable-models/llm_multiagent_debate `gsm/gen_gsm.py`, `gsm/eval_gsm.py`",
              (Knob("rounds", "2", "reference", "3 agents, 2 rounds, full history, majority of "
