@@ -346,6 +346,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             c.build_method()
         except MethodArgsError as e:
             raise ConfigError(f"{c.name}: {e}") from None
+    from df_ray.engines.args import check_configs
+
+    check_configs(configs)  # engine_args against each engine's own parameters
     print(f"{args.config or demo_config_path()}: valid, {len(configs)} configuration(s)")
     for c in configs:
         print(f"  {c.name}: {c.method} on {c.benchmark} ({c.fingerprint()})")
@@ -390,12 +393,23 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("report", help="paper-style tables and plots of a logged experiment")
     add_arguments(rep)
     rep.set_defaults(fn=run_from_args)
+    cache = sub.add_parser("cache", help="maintain a generation cache")
+    cache_sub = cache.add_subparsers(dest="cache_cmd", required=True)
+    cc = cache_sub.add_parser(
+        "compact", help="merge a cache root's parts into one (safe beside running writers): "
+                        "every call kept, corrupted entries dropped, dead writers' "
+                        "temporary files removed")
+    cc.add_argument("root", nargs="?", help="the cache root (default: the config's cache_root)")
+    cc.add_argument("--config", help="take cache_root from this config")
+    cc.set_defaults(fn=cmd_cache_compact)
     args = p.parse_args(argv)
     from df_ray.core.calibration import CalibrationMismatchError, CalibrationTooSmallError
     from df_ray.evaluation.context import CalibrationDataError
     from df_ray.pipeline.engine_health import EngineFailure
+    from df_ray.pipeline.results import CorruptResultsError
     from df_ray.tasks.base import DataSchemaError
     from df_ray.tasks.gpqa import GatedDatasetError
+    from df_ray.tracking import TrackingStoreError
 
     try:
         return args.fn(args)
@@ -411,6 +425,48 @@ def main(argv: list[str] | None = None) -> int:
     except EngineFailure as e:
         print(engine_failure_text(e, args), file=sys.stderr)
         return 1
+    except TrackingStoreError as e:
+        print(f"df-ray: tracking error: {e}", file=sys.stderr)
+        return e.exit_status
+    except CorruptResultsError as e:
+        print(f"df-ray: results error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # the environment failed under a run: disk full, a file vanished
+        print(environment_failure_text(e), file=sys.stderr)
+        return 1
+
+
+def environment_failure_text(e: OSError) -> str:
+    """One line for an operating-system fault during a run (disk full, permission, ...)."""
+    import errno
+
+    what = e.strerror or type(e).__name__
+    where = f" ({e.filename})" if e.filename else ""
+    hint = {errno.ENOSPC: "free space on that device (or point results_dir / cache_root "
+                          "elsewhere)",
+            errno.EACCES: "make it writable or point the path elsewhere",
+            errno.EROFS: "the file system is read-only: point the path elsewhere"}.get(
+        e.errno, "fix the cause")
+    return (f"df-ray: environment error, the run stopped: {what}{where}; {hint}, then rerun: "
+            "calls completed before it are kept in the generation cache")
+
+
+def cmd_cache_compact(args: argparse.Namespace) -> int:
+    from df_ray.pipeline.cache import GenerationCache
+
+    root = args.root
+    if root is None:
+        sweep = load_with_overrides(args.config, [], None)
+        roots = sorted({c.cache_root for c in sweep.expand()})
+    else:
+        roots = [root]
+    for r in roots:
+        cache = GenerationCache(r)
+        f = cache.compact()
+        print(f"{r}: {f['entries']} calls kept in one part (merged {f['parts']} parts; "
+              f"{f['dropped']} corrupted entries dropped, {f['unreadable']} unreadable parts "
+              f"left in place, {f['tmp_removed']} temporary files of dead writers removed)")
+    return 0
 
 
 def engine_failure_text(e: Exception, args: argparse.Namespace | None = None) -> str:

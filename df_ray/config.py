@@ -46,6 +46,23 @@ class ConfigError(ValueError):
     """A configuration is invalid; the message names the field and what is allowed."""
 
 
+def check_name(v: str, what: str = "name") -> str:
+    """A configuration or sweep name becomes a folder under results_dir and an MLflow run
+    name: refuse what cannot be one (NUL or other control characters, a path separator,
+    ``.`` or ``..``, empty)."""
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError(f"{what} must be a non-empty string")
+    bad = sorted({repr(c) for c in v if ord(c) < 32 or c in "/\\\x7f"})
+    if bad:
+        raise ValueError(f"{what} {v!r} holds {', '.join(bad)}: a name may not hold a path "
+                         "separator or a control character (it names a results folder)")
+    if v.strip() in (".", ".."):
+        raise ValueError(f"{what} {v!r} is not a usable folder name")
+    if len(v) > 200:
+        raise ValueError(f"{what} is {len(v)} characters long; at most 200")
+    return v
+
+
 def default_cache_root() -> str:
     base = os.environ.get("DF_RAY_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "df_ray")
     return os.path.join(base, "generations")
@@ -123,6 +140,11 @@ class RunConfig(_Strict):
 
     name: str = "run"
     benchmark: str
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: str) -> str:
+        return check_name(v, "name")
     split: Literal["test", "calibration"] = "test"
     source: str | None = None
     #: Where the calibration split's held-out samples come from when the test split comes
@@ -158,15 +180,15 @@ class RunConfig(_Strict):
     cache_root: str = Field(default_factory=default_cache_root)
     tracking: TrackingSettings = TrackingSettings()
     #: Samples per pipeline batch (one stage call).
-    batch_size: int = Field(8, ge=1)
+    batch_size: int = Field(8, ge=1, le=100_000)
     #: Stage actors. Each works on several batches at once as threads, as many as keep every
     #: engine replica full (`df_ray.pipeline.runner.stage_plan`); more actors add cores for
     #: the CPU work (parsing, grading), not requests in flight. One by default: it starts one
     #: Ray worker process instead of several and kept simulated engines busier than two did
     #: (jobs/perf/pipeline_efficiency.py); raise it when grading needs more than one core.
-    concurrency: int = Field(1, ge=1)
+    concurrency: int = Field(1, ge=1, le=1024)
     results_dir: str = "results"
-    max_request_retries: int = Field(2, ge=0)
+    max_request_retries: int = Field(2, ge=0, le=100)
     #: The Ray cluster adds nodes on demand (an autoscaler): backbones whose GPUs or CPUs no
     #: node offers yet are started anyway and waited for. Off, such a sweep stops before any
     #: engine starts, naming the backbone, what it asks for and what the cluster has.
@@ -336,6 +358,12 @@ class RunConfig(_Strict):
         for spec in d["backbones"].values():  # how failures are policed changes no result
             for k in ("max_restarts", "restart_window_s"):
                 spec.pop(k, None)
+        # where files live changes no result: the same sweep from another DF_RAY_HOME (or
+        # directory) is the same configuration; an explicit file counts by its name only
+        cal = d.get("calibration") or {}
+        cal.pop("dir", None)
+        if cal.get("path"):
+            cal["path"] = os.path.basename(str(cal["path"]))
         blob = json.dumps(d, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -371,6 +399,11 @@ class SweepConfig(_Strict):
 
     name: str = "sweep"
     base: dict[str, Any]
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: str) -> str:
+        return check_name(v, "sweep name")
     runs: list[dict[str, Any]] = Field(default_factory=lambda: [{}])
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     #: Run seeds: every configuration once per seed (named ``... seed=<s>``). The seed

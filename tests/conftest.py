@@ -6,6 +6,15 @@ import os
 
 import pytest
 
+# Property tests run derandomized (the same examples on every run and machine, so a run's
+# outcome never depends on luck); HYPOTHESIS_PROFILE=explore draws fresh random examples, to
+# look for new failures (pin what it finds as an explicit example).
+from hypothesis import settings as _hyp_settings
+
+_hyp_settings.register_profile("derandomized", derandomize=True, database=None)
+_hyp_settings.register_profile("explore", derandomize=False)
+_hyp_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "derandomized"))
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")

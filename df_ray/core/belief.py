@@ -29,7 +29,9 @@ Decisions where docs/method.md is silent (each one is tested):
 - **All scores zero** (every valid observation has q = 0): the posterior is uniform over the
   clusters.
 - **Ties.** Clusters sort by posterior (rounded to 12 decimals, so that mathematically equal
-  scores computed along different float paths tie), then larger support, then lower agent
+  scores computed along different float paths tie), then a positive posterior before a zero
+  one (a cluster with no evidence at all, e.g. every supporter's q = 0, never ranks above one
+  with some, however little: 1.5e-202 before 0.0), then larger support, then lower agent
   index (the smallest index among the cluster's supporters), then answer key. Agent index =
   position in ``agent_order``; default the calibration's agent list, else the sorted agent
   ids; agents missing from the order come after the known ones, sorted by id.
@@ -257,8 +259,8 @@ def build_belief(
     def sort_key(c: Cluster) -> tuple:
         first = min(rank.get(a, n_known) for a in c.support)
         first_unknown = min(c.support) if first == n_known else ""
-        return (-round(c.posterior, _TIE_DECIMALS), -len(c.support), first, first_unknown,
-                c.answer)
+        return (-round(c.posterior, _TIE_DECIMALS), c.posterior <= 0.0, -len(c.support), first,
+                first_unknown, c.answer)
 
     clusters.sort(key=sort_key)
     top = clusters[0]

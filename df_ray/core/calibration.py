@@ -24,7 +24,9 @@ The frozen result is a versioned, human-readable JSON file (see ``calibration/RE
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -248,6 +250,13 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, source: str = "<dict>") -> Calibration:
+        for name, kind in (("agents", list), ("agent_stats", dict), ("patterns", dict),
+                           ("pairs", dict), ("agent_identities", dict)):
+            if name in d and not isinstance(d[name], kind):
+                raise ValueError(
+                    f"calibration {source} is malformed: field {name!r} must be a JSON "
+                    f"{'list' if kind is list else 'object'}, not {type(d[name]).__name__}; "
+                    "refit it (delete the file, or set calibration.auto_fit)")
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
             raise CalibrationMismatchError(
@@ -281,17 +290,26 @@ class Calibration:
                 fit_calls=int(d.get("fit_calls") or 0),
                 fit_tokens=int(d.get("fit_tokens") or 0),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"calibration {source} is malformed: {exc}") from exc
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = f"field {exc.args[0]!r} is missing" if isinstance(exc, KeyError) else str(exc)
+            raise ValueError(f"calibration {source} is malformed: {what}; refit it (delete the "
+                             "file, or set calibration.auto_fit)") from exc
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
     def save(self, path: str | Path) -> Path:
-        """Write the calibration as sorted, indented JSON; creates parent directories."""
+        """Write the calibration as sorted, indented JSON with its ``content_sha256``
+        (verified by :func:`load_calibration`); creates parent directories. The file is
+        written under a temporary name and renamed, so a reader never sees half of it."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.to_json(), encoding="utf-8")
+        d = self.to_dict()
+        d[CHECKSUM_FIELD] = content_checksum(d)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(d, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                       encoding="utf-8")
+        os.replace(tmp, path)
         return path
 
     def matches(self, *, agents: Sequence[str] | None = None, benchmark: str | None = None,
@@ -406,6 +424,22 @@ def fit_calibration(
 
 # -- files ---------------------------------------------------------------------------------
 
+#: The field a saved calibration file carries its own checksum in (files without one, fitted
+#: before it existed, are read unchecked).
+CHECKSUM_FIELD = "content_sha256"
+
+
+class CalibrationChecksumError(ValueError):
+    """A calibration file whose content does not match its recorded checksum."""
+
+
+def content_checksum(d: Mapping[str, Any]) -> str:
+    """SHA-256 over a calibration's canonical JSON (sorted keys, without the checksum)."""
+    body = {k: v for k, v in d.items() if k != CHECKSUM_FIELD}
+    blob = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
 
 def load_calibration(
     path: str | Path,
@@ -426,10 +460,21 @@ def load_calibration(
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"calibration file {path} is not valid JSON: {exc}") from exc
+    except FileNotFoundError:
+        raise FileNotFoundError(f"calibration file {path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"calibration file {path} is not valid JSON ({exc}): truncated or "
+                         "damaged; refit it (delete the file, or set calibration.auto_fit)"
+                         ) from exc
     if not isinstance(data, dict):
         raise ValueError(f"calibration file {path} does not hold a JSON object")
+    if CHECKSUM_FIELD in data:
+        recorded = data.pop(CHECKSUM_FIELD)
+        if recorded != content_checksum(data):
+            raise CalibrationChecksumError(
+                f"calibration file {path} does not match its {CHECKSUM_FIELD}: it was changed "
+                "or damaged after it was fitted; refit it (delete the file, or set "
+                "calibration.auto_fit) or restore it")
     cal = Calibration.from_dict(data, source=str(path))
     if agents is not None and set(agents) != set(cal.agents):
         raise CalibrationMismatchError(

@@ -6,8 +6,10 @@ the generation cache key, so two configurations that ask the same thing share on
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -67,7 +69,8 @@ class ChatRequest:
         d = self.to_dict()
         d.pop("backbone", None)
         blob = json.dumps(d, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        # surrogatepass: a prompt that quotes an unrepaired output still has one key
+        return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 #: The error every engine gives a request whose prompt exceeds its context length (the
@@ -116,6 +119,38 @@ def route(request: ChatRequest, backbones: Mapping[str, Any]) -> str:
         raise KeyError(f"no backbone serves model {request.model!r}")
     raise KeyError(f"backbones {serving} all serve model {request.model!r}: the request must "
                    "name its backbone")
+
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def repair_text(text: str) -> tuple[str, int]:
+    """``(text as valid UTF-8, surrogates replaced)``: every lone UTF-16 surrogate (what
+    ``json.loads`` makes of ``"\\ud800"`` from an OpenAI-compatible server) becomes U+FFFD."""
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    try:
+        text.encode("utf-8")
+        return text, 0
+    except UnicodeEncodeError:
+        return _SURROGATE_RE.subn("\ufffd", text)
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid UTF-8 (see :func:`repair_text`)."""
+    return repair_text(text)[0]
+
+
+def repair_completion(comp: Completion) -> tuple[Completion, int]:
+    """The completion with its text made valid UTF-8, and how many surrogates were replaced."""
+    text, n = repair_text(comp.text)
+    err = comp.error
+    n_err = 0
+    if err is not None:
+        err, n_err = repair_text(err)
+    if n == 0 and n_err == 0:
+        return comp, 0
+    return dataclasses.replace(comp, text=text, error=err), n + n_err
 
 
 @runtime_checkable

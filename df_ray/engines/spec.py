@@ -100,8 +100,9 @@ class EngineSpec(BaseModel):
     #: scripted: a builtin responder name ("echo", "majority", "from_file:<path.jsonl>", ...)
     #: or "package.module:callable" (a Callable[[ChatRequest], str]).
     script: str | None = None
-    #: Engine replicas (actors) for this backbone in the pipeline.
-    replicas: int = Field(default=1, ge=1)
+    #: Engine replicas (actors) for this backbone in the pipeline (at most 1024:
+    #: a larger count is a typo, and Ray would keep starting actors for it).
+    replicas: int = Field(default=1, ge=1, le=1024)
     #: GPUs per replica. None -> 1 for vllm (times tensor_parallel_size), 0 otherwise.
     num_gpus: float | None = Field(default=None, ge=0.0)
     #: The most requests one replica works on at once. For an engine that batches
@@ -110,7 +111,7 @@ class EngineSpec(BaseModel):
     #: GPUs and on CPU) and the embedded engine's ``n_parallel`` (None: 8); ``engine_args``
     #: naming them win. For an engine that answers whole batches (scripted, openai) it is
     #: the largest batch (None: 32). It never caps a replica below what its engine schedules.
-    max_batch_size: int | None = Field(default=None, ge=1)
+    max_batch_size: int | None = Field(default=None, ge=1, le=1_000_000)
     request_timeout_s: float = Field(default=600.0, gt=0.0)
     #: A replica that Ray restarts more often than this within ``restart_window_s`` seconds
     #: is crash-looping: the job stops with the cause instead of restarting it forever.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -18,11 +19,14 @@ from typing import Any
 
 from df_ray.core.calibration import (
     Calibration,
+    CalibrationChecksumError,
     CalibrationMismatchError,
     CalibrationRecord,
     fit_calibration,
     load_calibration,
 )
+
+log = logging.getLogger(__name__)
 
 
 def calibration_filename(benchmark: str, agents: Sequence[str]) -> str:
@@ -49,7 +53,10 @@ def find_calibration(directory: str | Path, benchmark: str, agents: Sequence[str
     for path in directory.glob("*.json"):
         try:
             cal = load_calibration(path)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as e:
+            # never used (a fit, with calibration.auto_fit, takes its place); said, not silent
+            if isinstance(e, CalibrationChecksumError) or _looks_like_calibration(path):
+                log.warning("calibration: skipping %s", e)
             continue
         if cal.matches(agents=agents, benchmark=benchmark, identities=identities):
             first = 0 if path.name == canonical.name else 1
@@ -61,6 +68,10 @@ def find_calibration(directory: str | Path, benchmark: str, agents: Sequence[str
     candidates.sort(key=lambda c: c[1], reverse=True)  # newest fitted_at first
     candidates.sort(key=lambda c: c[0])              # canonical name first
     return candidates[0][3]
+
+
+def _looks_like_calibration(path: Path) -> bool:
+    return re.fullmatch(r".+-[0-9a-f]{8}(?:-[0-9a-f]+)?\.json", path.name) is not None
 
 
 def needs_calibration(cfg: Any) -> bool:
@@ -88,7 +99,12 @@ def check_calibration(cfg: Any, held_out: Callable[[Any], Any] | None = None) ->
     if not needs_calibration(cfg):
         return
     if cfg.calibration.path:
-        _load(cfg, cfg.calibration.path)
+        try:
+            _load(cfg, cfg.calibration.path)
+        except CalibrationMismatchError:
+            raise
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{cfg.name}: calibration.path: {e}") from None
         return
     found = find_calibration(cfg.calibration.dir, cfg.benchmark, cfg.agent_ids(),
                              cfg.agent_identities())

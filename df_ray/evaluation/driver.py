@@ -17,18 +17,20 @@ in a plain Python process (``df_ray.evaluate``): the engine client is anything w
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from df_ray.core import CalibrationRecord
-from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.base import ChatRequest, Completion, repair_completion
 from df_ray.evaluation.context import build_context
-from df_ray.evaluation.scoring import ResultRow, score, score_outcome
+from df_ray.evaluation.scoring import ResultRow, describe_exception, score, score_outcome
 from df_ray.methods.base import Call, CallRecord, Method, MethodContext, Outcome, SampleState
 from df_ray.tasks.base import Sample
 
+log = logging.getLogger(__name__)
 
 class EngineClient(Protocol):
     """What the driver needs of engines: a batch of requests in, one completion each out."""
@@ -114,8 +116,18 @@ class Driver:
                 if st.done or round >= member.rounds:
                     continue
                 t = time.perf_counter()
-                for call in member.method.plan(round, st, member.ctx):
-                    planned.append(PlannedCall(round, i, m, call))
+                try:
+                    # planned (and keyed) in full before any is kept: a plan that raises
+                    # half-way leaves no calls behind
+                    mine = [PlannedCall(round, i, m, call)
+                            for call in member.method.plan(round, st, member.ctx)]
+                    for p in mine:
+                        p.call.request.key()
+                except Exception as e:  # this sample's fault: its error row, not the batch's
+                    st.error = describe_exception(f"plan round {round}", e)
+                    st.done = True
+                    mine = []
+                planned.extend(mine)
                 if busy is not None:
                     busy[i][m] += time.perf_counter() - t
         if not planned:
@@ -137,6 +149,7 @@ class Driver:
             self.refresh()
         results: list[Completion | None] = [None] * len(planned)
         cached = [False] * len(planned)
+        repaired = [0] * len(planned)
         todo: dict[str, list[int]] = {}
         for j, p in enumerate(planned):
             hit = known[p.row].get(keys[j])
@@ -149,16 +162,22 @@ class Driver:
         if todo:
             reqs = [planned[js[0]].call.request for js in todo.values()]
             t = time.perf_counter()
-            comps = self.engine.generate(reqs)
+            comps = []
+            for comp in self.engine.generate(reqs):
+                # the engine boundary: every text valid UTF-8 before the cache, a parser or a
+                # later prompt sees it (lone surrogates replaced, and counted on the call)
+                comp, n = repair_completion(comp)
+                comps.append((comp, n))
             if busy is not None:
                 share = (time.perf_counter() - t) / len(reqs)
                 for js in todo.values():
                     busy[planned[js[0]].row][planned[js[0]].member] += share
             if cache is not None:
-                cache.put_many(zip(reqs, comps, strict=True))
-            for js, comp in zip(todo.values(), comps, strict=True):
+                cache.put_many(zip(reqs, [c for c, _ in comps], strict=True))
+            for js, (comp, n_fixed) in zip(todo.values(), comps, strict=True):
                 for n, j in enumerate(js):
                     results[j] = comp
+                    repaired[j] = n_fixed
                     cached[j] = n > 0  # a duplicate within the batch costs nothing
         for j, p in enumerate(planned):
             comp = results[j]
@@ -166,7 +185,8 @@ class Driver:
             rows[p.row][p.member].calls.append(CallRecord(
                 round=round, role=p.call.role, agent=p.call.agent, key=keys[j], text=comp.text,
                 prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens,
-                cached=cached[j], error=comp.error, finish_reason=comp.finish_reason))
+                cached=cached[j], error=comp.error, finish_reason=comp.finish_reason,
+                repaired=repaired[j]))
 
     # ------------------------------------------------------------------ the end
     def finish(self, rows: Sequence[Row], busy: list[list[float]] | None = None
@@ -192,10 +212,20 @@ class Driver:
         return out
 
     def calibration_records(self, rows: Sequence[Row]) -> list[tuple[int, CalibrationRecord]]:
-        """(member index, calibration record) for every state of every row."""
-        return [(m, calibration_record(st, member.method, member.ctx))
-                for states in rows
-                for m, (member, st) in enumerate(zip(self.members, states, strict=True))]
+        """(member index, calibration record) for every state of every row; a held-out
+        sample whose method, parser or grader raised gives no record (it is logged)."""
+        out = []
+        for states in rows:
+            for m, (member, st) in enumerate(zip(self.members, states, strict=True)):
+                if st.error is not None:
+                    log.warning("calibration sample %s left out: %s", st.sample.id, st.error)
+                    continue
+                try:
+                    out.append((m, calibration_record(st, member.method, member.ctx)))
+                except Exception as e:
+                    log.warning("calibration sample %s left out: %s", st.sample.id,
+                                describe_exception("calibration record", e))
+        return out
 
     # ------------------------------------------------------------------ in process
     def run(self, samples: Sequence[Sample]) -> list[Row]:

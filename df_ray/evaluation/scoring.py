@@ -70,10 +70,67 @@ def arrow_schema(extra: tuple[tuple[str, str], ...] = ()):
                      + [(name, kinds[kind]) for name, kind in extra])
 
 
+#: The role of the pseudo-call a sample error is counted as (see :func:`error_row`).
+SAMPLE_ERROR_ROLE = "sample"
+
+
+def describe_exception(where: str, e: BaseException) -> str:
+    """``<where>: <ExceptionType>: <message>`` (the message capped), one line."""
+    msg = " ".join(str(e).split())
+    if len(msg) > 500:
+        msg = msg[:500] + "..."
+    return f"{where}: {type(e).__name__}: {msg}" if msg else f"{where}: {type(e).__name__}"
+
+
 def score(state: SampleState, method: Method, ctx: MethodContext) -> ResultRow:
     """Finish a sample (``method.finish``) and grade it: the final answer, each agent's
-    independent answer and the coordinator's; token and call accounting."""
-    return score_outcome(state, method.finish(state, ctx), ctx)
+    independent answer and the coordinator's; token and call accounting.
+
+    Never raises for one sample's fault: a sample whose method (an earlier ``plan``, or
+    ``finish``), a parser or the grader raised becomes its error row (:func:`error_row`)."""
+    if state.error is not None:
+        return error_row(state, ctx, state.error)
+    try:
+        outcome = method.finish(state, ctx)
+    except Exception as e:
+        return error_row(state, ctx, describe_exception("finish", e))
+    try:
+        return score_outcome(state, outcome, ctx)
+    except Exception as e:
+        return error_row(state, ctx, describe_exception("grade", e))
+
+
+def error_row(state: SampleState, ctx: MethodContext, error: str) -> ResultRow:
+    """The row of a sample that raised: not correct, no answer, its calls and tokens as they
+    were, and the error counted as one failed call (role ``sample``), so that it shows in
+    ``failed_calls`` and ``samples_with_errors`` and counts against ``max_error_rate``."""
+    try:
+        scores = dict(ctx.task.grade(state.sample, None).scores)
+    except Exception:
+        scores = {}
+    tokens = {"agent": 0, "coordinator": 0, "other": 0}
+    for c in state.calls:
+        tokens[c.role if c.role in tokens else "other"] += c.prompt_tokens + c.completion_tokens
+    calls = [{"round": c.round, "role": c.role, "agent": c.agent, "cached": c.cached,
+              "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
+              "error": c.error} for c in state.calls]
+    calls.append({"round": None, "role": SAMPLE_ERROR_ROLE, "agent": "", "cached": False,
+                  "prompt_tokens": 0, "completion_tokens": 0,
+                  "error": f"sample error: {error}"})
+    detail = {"observations": [], "agent_correct": {}, "agent_grade_detail": {},
+              "final": None, "final_grade_detail": "", "coordinator": None,
+              "extra": {"sample_error": error}, "calls": calls}
+    return ResultRow(
+        sample_id=state.sample.id, correct=False, scores=json.dumps(scores), final_answer=None,
+        decision_source=None, trusted=False, overridden=False, coordinator_called=False,
+        coordinator_answer=None, coordinator_correct=None, top_answer=None,
+        coordinator_agrees=None, any_agent_correct=False,
+        n_calls=len(state.calls) + 1,
+        n_fresh_calls=sum(1 for c in state.calls if not c.cached and c.error is None),
+        n_errors=sum(1 for c in state.calls if c.error) + 1,
+        agent_tokens=tokens["agent"], coordinator_tokens=tokens["coordinator"],
+        other_tokens=tokens["other"], total_tokens=sum(tokens.values()), t_cross=0,
+        detail=json.dumps(detail, default=str))
 
 
 def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> ResultRow:
@@ -116,7 +173,9 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> R
         "extra": outcome.extra,
         "calls": [{"round": c.round, "role": c.role, "agent": c.agent, "cached": c.cached,
                    "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
-                   "error": c.error, "finish_reason": c.finish_reason} for c in state.calls],
+                   "error": c.error, "finish_reason": c.finish_reason,
+                   **({"repaired": c.repaired} if c.repaired else {})}
+                  for c in state.calls],
     }
     return ResultRow(
         sample_id=sample.id,

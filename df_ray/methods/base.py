@@ -54,6 +54,8 @@ class CallRecord:
     error: str | None = None
     #: Why the completion ended: "stop", "length" (cut off at max_tokens) or None (unknown).
     finish_reason: str | None = None
+    #: Lone surrogates in the engine's text replaced by U+FFFD at the engine boundary.
+    repaired: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,6 +69,9 @@ class SampleState:
     calls: list[CallRecord] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     done: bool = False
+    #: Set when the method, a parser or the grader raised for this sample: where and what
+    #: (``plan round 0: ValueError: ...``); the sample then becomes an error row.
+    error: str | None = None
 
     def records(self, *, round: int | None = None, role: str | None = None) -> list[CallRecord]:
         return [c for c in self.calls
@@ -75,7 +80,7 @@ class SampleState:
     def to_dict(self, *, with_sample: bool = True) -> dict:
         """The JSON form; without the sample when a row carries it once for every state."""
         d: dict[str, Any] = {"calls": [c.to_dict() for c in self.calls], "data": self.data,
-                             "done": self.done}
+                             "done": self.done, "error": self.error}
         if with_sample:
             d["sample"] = asdict(self.sample)
         return d
@@ -86,7 +91,8 @@ class SampleState:
         if sample is None:
             sample = Sample(**d["sample"])
         return cls(sample=sample, calls=[CallRecord(**c) for c in d["calls"]],
-                   data=dict(d.get("data") or {}), done=bool(d.get("done")))
+                   data=dict(d.get("data") or {}), done=bool(d.get("done")),
+                   error=d.get("error"))
 
 
 @dataclass(frozen=True, slots=True)

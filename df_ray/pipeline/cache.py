@@ -6,25 +6,40 @@ of an earlier one, or a job rerun after a kill, finds them here and pays nothing
 Layout: ``<root>/part-<time>-<uuid>.parquet``. Each writer only ever creates new files (written
 under a temporary name and renamed), so any number of processes and machines can write to
 one root concurrently without locks and a reader never sees a half-written file. Duplicate
-keys across parts are harmless (first one wins; they hold the same request). ``compact``
-merges parts. The root is a local folder or any pyarrow filesystem URI (``s3://...``,
-``gs://...``, ``hdfs://...``). Failed calls are not cached: a rerun retries them.
+keys across parts are harmless (first one wins; they hold the same request). The root is a
+local folder or any pyarrow filesystem URI (``s3://...``, ``gs://...``, ``hdfs://...``).
+Failed calls are not cached: a rerun retries them.
+
+Integrity: every entry carries a checksum of its content (key, text, token counts), and every
+Parquet page its CRC; both are verified on read. A part that cannot be read, or an entry whose
+checksum does not match, is never used: it is dropped with a warning naming the part (and the
+entry), and its call is made again. Parts written before checksums existed are read as they
+are (``legacy_parts`` counts them).
+
+``compact`` (``df-ray cache compact``) merges the parts into one, beside running writers: it
+deletes only the parts it read and verified, so a part written meanwhile stays, and a reader
+that lists the root while it runs finds either the old parts or the merged one. It also
+removes the temporary files of writers that were killed before their rename.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import logging
 import os
+import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.base import ChatRequest, Completion, valid_text
 
 SCHEMA = pa.schema([
     ("key", pa.string()),
@@ -37,11 +52,30 @@ SCHEMA = pa.schema([
     ("created", pa.float64()),
     # why the completion ended ("stop", "length"); null in parts written before it was kept
     ("finish_reason", pa.string()),
+    ("checksum", pa.string()),
 ])
 
+log = logging.getLogger(__name__)
 
 #: The columns an entry is read from (the first four are required).
 _READ = ("key", "text", "prompt_tokens", "completion_tokens", "finish_reason")
+
+#: A temporary part older than this (seconds) whose writer cannot be asked is abandoned.
+STALE_TMP_S = 24 * 3600.0
+
+
+def entry_checksum(key: str, text: str, prompt_tokens: int, completion_tokens: int,
+                   finish_reason: str | None = None) -> str:
+    """The checksum an entry is stored with: a hash over everything a reader uses of it."""
+    h = hashlib.blake2b(digest_size=16)
+    fields = [key, text, str(int(prompt_tokens)), str(int(completion_tokens))]
+    if finish_reason is not None:
+        fields.append(finish_reason)
+    for part in fields:
+        b = part.encode("utf-8", "surrogatepass")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
 
 
 def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
@@ -73,6 +107,10 @@ class GenerationCache:
         self.fs.create_dir(self.path, recursive=True)
         self._entries: dict[str, CacheEntry] = {}
         self._seen_parts: set[str] = set()
+        #: Parts that could not be read, and entries whose checksum did not match (dropped).
+        self.bad_parts: list[str] = []
+        self.bad_entries: list[tuple[str, str]] = []
+        self.legacy_parts = 0
         self._listed_at = float("-inf")
         self._lock = threading.RLock()
         self.refresh()
@@ -107,26 +145,56 @@ class GenerationCache:
         for part in self._parts():
             if part in self._seen_parts:
                 continue
-            try:
-                table = pq.read_table(part, filesystem=self.fs)
-            except (OSError, pa.ArrowInvalid):
-                # A part that cannot be read (e.g. truncated by a crash of a foreign writer
-                # that bypassed the rename) is skipped, not fatal: its calls are redone.
-                self._seen_parts.add(part)
+            found = self._read_part(part)
+            if found is None:
                 continue
-            cols = {name: table.column(name).to_pylist() for name in _READ
-                    if name in table.column_names}
-            if any(name not in cols for name in _READ[:4]):  # not a part of this cache
-                self._seen_parts.add(part)
-                continue
-            finish = cols.get("finish_reason") or [None] * table.num_rows
-            for k, t, p, c, f in zip(cols["key"], cols["text"], cols["prompt_tokens"],
-                                     cols["completion_tokens"], finish, strict=True):
+            for k, entry in found:
                 if k not in self._entries:
-                    self._entries[k] = CacheEntry(t, int(p), int(c), f)
+                    self._entries[k] = entry
                     added += 1
             self._seen_parts.add(part)
         return added
+
+    def _read_part(self, part: str) -> list[tuple[str, CacheEntry]] | None:
+        """A part's verified entries; None when it vanished (a compaction deleted it: the
+        merged part holds its entries). An unreadable part is skipped with a warning."""
+        try:
+            names = pq.read_schema(part, filesystem=self.fs).names
+            if any(c not in names for c in _READ[:4]):  # not a part of this cache
+                self._seen_parts.add(part)
+                return []
+            with_sum = "checksum" in names
+            cols = [c for c in (*_READ, "checksum") if c in names]
+            table = pq.read_table(part, filesystem=self.fs, columns=cols,
+                                  page_checksum_verification=True)
+        except FileNotFoundError:
+            return None
+        except (OSError, pa.ArrowException) as e:
+            # A part that cannot be read (a bit flipped on disk, a truncation by a foreign
+            # writer that bypassed the rename) is never used: its calls are made again.
+            if self.fs.get_file_info(part).type != pafs.FileType.File:
+                return None
+            self._seen_parts.add(part)
+            self.bad_parts.append(part)
+            log.warning("generation cache: skipping unreadable part %s (%s: %s); its calls "
+                        "will be made again", part, type(e).__name__, str(e)[:200])
+            return []
+        d = table.to_pydict()
+        if not with_sum:
+            self.legacy_parts += 1
+        finish = d.get("finish_reason") or [None] * table.num_rows
+        out = []
+        for i, (k, t, p, c, f) in enumerate(zip(d["key"], d["text"], d["prompt_tokens"],
+                                                d["completion_tokens"], finish, strict=True)):
+            if with_sum and (k is None or t is None or p is None or c is None
+                             or d["checksum"][i] != entry_checksum(k, t, p, c, f)):
+                self.bad_entries.append((part, str(k)))
+                log.warning("generation cache: dropping entry %s of part %s: its checksum "
+                            "does not match its content; its call will be made again",
+                            k, part)
+                continue
+            out.append((k, CacheEntry(t, int(p), int(c), f)))
+        return out
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -152,13 +220,18 @@ class GenerationCache:
             key = req.key()
             if key in self._entries:
                 continue
-            self._entries[key] = CacheEntry(comp.text, comp.prompt_tokens, comp.completion_tokens,
+            text = valid_text(comp.text)
+            self._entries[key] = CacheEntry(text, comp.prompt_tokens, comp.completion_tokens,
                                             comp.finish_reason)
-            rows.append({"key": key, "model": req.model, "revision": req.revision or "",
-                         "seed": req.seed, "text": comp.text,
+            rows.append({"key": key, "model": valid_text(req.model),
+                         "revision": valid_text(req.revision or ""),
+                         "seed": req.seed, "text": text,
                          "prompt_tokens": comp.prompt_tokens,
                          "completion_tokens": comp.completion_tokens, "created": now,
-                         "finish_reason": comp.finish_reason})
+                         "finish_reason": comp.finish_reason,
+                         "checksum": entry_checksum(key, text, comp.prompt_tokens,
+                                                    comp.completion_tokens,
+                                                    comp.finish_reason)})
         if rows:
             self._write(pa.Table.from_pylist(rows, schema=SCHEMA))
         return len(rows)
@@ -166,42 +239,126 @@ class GenerationCache:
     def _write(self, table: pa.Table) -> None:
         name = f"part-{time.time_ns()}-{uuid.uuid4().hex[:12]}.parquet"
         final = f"{self.path}/{name}"
-        tmp = f"{self.path}/.tmp-{name}"
-        pq.write_table(table, tmp, filesystem=self.fs)
-        self.fs.move(tmp, final)
+        tmp = f"{self.path}/{_TMP_PREFIX}{_writer_tag()}-{name}"
+        try:
+            pq.write_table(table, tmp, filesystem=self.fs, write_page_checksum=True)
+            self.fs.move(tmp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(tmp)
+            raise
         self._seen_parts.add(final)
 
-    def compact(self) -> int:
-        """Merge all parts into one (safe while nobody else writes); returns entries kept."""
+    def compact(self) -> dict[str, int]:
+        """Merge every verified part into one; safe beside running writers (see the module
+        docstring). Returns the figures: ``entries`` kept, ``parts`` merged, ``dropped``
+        entries (bad checksum), ``unreadable`` parts (left where they are) and ``tmp_removed``
+        temporary files of dead writers."""
         with self._lock:
             return self._compact()
 
-    def _compact(self) -> int:
+    def _compact(self) -> dict[str, int]:
+        tmp_removed = self.remove_stale_tmp()
         parts = self._parts()
-        if len(parts) <= 1:
-            return len(self._entries)
-        tables = []
+        merged: dict[str, tuple[str, CacheEntry]] = {}
+        read: list[str] = []
+        dropped_before = len(self.bad_entries)
+        unreadable_before = len(self.bad_parts)
         for part in parts:
-            try:
-                table = pq.read_table(part, filesystem=self.fs)
-            except (OSError, pa.ArrowInvalid):
+            found = self._read_part(part)
+            if found is None:
                 continue
-            if "finish_reason" not in table.column_names:  # a part written before it was kept
-                table = table.append_column("finish_reason",
-                                            pa.nulls(table.num_rows, pa.string()))
-            tables.append(table.select(SCHEMA.names).cast(SCHEMA))
-        merged = pa.concat_tables(tables)
-        keys = merged.column("key").to_pylist()
-        first: dict[str, int] = {}
-        for i, k in enumerate(keys):
-            first.setdefault(k, i)
-        merged = merged.take(sorted(first.values()))
-        self._write(merged)
-        for part in parts:
-            self.fs.delete_file(part)
+            if part in self.bad_parts:
+                continue
+            read.append(part)
+            for k, e in found:
+                merged.setdefault(k, (k, e))
+        figures = {"parts": len(read), "dropped": len(self.bad_entries) - dropped_before,
+                   "unreadable": len(self.bad_parts) - unreadable_before,
+                   "tmp_removed": tmp_removed}
+        if len(read) <= 1 and figures["dropped"] == 0:
+            figures["entries"] = len(merged)
+            return figures
+        # Model, revision, seed and creation time ride along from the parts that have them.
+        extra: dict[str, dict] = {}
+        for part in read:
+            try:
+                t = pq.read_table(part, filesystem=self.fs,
+                                  columns=["key", "model", "revision", "seed", "created"])
+            except (OSError, pa.ArrowException):
+                continue
+            for row in t.to_pylist():
+                extra.setdefault(row["key"], row)
+        rows = []
+        for k, (_, e) in merged.items():
+            x = extra.get(k, {})
+            rows.append({"key": k, "model": x.get("model") or "", "revision": x.get("revision")
+                         or "", "seed": x.get("seed") or 0, "text": e.text,
+                         "prompt_tokens": e.prompt_tokens,
+                         "completion_tokens": e.completion_tokens,
+                         "created": x.get("created") or 0.0,
+                         "finish_reason": e.finish_reason,
+                         "checksum": entry_checksum(k, e.text, e.prompt_tokens,
+                                                    e.completion_tokens, e.finish_reason)})
+        if rows:
+            self._write(pa.Table.from_pylist(rows, schema=SCHEMA))
+        for part in read:
+            # another compaction may have got there first: its merged part holds the entries
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.delete_file(part)
+        for k, (_, e) in merged.items():
+            self._entries.setdefault(k, e)
         self._seen_parts = set(self._parts())
-        return merged.num_rows
+        figures["entries"] = len(merged)
+        return figures
+
+    def remove_stale_tmp(self) -> int:
+        """Delete the temporary files of writers that died before their rename: on this
+        machine, those whose process is gone; elsewhere, those older than ``STALE_TMP_S``."""
+        sel = pafs.FileSelector(self.path, recursive=False, allow_not_found=True)
+        n = 0
+        now = time.time()
+        for info in self.fs.get_file_info(sel):
+            if info.type != pafs.FileType.File or not info.base_name.startswith(_TMP_PREFIX):
+                continue
+            if not _tmp_is_stale(info.base_name[len(_TMP_PREFIX):], info.mtime, now):
+                continue
+            try:
+                self.fs.delete_file(info.path)
+                n += 1
+            except OSError:
+                pass
+        return n
 
 
-def lookup(cache: GenerationCache, requests: Sequence[ChatRequest]) -> list[Completion | None]:
-    return [cache.get(r.key()) for r in requests]
+_TMP_PREFIX = ".tmp-"
+
+
+def _writer_tag() -> str:
+    host = "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:40] or "host"
+    return f"{host}~{os.getpid()}"
+
+
+def _tmp_is_stale(rest: str, mtime, now: float) -> bool:
+    """Whether a temporary part named ``<host>~<pid>-part-...`` (or an older unnamed one)
+    belongs to a writer that is gone."""
+    tag = rest.split("-part-", 1)[0] if "-part-" in rest else ""
+    host, _, pid = tag.partition("~")
+    me = _writer_tag().partition("~")[0]
+    if host == me and pid.isdigit():
+        return not pid_alive(int(pid))
+    age = now - mtime.timestamp() if mtime is not None else float("inf")
+    return age > STALE_TMP_S
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

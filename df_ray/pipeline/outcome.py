@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from df_ray.config import RunConfig
+from df_ray.pipeline.results import CorruptResultsError, read_results
 
 
 def call_counts(metrics: dict[str, float]) -> tuple[int, int]:
@@ -47,8 +48,8 @@ def first_errors(samples_path: str, k: int = 3) -> list[str]:
     """The first ``k`` distinct call errors recorded in a configuration's results file,
     each with the agent that got it."""
     try:
-        table = pq.read_table(samples_path, columns=["n_errors", "detail"])
-    except (OSError, ValueError):
+        table = read_results(samples_path, columns=["n_errors", "detail"])
+    except (OSError, ValueError, CorruptResultsError):
         return []
     out: list[str] = []
     for n, detail in zip(table.column("n_errors").to_pylist(),
@@ -80,8 +81,8 @@ def agent_answers(samples_path: str, limit: int = 5) -> list[dict[str, Any]]:
         names = set(pq.read_schema(samples_path).names)
         cols = ["sample_id", "correct", "final_answer", "detail",
                 *(c for c in _DECISION_COLUMNS if c in names)]
-        table = pq.read_table(samples_path, columns=cols)
-    except (OSError, ValueError):
+        table = read_results(samples_path, columns=cols)
+    except (OSError, ValueError, CorruptResultsError):
         return []
     out = []
     for row in table.slice(0, limit).to_pylist():

@@ -1,8 +1,19 @@
-"""A configuration's results file: graded rows streamed to Parquet, metrics accumulated."""
+"""A configuration's results file: graded rows streamed to Parquet, metrics accumulated.
+
+Integrity: ``samples.parquet`` is written with a CRC on every Parquet page, and its SHA-256
+goes into ``samples.parquet.sha256`` beside it and into the MLflow run (tag
+``df_ray.samples_sha256``); :func:`read_results` verifies both the pages and the digest, and a
+file that fails is refused with the path and what to do, never read. A writer killed before
+its rename leaves a ``.samples-<host>~<pid>-*.parquet.tmp``; the next writer of the same
+configuration removes those of dead writers.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import socket
+import time
 import uuid
 from pathlib import Path
 
@@ -23,11 +34,12 @@ class ResultsFile:
 
     def __init__(self, cfg: RunConfig, sweep: str) -> None:
         self.cfg = cfg
-        self.dir = Path(cfg.results_dir) / safe_name(sweep) / f"{safe_name(cfg.name)}-{cfg.fingerprint()}"
+        self.dir = results_path(cfg, sweep)
         self.dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_tmp(self.dir)
         # Each writer its own temporary file: concurrent runs of one configuration never
         # truncate each other's (the last rename wins, and every renamed file is whole).
-        self.tmp = self.dir / f".samples-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet.tmp"
+        self.tmp = self.dir / f".samples-{_writer_tag()}-{uuid.uuid4().hex[:12]}.parquet.tmp"
         self.acc = MetricsAccumulator()
         self.writer: pq.ParquetWriter | None = None
 
@@ -36,7 +48,7 @@ class ResultsFile:
             self.acc.add(row)
         table = table.select(RESULT_SCHEMA.names).cast(RESULT_SCHEMA)
         if self.writer is None:
-            self.writer = pq.ParquetWriter(self.tmp, RESULT_SCHEMA)
+            self.writer = pq.ParquetWriter(self.tmp, RESULT_SCHEMA, write_page_checksum=True)
         self.writer.write_table(table)
 
     def close(self) -> None:
@@ -47,10 +59,107 @@ class ResultsFile:
     def commit(self) -> Path:
         path = self.dir / "samples.parquet"
         if not self.tmp.exists():  # no sample at all: an empty, well-formed file
-            pq.write_table(RESULT_SCHEMA.empty_table(), self.tmp)
+            pq.write_table(RESULT_SCHEMA.empty_table(), self.tmp, write_page_checksum=True)
+        digest = file_sha256(self.tmp)
+        side_tmp = self.dir / f".samples-{_writer_tag()}-{uuid.uuid4().hex[:12]}.sha256.tmp"
+        side_tmp.write_text(digest + "\n")
         os.replace(self.tmp, path)
+        os.replace(side_tmp, self.dir / "samples.parquet.sha256")
+        self.sha256 = digest
         return path
 
 
+class CorruptResultsError(RuntimeError):
+    """A results file whose content does not match its checksum."""
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_results(path: str | Path, expected: str | None = None) -> None:
+    """Raise :class:`CorruptResultsError` naming ``path`` when its SHA-256 differs from
+    ``expected`` (default: the ``.sha256`` file beside it; no check when there is none)."""
+    path = Path(path)
+    if expected is None:
+        side = path.with_name(path.name + ".sha256")
+        try:
+            expected = side.read_text().strip() or None
+        except OSError:
+            expected = None
+    if expected is None:
+        return
+    got = file_sha256(path)
+    if got != expected:
+        raise CorruptResultsError(
+            f"{path}: its content does not match its checksum (sha256 {got[:12]}..., "
+            f"recorded {expected[:12]}...): the file was changed or damaged after it was "
+            "written; rerun its configuration with a fresh results_dir to rewrite it")
+
+
+def read_results(path: str | Path, columns: list[str] | None = None,
+                 expected_sha256: str | None = None) -> pa.Table:
+    """A results file's rows, verified (its digest, then every page's CRC)."""
+    verify_results(path, expected_sha256)
+    try:
+        return pq.read_table(path, columns=columns, page_checksum_verification=True)
+    except (OSError, pa.ArrowException) as e:
+        raise CorruptResultsError(f"{path}: cannot be read ({type(e).__name__}: {e}); rerun "
+                                  "its configuration to rewrite it") from None
+
+
+def results_path(cfg: RunConfig, sweep: str) -> Path:
+    """``<results_dir>/<sweep>/<name>-<fingerprint>``, never outside ``results_dir``."""
+    root = Path(cfg.results_dir)
+    out = root / safe_name(sweep) / f"{safe_name(cfg.name)}-{cfg.fingerprint()}"
+    if not os.path.abspath(out).startswith(os.path.abspath(root) + os.sep):
+        raise ValueError(f"results path {out} is outside results_dir {root}")
+    return out
+
+
+def _writer_tag() -> str:
+    host = "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:40] or "host"
+    return f"{host}~{os.getpid()}"
+
+
+#: A temporary file of a writer on another machine counts as abandoned after this (seconds).
+STALE_TMP_S = 24 * 3600.0
+
+
+def remove_stale_tmp(directory: Path) -> int:
+    """Remove the ``.samples-*.tmp`` files of writers that are gone: on this machine those
+    whose process has exited, from elsewhere those older than ``STALE_TMP_S``."""
+    from df_ray.pipeline.cache import pid_alive
+
+    me = _writer_tag().partition("~")[0]
+    n = 0
+    for p in directory.glob(".samples-*.tmp"):
+        tag = p.name[len(".samples-"):].rsplit("-", 1)[0]
+        host, sep, pid = tag.partition("~")
+        if sep and host == me and pid.isdigit():
+            stale = not pid_alive(int(pid))
+        else:
+            try:
+                stale = time.time() - p.stat().st_mtime > STALE_TMP_S
+            except OSError:
+                continue
+        if stale:
+            try:
+                p.unlink()
+                n += 1
+            except OSError:
+                pass
+    return n
+
+
 def safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80]
+    """A file-name-safe form of a name: no path separator, NUL or leading dot (``..`` is
+    ``_.``), at most 80 characters."""
+    out = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80]
+    if not out or out.startswith("."):
+        out = "_" + out[1:] if out else "_"
+    return out

@@ -158,9 +158,32 @@ def provenance(cfg: RunConfig, samples: Sequence[Sample]) -> dict[str, str]:
     return out
 
 
+def check_writable(directory: str, field: str) -> None:
+    """Refuse, naming the field, a directory that cannot be created or written."""
+    if "://" in directory:
+        return  # remote filesystems are checked by their first write
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = os.path.join(directory, f".df_ray-write-probe-{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"{field} {directory!r} is not writable ({e.strerror or e}); make "
+                          f"it writable or set {field} to a folder you can write") from None
+
+
 def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
-    """Everything that can fail without an engine fails here: data, calibration files, methods."""
+    """Everything that can fail without an engine fails here: data, calibration files,
+    methods, engine arguments, the results and cache folders."""
     loaded: dict[tuple, list[Sample]] = {}
+    from df_ray.engines.args import check_configs
+
+    check_configs(configs)
+    for d in sorted({c.results_dir for c in configs}):
+        check_writable(d, "results_dir")
+    for d in sorted({c.cache_root for c in configs}):
+        check_writable(d, "cache_root")
     held_out: dict[tuple, Any] = {}
 
     def calibration_split(cfg: RunConfig):
@@ -179,7 +202,13 @@ def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
                 raise ConfigError(f"{cfg.name}: {refused}")
         key = samples_key(cfg)
         if key not in loaded:
-            samples = load_samples(cfg)
+            try:
+                samples = load_samples(cfg)
+            except FileNotFoundError as e:
+                where = e.filename or str(e)
+                raise ConfigError(f"{cfg.name}: the {cfg.benchmark} data {where!s} does not "
+                                  "exist; fix source (or --source BENCHMARK=PATH) or fetch "
+                                  "the data set") from None
             if not samples:
                 raise ConfigError(f"{cfg.name}: the {cfg.benchmark} {cfg.split} split is empty")
             loaded[key] = samples
@@ -269,9 +298,17 @@ class Runner:
         """Run configurations that share their samples and cache root through one pipeline.
 
         Each configuration keeps its own results file and MLflow run, written once all its
-        samples are graded; finished ones are skipped."""
+        samples are graded; finished ones are skipped. With a tracker the configurations are
+        claimed first (``Tracker.claim``): a concurrent run of the same sweep waits here, then
+        skips what the other finished."""
         if len({c.cache_root for c in cfgs}) > 1:
             raise ValueError("run_many: the configurations must share one cache root")
+        claim = getattr(self.tracker, "claim", None)
+        with (claim(cfgs, say=self.say) if claim is not None else _nullcontext()):
+            return self._run_many(cfgs, samples, sweep)
+
+    def _run_many(self, cfgs: Sequence[RunConfig], samples: Sequence[Sample],
+                  sweep: str) -> list[RunResult]:
         out: dict[int, RunResult] = {}
         todo: list[int] = []
         for i, cfg in enumerate(cfgs):
@@ -387,7 +424,7 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
         from df_ray.tracking import Tracker
 
         first = configs[0].tracking
-        tracker = Tracker(first.uri, first.experiment)
+        tracker = Tracker(first.uri, first.experiment, results_dir=configs[0].results_dir)
     init_ray(address)
     backbones = shared_backbones(configs)
     if not any(c.autoscaling for c in configs):

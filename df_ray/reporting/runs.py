@@ -138,7 +138,13 @@ def load_samples(run, tracking_uri: str | None = None) -> pd.DataFrame:
             path = local
         else:
             raise
-    return pd.read_parquet(path)
+    expected = None if isinstance(run, str) else run.get("tags.df_ray.samples_sha256")
+    expected = expected if isinstance(expected, str) and expected else None
+    from df_ray.pipeline.results import read_results
+
+    # verified: a file whose content no longer matches the digest logged with its run (or
+    # the one beside it) is refused, naming it, never reported
+    return read_results(path, expected_sha256=expected).to_pandas()
 
 
 def sample_detail(row) -> dict[str, Any]:

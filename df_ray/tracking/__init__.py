@@ -1,9 +1,16 @@
 """MLflow logging: one run per configuration, nested under one run per sweep.
 
 Only the driver writes to MLflow. A configuration's run is created when its samples are all
-graded and marked FINISHED in the same breath, so an interrupted job leaves no half runs; a
-rerun finds finished configurations by their fingerprint tag and skips them, and reuses the
-sweep's parent run.
+graded and marked FINISHED in the same breath; a rerun finds finished configurations by their
+fingerprint tag and skips them, and reuses the sweep's parent run.
+
+Concurrent runs of one sweep on one store agree through locks (``df_ray.tracking.locks``):
+the sweep's parent run is found or created under the sweep's lock, and each configuration is
+looked up, run and logged under its own, so the second run waits for the first and then
+skips what it finished: exactly one FINISHED run per configuration. A run killed while it
+logged leaves its configuration's run RUNNING; the rerun, holding the configuration's lock,
+ends it KILLED with the reason (tag ``df_ray.failure_reason``) before it runs the
+configuration again.
 """
 
 from __future__ import annotations
@@ -14,17 +21,21 @@ import re
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from df_ray.config import ConfigError, RunConfig, SweepConfig
+from df_ray.tracking import locks
 
 FINGERPRINT_TAG = "df_ray.fingerprint"
 SWEEP_TAG = "df_ray.sweep"
 PARENT_TAG = "mlflow.parentRunId"
 #: Why a configuration (or a sweep) FAILED: too many failed calls, an engine that died.
 FAILURE_TAG = "df_ray.failure_reason"
+#: The SHA-256 of a configuration's samples.parquet, verified when a report reads it.
+SAMPLES_SHA_TAG = "df_ray.samples_sha256"
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, str]:
@@ -40,6 +51,23 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, str]:
     return out
 
 
+#: The URI schemes (and forms) MLflow's tracking stores accept.
+STORE_SCHEMES = ("sqlite", "file", "http", "https", "databricks", "postgresql", "mysql",
+                 "mssql", "uc")
+
+
+def check_store_uri(uri: str) -> None:
+    """Refuse, naming it, a tracking URI no MLflow store reads (``nosuch://x``)."""
+    if "://" not in uri and not uri.startswith("databricks"):
+        return  # a bare path: a file store
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme not in STORE_SCHEMES:
+        raise ConfigError(
+            f"tracking.uri {uri!r}: MLflow has no store for the scheme {scheme!r}; use "
+            "sqlite:///mlflow.db (a local file), file:/path, or http(s)://host:port (a "
+            "tracking server)")
+
+
 def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
     """Fail early, naming the server, when an HTTP tracking server does not answer."""
     if not uri.startswith(("http://", "https://")):
@@ -52,33 +80,118 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
             "tracking.uri, or use a local store such as sqlite:///mlflow.db") from None
 
 
+class TrackingStoreError(RuntimeError):
+    """The MLflow store cannot be used (unreadable, locked, full): one line that names it and
+    says what to do. ``exit_status`` 2 when found before anything ran, 1 during a run."""
+
+    def __init__(self, message: str, exit_status: int = 1) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+def describe_store_error(uri: str, e: BaseException, during: str) -> str:
+    """One line for an MLflow store fault: which store, what happened, what to do."""
+    text = " ".join(str(e).split())[:300]
+    low = text.lower()
+    if "database is locked" in low:
+        return (f"the MLflow store {uri} is locked by another process ({during}); wait for "
+                "it to finish, or use another tracking.uri")
+    if "not a database" in low or "malformed" in low or "file is encrypted" in low:
+        store = _local_store(uri)
+        return (f"the MLflow store {uri} is not a readable sqlite database ({during}: {text})"
+                f"; move {store or 'it'} aside (a new store is created) or fix tracking.uri")
+    if "no space left" in low:
+        return f"no space left on the device of the MLflow store {uri} ({during})"
+    return f"the MLflow store {uri} failed ({during}: {type(e).__name__}: {text})"
+
+
+def _is_store_fault(e: BaseException) -> bool:
+    """An error of the store itself (its database, its files), not a df_ray bug."""
+    return isinstance(e, OSError) or type(e).__module__.startswith(
+        ("sqlalchemy", "mlflow", "sqlite3", "alembic"))
+
+
+def _local_store(uri: str) -> str | None:
+    from df_ray.storage import _local_store_path
+
+    return _local_store_path(uri)
+
+
 class Tracker:
-    def __init__(self, uri: str, experiment: str) -> None:
+    def __init__(self, uri: str, experiment: str, results_dir: str | None = None) -> None:
         import mlflow
         from mlflow.tracking import MlflowClient
 
         check_reachable(uri)
+        check_store_uri(uri)
         self.uri = uri
+        self.lock_dir = locks.lock_dir(uri, results_dir)
         mlflow.set_tracking_uri(uri)
-        self.client = MlflowClient(tracking_uri=uri)
-        exp = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(experiment)
+        try:
+            # A fresh sqlite store is created (MLflow's schema migration) by its first use:
+            # once, under the store's lock, never by two processes at the same moment.
+            with locks.exclusive(self.lock_dir, ["store"]):
+                self.client = MlflowClient(tracking_uri=uri)
+                exp = self.client.get_experiment_by_name(experiment)
+                self.experiment_id = (exp.experiment_id if exp
+                                      else self.client.create_experiment(experiment))
+        except (ConfigError, TrackingStoreError):
+            raise
+        except Exception as e:
+            if _is_store_fault(e):
+                raise TrackingStoreError(describe_store_error(uri, e, "opening it"),
+                                         exit_status=2) from None
+            raise
         self.experiment = experiment
         self.parent_id: str | None = None
+
+    def _waiting(self, say: Callable[[str], None]) -> Callable[[str, str], None]:
+        def waiting(name: str, holder: str) -> None:
+            say(f"another run of this sweep holds {name} ({holder}); waiting for it, to "
+                "reuse what it finishes")
+        return waiting
+
+    @contextmanager
+    def claim(self, cfgs: Sequence[RunConfig], say: Callable[[str], None] = lambda m: None):
+        """Hold the configurations' locks while they are looked up, run and logged; runs a
+        killed job left RUNNING are ended KILLED first (see the module docstring)."""
+        names = [f"config-{c.fingerprint()}" for c in cfgs]
+        with locks.exclusive(self.lock_dir, names, waiting=self._waiting(say)):
+            for cfg in cfgs:
+                self.close_interrupted(cfg)
+            yield
+
+    def close_interrupted(self, cfg: RunConfig) -> int:
+        """End every RUNNING run of this configuration (in this sweep) KILLED, with the
+        reason; only called under the configuration's lock. Returns how many."""
+        filt = f"tags.`{FINGERPRINT_TAG}` = '{cfg.fingerprint()}' and attributes.status = 'RUNNING'"
+        if self.parent_id:
+            filt += f" and tags.`{PARENT_TAG}` = '{self.parent_id}'"
+        n = 0
+        for run in self.client.search_runs([self.experiment_id], filter_string=filt):
+            self.client.set_tag(run.info.run_id, FAILURE_TAG,
+                                "interrupted: the job was killed while it logged this run; "
+                                "closed by a rerun of its sweep")
+            self.client.set_terminated(run.info.run_id, status="KILLED")
+            n += 1
+        return n
 
     @contextmanager
     def sweep(self, sweep: SweepConfig):
         fp = sweep_fingerprint(sweep)
-        found = self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`{SWEEP_TAG}` = '{fp}'",
-            max_results=1, order_by=["attributes.start_time DESC"])
-        if found:
-            run = found[0]
-            self.client.update_run(run.info.run_id, status="RUNNING")
-        else:
-            run = self.client.create_run(self.experiment_id, run_name=sweep.name,
-                                         tags={SWEEP_TAG: fp, "df_ray.kind": "sweep"})
-            self.client.log_param(run.info.run_id, "n_configurations", len(sweep.expand()))
+        # under the sweep's lock: two runs of one sweep share one parent run
+        with locks.exclusive(self.lock_dir, [f"sweep-{fp}"]):
+            found = self.client.search_runs(
+                [self.experiment_id], filter_string=f"tags.`{SWEEP_TAG}` = '{fp}'",
+                max_results=1, order_by=["attributes.start_time DESC"])
+            if found:
+                run = found[0]
+                self.client.update_run(run.info.run_id, status="RUNNING")
+            else:
+                run = self.client.create_run(self.experiment_id, run_name=sweep.name,
+                                             tags={SWEEP_TAG: fp, "df_ray.kind": "sweep"})
+                self.client.log_param(run.info.run_id, "n_configurations",
+                                      len(sweep.expand()))
         self.parent_id = run.info.run_id
         self._sweep_failure: str | None = None
         self._progress_step = 0
@@ -122,6 +235,21 @@ class Tracker:
     def log_run(self, cfg: RunConfig, metrics: dict[str, float], samples_path: str | Path,
                 calibration: Any = None, params: dict[str, str] | None = None,
                 failure: str | None = None) -> str:
+        """Log one configuration (see :meth:`_log_run`); a fault of the store becomes a
+        :class:`TrackingStoreError` that says what is kept."""
+        try:
+            return self._log_run(cfg, metrics, samples_path, calibration, params, failure)
+        except Exception as e:
+            if not _is_store_fault(e):
+                raise
+            raise TrackingStoreError(
+                describe_store_error(self.uri, e, f"logging configuration {cfg.name!r}")
+                + f"; its per-sample results ({samples_path}) and every LLM call are kept: "
+                "rerun the same command to log it without new calls") from None
+
+    def _log_run(self, cfg: RunConfig, metrics: dict[str, float], samples_path: str | Path,
+                 calibration: Any = None, params: dict[str, str] | None = None,
+                 failure: str | None = None) -> str:
         """Log one configuration. ``params``: further parameters, such as the provenance
         (model revisions, data set fingerprint, prompt version) the runner computes. The run
         ends FINISHED, or FAILED with ``failure`` as its reason tag (a FAILED run is not
@@ -158,16 +286,30 @@ class Tracker:
             ms = [Metric(metric_name(k), float(v), now, 0) for k, v in sorted(metrics.items())
                   if v is not None]
             tags = [RunTag("df_ray.samples", str(samples_path))]
+            digest = _samples_digest(samples_path)
+            if digest:
+                tags.append(RunTag(SAMPLES_SHA_TAG, digest))
             if failure:
                 tags.append(RunTag(FAILURE_TAG, failure[:5000]))
             self.client.log_batch(rid, metrics=ms, tags=tags)
             self.client.log_artifact(rid, str(samples_path))
         except Exception:
-            self.client.set_terminated(rid, status="FAILED")
-            self.client.delete_run(rid)
+            try:
+                self.client.set_terminated(rid, status="FAILED")
+                self.client.delete_run(rid)
+            except Exception:  # the store that failed may fail again: the rerun closes it
+                pass
             raise
         self.client.set_terminated(rid, status="FAILED" if failure else "FINISHED")
         return rid
+
+
+def _samples_digest(samples_path: str | Path) -> str | None:
+    """The SHA-256 the results file's writer recorded beside it, if any."""
+    try:
+        return Path(str(samples_path) + ".sha256").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def metric_name(key: str) -> str:

@@ -108,3 +108,16 @@ def test_canonicalize_choice(answer: str, key: str | None) -> None:
 def test_choice_confidence() -> None:
     obs = parse("Answer: B\n**Confidence:** 0.7", MMLU)
     assert obs.answer == "B" and obs.confidence == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("text", ["c", "(c)", "c.", " (C) ", "**c**", "[c]"])
+def test_a_bare_letter_as_the_whole_output_is_that_letter(text: str) -> None:
+    # DESIGN: (C), C., c are one key; an output that is only the letter says C
+    obs = parse(text, MMLU)
+    assert obs.valid and obs.answer == "C", obs
+    assert obs.answer == canonicalize(text, MMLU)
+
+
+def test_a_lowercase_letter_inside_prose_is_still_an_article() -> None:
+    assert parse("a", GPQA).answer == "A"  # alone, it is the answer
+    assert not parse("a good idea", MMLU).valid  # in a sentence, the article

@@ -35,3 +35,25 @@ def read_call_log(path: str | os.PathLike[str]) -> list[str]:
             return [line.split()[1] for line in f if line.strip()]
     except FileNotFoundError:
         return []
+
+
+def goa_huge_selection(request: ChatRequest) -> str:
+    """Graph-of-Agents' meta-LLM answering sample q3's node selection with a 5,000-digit
+    number (over Python's integer-string limit); every other call as ``majority``."""
+    from df_ray.engines.scripted import last_user_content
+
+    u = last_user_content(request)
+    if u.startswith("Choose the "):
+        return ("1" * 5000 + ", 2, 3") if "[q3]" in u else "0, 1, 2"
+    if u.startswith("Rate the following"):
+        return "[0.5, 0.5]"
+    return majority(request)
+
+
+def surrogate_on_q2(request: ChatRequest) -> str:
+    """``majority``, with a lone UTF-16 surrogate (what ``json.loads`` makes of ``"\\ud800"``)
+    in every answer about sample q2."""
+    from df_ray.engines.scripted import last_user_content
+
+    text = majority(request)
+    return text + " \ud800" if "[q2]" in last_user_content(request) else text

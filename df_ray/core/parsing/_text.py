@@ -116,27 +116,37 @@ def balanced(text: str) -> bool:
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?:\s*(\{)|\s+(?=[^\s{]))")
 
+#: A box holding more than this many characters is no answer (only nested or runaway boxes
+#: do): it is left out of ``boxed_spans``, which keeps the work linear in the input.
+MAX_BOX_CHARS = 4_000
 
-def boxed_spans(text: str) -> list[tuple[int, str]]:
-    """``(start, content)`` of every complete ``\\boxed{...}`` / ``\\fbox{...}`` in text order.
 
-    ``\\boxed 5`` (no braces) yields the next token. Unbalanced (truncated) boxes are skipped.
-    """
+def box_positions(text: str) -> list[tuple[int, int, int]]:
+    """``(start, content start, content end)`` of every complete ``\\boxed{...}`` /
+    ``\\fbox{...}`` / ``\\boxed 5`` in text order; one linear pass, nothing sliced."""
     if "\\boxed" not in text and "\\fbox" not in text:
         return []
     matches = brace_matches(text)
-    out: list[tuple[int, str]] = []
+    out: list[tuple[int, int, int]] = []
     for m in _BOX_RE.finditer(text):
         if m.group(1):
-            open_i = m.end() - 1
-            close_i = matches.get(open_i)
+            close_i = matches.get(m.end() - 1)
             if close_i is not None:
-                out.append((m.start(), text[open_i + 1 : close_i]))
+                out.append((m.start(), m.end(), close_i))
         else:
             tok = re.match(r"[^\s$]+", text[m.end() : m.end() + 200])
             if tok:
-                out.append((m.start(), tok.group(0)))
+                out.append((m.start(), m.end(), m.end() + tok.end()))
     return out
+
+
+def boxed_spans(text: str, max_chars: int = MAX_BOX_CHARS) -> list[tuple[int, str]]:
+    """``(start, content)`` of every complete ``\\boxed{...}`` / ``\\fbox{...}`` in text order
+    whose content is at most ``max_chars`` long (see ``MAX_BOX_CHARS``).
+
+    ``\\boxed 5`` (no braces) yields the next token. Unbalanced (truncated) boxes are skipped.
+    """
+    return [(start, text[a:b]) for start, a, b in box_positions(text) if b - a <= max_chars]
 
 
 _FENCE_RE = re.compile(r"(?m)^[^\S\n]*+(`{3,}+|~{3,}+)[^\S\n]*+([\w+#.-]*+)[^\n]*+\n")

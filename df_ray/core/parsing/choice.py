@@ -17,7 +17,9 @@ that finds a letter wins; ``rule`` is recorded on the observation):
    text wins.
 4. ``bold_letter`` (0.8): a line that is just a bold letter ``**C**`` (not ``**(B)** is
    wrong`` in an option-by-option analysis); ``letter_line`` (0.6): a line that is just a
-   letter such as ``(C)`` / ``C.``; an option list (``C. Paris``) is not an answer.
+   letter such as ``(C)`` / ``C.``; an option list (``C. Paris``) is not an answer. An output
+   that is nothing but one letter in either case (``c``, ``(c)``, ``c.``) is that letter
+   (``letter_line``, 0.6), as DESIGN's canonicalization says (``(C)``, ``C.``, ``c``).
 
 The official script ends with a last-resort guess, the last standalone capital A-J anywhere in
 the text (often the article "A"); df_ray does not guess: without one of the rules above the
@@ -32,6 +34,8 @@ import re
 from df_ray.core.parsing._text import boxed_spans, squeeze, strip_confidence_lines
 
 LETTERS = "ABCDEFGHIJ"
+#: The longest box content read as a letter answer (``\\boxed{C. the option's text}``).
+MAX_LETTER_BOX_CHARS = 300
 
 # A letter token after a marker: "(C)", "[C]", "C", "C.", "C)", "c" ... with a guard after it.
 _LETTER_TOKEN = r"[(\[{]?\s*([A-Ja-j])(?:\s*[)\]}])?"
@@ -62,6 +66,7 @@ _CORRECT_OPTION_RE = re.compile(
 # option-by-option analysis.
 _BOLD_RE = re.compile(r"(?m)^[^\S\n]*\*\*\s*[(\[]?([A-J])[)\]]?\s*[.:)]?\s*\*\*[^\S\n]*[.!]?[^\S\n]*$")
 _LINE_RE = re.compile(r"(?m)^[^\S\n]*[*_]*[(\[]?([A-J])[)\].:]?[*_]*[^\S\n]*$")
+_BARE_RE = re.compile(r"^\s*[*_]*[(\[]?([A-Ja-j])[)\]]?\.?[*_]*\s*$")
 
 
 def _letter_ok(text: str, m: re.Match[str], group: int = 1) -> bool:
@@ -118,7 +123,8 @@ def extract_choice_rule(text: str) -> tuple[str, float, str] | None:
     if letter:
         return letter, 1.0, "answer_colon"
     explicit: list[tuple[int, str, str]] = []
-    for start, content in boxed_spans(body):
+    # a box that names a letter is short; longer (nested, runaway) boxes are not read
+    for start, content in boxed_spans(body, max_chars=MAX_LETTER_BOX_CHARS):
         letter = letter_from_answer(content)
         if letter:
             explicit.append((start, letter, "boxed"))
@@ -137,6 +143,9 @@ def extract_choice_rule(text: str) -> tuple[str, float, str] | None:
     if lines:
         # Only a line that is nothing but a letter ("(C)", "C."): a listed option has text.
         return lines[-1].group(1), 0.6, "letter_line"
+    m = _BARE_RE.match(body)
+    if m:  # the whole output is one letter, any case: "c", "(c)", "c." (DESIGN: c is C)
+        return m.group(1).upper(), 0.6, "letter_line"
     return None
 
 

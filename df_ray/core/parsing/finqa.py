@@ -42,7 +42,7 @@ MAX_PROGRAM_CHARS = 10_000
 _STEP_RE = re.compile(r"\s*([A-Za-z_]+)\s*\(([^()]*)\)\s*")
 _NUM_RE = re.compile(r"^[-+]?\$?\s*(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?\s*%?$")
 _CONST_RE = re.compile(r"^const_(m?)(\d+(?:[._]\d+)?)$")
-_REF_RE = re.compile(r"^#\s*(\d+)$")
+_REF_RE = re.compile(r"^#\s*(\d{1,9})$")  # bounded: int() of 4,300+ digits raises
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,7 @@ def extract_label(text: str, labels: tuple[str, ...] | None) -> tuple[str, float
     """``(answer text, quality)`` of the label in a model output, or None."""
     body = strip_confidence_lines(squeeze(text))
     explicit: list[tuple[int, str]] = []
-    for start, content in boxed_spans(body):
+    for start, content in boxed_spans(body, max_chars=2000):  # a label is short
         explicit.append((start, content))
     markers = list(_MARKER_RE.finditer(body))
     if markers:

@@ -8,7 +8,12 @@ that equal keys are math-verify-equal (property-tested against math-verify).
 
 Extraction (``extract_math_answer``): math-verify's own extraction decides the answer text
 whenever it finds one, so df_ray reads what the reference grader reads (a box anywhere wins
-over a later "the answer is $x$"; several boxes are read together, as math-verify does).
+over a later "the answer is $x$"). Several boxes: only the last group of *adjacent* boxes
+is read (``last_box_group``): boxes with nothing but separators between them (``\\boxed{2}
+and \\boxed{3}``, ``\\boxed{1}\\boxed{2}``) are one deliberate multi-answer, read together as
+math-verify reads them (the set ``{2, 3}``); a box followed by other text and a later box was
+corrected, and the last box is the answer, as the MATH reference (``last_boxed_only_string``)
+and lm-evaluation-harness's ``minerva_math`` read it.
 df_ray's rules come first only to refuse malformed answers: text after a marker with
 unbalanced braces, or a ``\\boxed{`` left open after the last candidate (a truncated output),
 is invalid; and after it, where it finds nothing: an explicit ``Final answer:`` / ``Answer:``
@@ -41,6 +46,7 @@ from fractions import Fraction
 from df_ray.core.parsing._bounded import ParseTimeout, call_bounded
 from df_ray.core.parsing._text import (
     balanced,
+    box_positions,
     boxed_spans,
     first_math_segment,
     next_nonempty_line,
@@ -51,6 +57,9 @@ from df_ray.core.parsing._text import (
 
 #: Answers longer than this are keyed by their normalized string only (no sympy).
 MAX_SYMPY_CHARS = 400
+#: Numbers longer than this are keyed by their string: Python refuses int() and str() of
+#: integers over 4,300 digits, and no answer needs them.
+MAX_NUMBER_CHARS = 1000
 #: Keys longer than this are shortened to a prefix plus a hash.
 MAX_KEY_CHARS = 120
 #: Seconds allowed for one sympy canonicalization (any thread); env DF_RAY_PARSE_TIMEOUT_S.
@@ -131,7 +140,10 @@ _REPEATING_RE = re.compile(
 
 def repeating_decimal(s: str) -> Fraction | None:
     """``0.\\overline{3}`` -> 1/3, ``1.2\\overline{45}`` -> 1.2454545... as a fraction."""
-    m = _REPEATING_RE.match(s.replace(" ", ""))
+    s = s.replace(" ", "")
+    if len(s) > MAX_NUMBER_CHARS:
+        return None
+    m = _REPEATING_RE.match(s)
     if not m:
         return None
     sign, whole, fixed, rep = m.groups()
@@ -157,6 +169,8 @@ def rewrite_repeating(s: str) -> str:
 
 def _exact_number(s: str) -> Fraction | None:
     t = s.replace(" ", "")
+    if len(t) > MAX_NUMBER_CHARS:  # keyed by its string (Python's int-string limit)
+        return None
     rep = repeating_decimal(t)
     if rep is not None:
         return rep
@@ -385,7 +399,7 @@ def extract_math_rule(text: str) -> tuple[str, float, str] | None:
                                "answer_is" if soft else "final_answer"))
             break
     last_start = max((c[0] for c in candidates), default=-1)
-    complete = {start for start, _ in boxes}
+    complete = {start for start, _, _ in box_positions(body)}
     for m in _OPEN_BOX_RE.finditer(body, max(0, last_start)):
         if m.start() > last_start and m.start() not in complete:
             raise MathExtractError("unbalanced braces: a \\boxed{ is never closed")
@@ -416,6 +430,41 @@ def _squash(s: str) -> str:
     return re.sub(r"\s+|\\[,;!: ]|\\left|\\right|\$", "", s)
 
 
+# What may stand between two boxes of one deliberate multi-answer ("\\boxed{2} and
+# \\boxed{3}", "$\\boxed{1}$, $\\boxed{2}$"): separators only, no other word.
+_BOX_GAP_RE = re.compile(
+    r"(?i)^(?:\s|[,;&$]|\\[\[\]()]|\\q?quad|\\[,;:! ]|\band\b|\bor\b|"
+    r"\\(?:text|mbox|textrm)\{\s*(?:and|or|,)?\s*\}|\b[A-Za-z]_?\d?\s*=)*$")
+#: Gaps longer than this between boxes are never separators only.
+_MAX_BOX_GAP = 200
+
+
+def last_box_group(body: str) -> tuple[int, int] | None:
+    """``(start, end)`` of the last group of adjacent boxes when the text holds more than one
+    box, else None. Boxes are adjacent when only separators stand between them (whitespace,
+    commas, semicolons, ``and``/``or``, math delimiters, ``\\quad``): such a group is one
+    answer, read as a set (``\\boxed{2} and \\boxed{3}`` -> ``{2, 3}``). Any other text
+    between two boxes ends a group, so a self-corrected answer ("At first I got \\boxed{3}
+    ... the sum is \\boxed{4}") is its last box, as the MATH reference
+    (``last_boxed_only_string``) and lm-evaluation-harness's ``minerva_math`` read it."""
+    boxes = [(s, b + (1 if body[b:b + 1] == "}" else 0)) for s, _, b in box_positions(body)]
+    # outermost boxes only (a box nested in another is part of that answer)
+    top: list[tuple[int, int]] = []
+    for start, end in boxes:
+        if top and start < top[-1][1]:
+            continue
+        top.append((start, end))
+    if len(top) < 2:
+        return None
+    g_start, g_end = top[-1]
+    for start, end in reversed(top[:-1]):
+        gap = body[end:g_start]
+        if len(gap) > _MAX_BOX_GAP or not _BOX_GAP_RE.match(gap):
+            break
+        g_start = start
+    return g_start, g_end
+
+
 def extract_math_answer(text: str) -> tuple[str, float, str]:
     """``(answer text, quality, rule)`` as the MATH leaderboards read it, or MathExtractError.
 
@@ -428,6 +477,11 @@ def extract_math_answer(text: str) -> tuple[str, float, str]:
     """
     own = extract_math_rule(text)
     body = strip_confidence_lines(text)
+    group = last_box_group(body)
+    if group is not None:
+        # several boxes: only the last group of adjacent ones is the answer (a deliberate
+        # multi-answer stays a set; an earlier box before other text was corrected)
+        body = body[group[0]:group[1]]
     warm()
     try:
         ref = call_bounded(mv_extract, body, timeout_s=SYMPY_TIMEOUT_S)

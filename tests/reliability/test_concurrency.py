@@ -1,0 +1,83 @@
+"""Exactly one run per configuration: two concurrent runs of one sweep on one (fresh) MLflow
+store, and a rerun after a kill while a configuration's run was being logged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from df_ray.config import SweepConfig
+from df_ray.tracking import FAILURE_TAG, Tracker
+from tests.reliability._helpers import (
+    base_config,
+    configuration_runs,
+    run_to_end,
+    start_cli,
+    write_mmlu_goa,
+    write_sweep,
+)
+
+RUNS = [{"name": "tau066"}, {"name": "tau080", "guardrail.tau_p": 0.8}]
+
+
+@pytest.mark.slow
+def test_two_concurrent_runs_of_one_sweep_leave_one_finished_run_per_configuration(tmp_path):
+    src = write_mmlu_goa(tmp_path / "mmlu.json", 6)
+    base = base_config(tmp_path, src, latency_s=0.05, batch_size=2)
+    sweep = write_sweep(tmp_path / "sweep.yaml", base, RUNS, fuse=False)
+    assert not (tmp_path / "mlflow.db").exists()  # a fresh store, created by both at once
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    procs = [start_cli(["run", "--config", str(sweep)], log) for log in logs]
+    rcs = [run_to_end(["run", "--config", str(sweep)], log, None, 900, proc=p)
+           for p, log in zip(procs, logs, strict=True)]
+    texts = [log.read_text(errors="replace") for log in logs]
+    assert rcs == [0, 0], texts
+    runs = configuration_runs(f"sqlite:///{tmp_path}/mlflow.db")
+    finished = sorted(r.data.tags["mlflow.runName"] for r in runs
+                      if r.info.status == "FINISHED")
+    assert finished == ["tau066", "tau080"], [(r.info.run_name, r.info.status) for r in runs]
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    # the second run waited for the first and reused what it finished
+    assert any("already finished" in t for t in texts), texts
+
+
+def test_a_rerun_closes_the_running_run_a_kill_during_logging_left(tmp_path, ray_local):
+    from df_ray.pipeline.runner import run_sweep
+
+    src = write_mmlu_goa(tmp_path / "mmlu.json", 4)
+    base = base_config(tmp_path, src, batch_size=4, concurrency=1)
+    sweep = SweepConfig.model_validate({"name": "kill-log", "base": base, "runs": [{}]})
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    (first,) = run_sweep(sweep, progress=lambda m: None)
+    client = MlflowClient(tracking_uri=uri)
+    # the state a kill between create_run and set_terminated leaves: a RUNNING run
+    client.update_run(first.run_id, status="RUNNING")
+    (again,) = run_sweep(sweep, progress=lambda m: None)
+    assert not again.skipped and again.metrics["fresh_calls"] == 0
+    runs = {r.info.run_id: r for r in configuration_runs(uri)}
+    assert runs[first.run_id].info.status == "KILLED"
+    assert "interrupted" in runs[first.run_id].data.tags[FAILURE_TAG]
+    assert runs[again.run_id].info.status == "FINISHED"
+    assert [r.info.status for r in runs.values()].count("RUNNING") == 0
+
+
+def test_a_fresh_sqlite_store_is_created_once_under_its_lock(tmp_path):
+    import multiprocessing as mp
+
+    uri = f"sqlite:///{tmp_path}/fresh.db"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_open_store, args=(uri,)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    exps = [e.name for e in MlflowClient(tracking_uri=uri).search_experiments()]
+    assert exps.count("shared") == 1
+    assert (Path(tmp_path) / ".fresh.db.df_ray-locks").is_dir()
+
+
+def _open_store(uri: str) -> None:
+    Tracker(uri, "shared")

@@ -1,0 +1,157 @@
+"""One clear line for every fault of the table (docs/faults.md): the run ends with one
+``df-ray: ...`` line that names the file or field, no traceback; exit status 2 for bad input
+found before Ray starts, 1 for an environment fault during a run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.reliability._helpers import REPO, base_config, cli_env, write_mmlu_goa
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "df_ray.cli", *args], cwd=REPO,
+                          env=cli_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _write(tmp_path: Path, base: dict, name: str = "faults") -> Path:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "base": base, "runs": [{}]}))
+    return path
+
+
+def _one_line(out: subprocess.CompletedProcess, rc: int, *needles: str) -> str:
+    text = out.stdout + out.stderr
+    assert out.returncode == rc, text
+    assert "Traceback" not in text, text
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("df-ray:")]
+    assert len(lines) == 1, out.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def base(tmp_path):
+    src = write_mmlu_goa(tmp_path / "mmlu.json", 3)
+    return base_config(tmp_path, src)
+
+
+def test_corrupted_mlflow_db(tmp_path, base):
+    (tmp_path / "mlflow.db").write_bytes(b"this is not a database" * 100)
+    _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
+              "mlflow.db", "not a readable sqlite database", "move")
+
+
+def test_mlflow_db_locked_by_another_process_at_start(tmp_path, base):
+    db = tmp_path / "mlflow.db"
+    con = sqlite3.connect(db, isolation_level=None, timeout=0)
+    con.execute("CREATE TABLE hold (x)")
+    con.execute("BEGIN EXCLUSIVE")
+    try:
+        _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
+                  "mlflow.db", "locked by another process")
+    finally:
+        con.execute("ROLLBACK")
+        con.close()
+
+
+def test_missing_data_file(tmp_path, base):
+    base["source"] = str(tmp_path / "nowhere.json")
+    _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
+              "nowhere.json", "does not exist")
+
+
+def test_unsupported_tracking_uri(tmp_path, base):
+    base["tracking"]["uri"] = "nosuch://x"
+    _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
+              "tracking.uri", "nosuch")
+
+
+def test_results_dir_that_cannot_be_written(tmp_path, base):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    base["results_dir"] = str(blocker / "results")
+    _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
+              "results_dir", "not writable")
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
+                    reason="root writes into read-only folders")
+def test_read_only_results_dir(tmp_path, base):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    base["results_dir"] = str(ro)
+    try:
+        _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2, "results_dir")
+    finally:
+        ro.chmod(0o700)
+
+
+@pytest.mark.parametrize("content, says", [
+    (None, "does not exist"),
+    ('{"schema_version": 1, "agents": [', "is not valid JSON"),
+    ('{"schema_version": 1, "agents": "a1", "benchmark": "mmlu_pro"}', "field 'agents'"),
+])
+def test_calibration_file_missing_truncated_or_wrong(tmp_path, base, content, says):
+    path = tmp_path / "cal.json"
+    if content is not None:
+        path.write_text(content)
+    base.pop("ablation")  # full DarkForest: it reads the calibration
+    base["calibration"]["path"] = str(path)
+    _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2, "cal.json", says)
+
+
+@pytest.mark.parametrize("cmd", ["validate", "run"])
+def test_engine_args_typo_is_found_before_ray(tmp_path, base, cmd):
+    base["backbones"]["b1"]["engine_args"] = {"latncy_s": 0.1}
+    _one_line(_cli(cmd, "--config", str(_write(tmp_path, base))), 2,
+              "backbones.b1.engine_args", "'latncy_s'", "did you mean 'latency_s'")
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda b: b["backbones"]["b1"].update(replicas=1_000_000), "replicas"),
+    (lambda b: b.update(name="bad\x00name"), "name"),
+    (lambda b: b.update(name="a/b"), "path separator"),
+])
+def test_counts_and_names_are_refused_by_validate(tmp_path, base, edit, says):
+    edit(base)
+    _one_line(_cli("validate", "--config", str(_write(tmp_path, base))), 2, says)
+
+
+def test_sweep_named_dot_dot_is_refused(tmp_path, base):
+    _one_line(_cli("validate", "--config", str(_write(tmp_path, base, name=".."))), 2,
+              "sweep name")
+
+
+def test_environment_fault_during_a_run_is_one_line():
+    import errno
+
+    from df_ray.cli import environment_failure_text
+
+    text = environment_failure_text(OSError(errno.ENOSPC, "No space left on device",
+                                            "/data/results/x.tmp"))
+    assert "\n" not in text and "/data/results/x.tmp" in text and "free space" in text
+
+
+def test_a_configuration_fingerprint_holds_no_file_location(tmp_path, base):
+    from df_ray.config import RunConfig
+
+    a = RunConfig.model_validate(base)
+    moved = json.loads(json.dumps(base))
+    moved["calibration"]["dir"] = "/elsewhere/calibration"
+    moved["results_dir"] = "/elsewhere/results"
+    moved["cache_root"] = "/elsewhere/cache"
+    assert RunConfig.model_validate(moved).fingerprint() == a.fingerprint()
+    other = json.loads(json.dumps(base))
+    other["guardrail"] = {"tau_p": 0.8}
+    assert RunConfig.model_validate(other).fingerprint() != a.fingerprint()

@@ -1,0 +1,164 @@
+"""One bad sample or output spoils only itself: an exception in a method, a parser or a
+grader becomes that sample's error row; engine texts are made valid UTF-8 at the engine
+boundary; hostile outputs parse within their bound; Python's integer-string limit is handled
+where model text becomes a number."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from df_ray.config import SweepConfig
+from df_ray.core import ParseSpec, parse
+from df_ray.core.parsing._text import MAX_BOX_CHARS, box_positions, boxed_spans
+from df_ray.engines.base import ChatRequest, Completion, Message, repair_text
+from df_ray.engines.scripted import ScriptedEngine
+from df_ray.evaluation import Driver, Member, MetricsAccumulator
+from df_ray.evaluation.scoring import SAMPLE_ERROR_ROLE
+from df_ray.methods.goa import parse_selection
+from df_ray.pipeline.cache import GenerationCache
+from df_ray.pipeline.outcome import judge
+from tests.methods.conftest import config, make_sample
+from tests.methods.responders import respond
+from tests.reliability._helpers import base_config, write_mmlu_goa
+
+SAMPLES = [make_sample(f"q{i}") for i in range(10)]
+
+
+def _member(method: str = "single", fail_in: str = "finish", on: str = "q3") -> Member:
+    member = Member.from_config(config(method=method))
+    base = type(member.method)
+
+    class Raising(base):  # a method with a bug that shows on one sample only
+        def plan(self, round, state, ctx):
+            if fail_in == "plan" and state.sample.id == on:
+                raise ZeroDivisionError("plan exploded on " + on)
+            return super().plan(round, state, ctx)
+
+        def finish(self, state, ctx):
+            if fail_in == "finish" and state.sample.id == on:
+                raise KeyError("finish exploded on " + on)
+            return super().finish(state, ctx)
+
+    member.method.__class__ = Raising
+    return member
+
+
+@pytest.mark.parametrize("where", ["plan", "finish"])
+def test_a_method_raising_on_one_sample_gives_its_error_row_and_nine_graded(where):
+    driver = Driver([_member(fail_in=where)], ScriptedEngine("scripted", respond))
+    graded = [r for _, r in driver.finish(driver.run(SAMPLES))]
+    assert [r.sample_id for r in graded] == [s.id for s in SAMPLES]
+    bad = [r for r in graded if r.sample_id == "q3"]
+    good = [r for r in graded if r.sample_id != "q3"]
+    assert len(good) == 9 and all(r.correct and r.final_answer == "B" for r in good)
+    (row,) = bad
+    assert not row.correct and row.final_answer is None and row.n_errors == 1
+    calls = json.loads(row.detail)["calls"]
+    err = [c for c in calls if c["role"] == SAMPLE_ERROR_ROLE]
+    exc = "ZeroDivisionError" if where == "plan" else "KeyError"
+    assert len(err) == 1 and exc in err[0]["error"] and "exploded on q3" in err[0]["error"]
+    # counted like a failed call against max_error_rate
+    acc = MetricsAccumulator()
+    for r in graded:
+        acc.add(r.to_dict())
+    m = acc.result()
+    assert m["failed_calls"] == 1 and m["samples_with_errors"] == 1
+    strict = config(method="single", max_error_rate=0.0)
+    # the sample's calls made before it raised count too (finish: its one call, plan: none)
+    calls = 10 if where == "plan" else 11
+    assert f"1 of {calls} LLM calls failed" in judge(strict, m)
+    assert judge(config(method="single", max_error_rate=0.2), m) is None
+
+
+def test_a_grader_raising_on_one_sample_gives_its_error_row():
+    member = Member.from_config(config(method="single"))
+    task = member.ctx.task
+    real = task.grade
+
+    def grade(sample, obs):
+        if sample.id == "q5" and obs is not None:
+            raise RuntimeError("grader bug")
+        return real(sample, obs)
+
+    task.grade = grade
+    driver = Driver([member], ScriptedEngine("scripted", respond))
+    graded = {r.sample_id: r for _, r in driver.finish(driver.run(SAMPLES))}
+    assert len(graded) == 10 and sum(r.correct for r in graded.values()) == 9
+    assert "grade: RuntimeError: grader bug" in graded["q5"].detail
+
+
+def test_goa_selection_over_the_int_string_limit_is_an_unusable_selection():
+    assert parse_selection("1" * 5000 + ",2,3", n=4, top_k=3) is None
+    assert parse_selection("0,2,3", n=4, top_k=3) == [0, 2, 3]
+
+
+def test_goa_5000_digit_selection_on_one_sample_writes_every_row(tmp_path, ray_local):
+    from df_ray.pipeline.runner import run_sweep
+
+    source = write_mmlu_goa(tmp_path / "mmlu.json", 6)
+    base = base_config(tmp_path, source, concurrency=1, batch_size=3)
+    for b in base["backbones"].values():
+        b["script"] = "tests.reliability.responders:goa_huge_selection"
+    base["agents"].append({"id": "a4", "backbone": "b1"})
+    base.update(method="goa_mean", name="goa")
+    sweep = SweepConfig.model_validate({"name": "iso", "base": base, "runs": [{}]})
+    (res,) = run_sweep(sweep, tracker=None, progress=lambda m: None)
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(res.samples_path).to_pylist()
+    assert sorted(r["sample_id"] for r in rows) == sorted(f"q{i}" for i in range(6))
+    assert res.metrics["n_samples"] == 6
+
+
+def test_a_lone_surrogate_is_replaced_at_the_engine_boundary_and_cached(tmp_path):
+    engine = ScriptedEngine("scripted", lambda r: "Answer: B \ud800 done")
+    cache = GenerationCache(str(tmp_path))
+    driver = Driver([Member.from_config(config(method="single"))], engine, cache)
+    graded = [r for _, r in driver.finish(driver.run(SAMPLES[:2]))]
+    assert all(r.correct for r in graded)
+    assert len(cache) == 2  # every completion cached (the batch is not lost)
+    again = GenerationCache(str(tmp_path))
+    texts = [again.get(k).text for k in list(again._entries)]
+    assert texts == ["Answer: B \ufffd done"] * 2
+    calls = json.loads(graded[0].detail)["calls"]
+    assert calls[0]["repaired"] == 1
+    # a later prompt that quotes such an output still has a key
+    r = ChatRequest(model="m", messages=(Message("user", "you said \ud800"),))
+    assert len(r.key()) == 64
+    assert repair_text("a\udfffb") == ("a\ufffdb", 1)
+    assert cache.put_many([(r, Completion("x \udc80", 1, 1))]) == 1
+
+
+def test_a_lone_surrogate_through_the_pipeline_finishes_and_reruns_from_cache(tmp_path,
+                                                                             ray_local):
+    from df_ray.pipeline.runner import run_sweep
+
+    source = write_mmlu_goa(tmp_path / "mmlu.json", 4)
+    base = base_config(tmp_path, source, concurrency=1, batch_size=4)
+    for b in base["backbones"].values():
+        b["script"] = "tests.reliability.responders:surrogate_on_q2"
+    sweep = SweepConfig.model_validate({"name": "iso-sur", "base": base, "runs": [{}]})
+    (first,) = run_sweep(sweep, tracker=None, progress=lambda m: None)
+    assert first.metrics["n_samples"] == 4 and first.metrics["failed_calls"] == 0
+    (again,) = run_sweep(sweep, tracker=None, progress=lambda m: None)
+    assert again.metrics["fresh_calls"] == 0  # every call came back from the cache
+
+
+@pytest.mark.parametrize("spec", [ParseSpec("choice", n_options=4), ParseSpec("math"),
+                                  ParseSpec("label", labels=("Yes", "No"))])
+def test_a_200kb_nested_box_output_parses_within_its_bound(spec):
+    # The bound is structural (times: jobs/perf/parse_hostile.py): only boxes of at most
+    # MAX_BOX_CHARS are ever sliced, so the work around math-verify (itself under its time
+    # limit) does not grow with the nesting.
+    text = "\\boxed{" * 24_000 + "C" + "}" * 24_000
+    assert 190_000 < len(text) <= 200_000
+    spans = boxed_spans(text)
+    assert spans and all(len(c) <= MAX_BOX_CHARS for _, c in spans)
+    assert len(spans) <= MAX_BOX_CHARS // len("\\boxed{}") + 1
+    assert len(box_positions(text)) == 24_000
+    obs = parse(text, spec)
+    assert obs.valid or obs.reason  # an answer, or why not (e.g. the time limit): no hang
+    if spec.kind == "choice":
+        assert obs.answer == "C"
