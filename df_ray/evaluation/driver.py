@@ -27,7 +27,15 @@ from df_ray.core import CalibrationRecord
 from df_ray.engines.base import ChatRequest, Completion, repair_completion
 from df_ray.evaluation.context import build_context
 from df_ray.evaluation.scoring import ResultRow, describe_exception, score, score_outcome
-from df_ray.methods.base import Call, CallRecord, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.base import (
+    Call,
+    CallRecord,
+    Method,
+    MethodArgsError,
+    MethodContext,
+    Outcome,
+    SampleState,
+)
 from df_ray.tasks.base import Sample
 
 log = logging.getLogger(__name__)
@@ -123,6 +131,8 @@ class Driver:
                             for call in member.method.plan(round, st, member.ctx)]
                     for p in mine:
                         p.call.request.key()
+                except MethodArgsError:  # the configuration's fault, not the sample's
+                    raise
                 except Exception as e:  # this sample's fault: its error row, not the batch's
                     st.error = describe_exception(f"plan round {round}", e)
                     st.done = True

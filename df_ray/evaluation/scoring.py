@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from df_ray.core.types import Observation
-from df_ray.methods.base import Method, MethodContext, Outcome, SampleState
+from df_ray.methods.base import Method, MethodArgsError, MethodContext, Outcome, SampleState
 
 
 def _col(kind: str, *, summed: bool = False, doc: str = "") -> Any:
@@ -92,6 +92,8 @@ def score(state: SampleState, method: Method, ctx: MethodContext) -> ResultRow:
         return error_row(state, ctx, state.error)
     try:
         outcome = method.finish(state, ctx)
+    except MethodArgsError:  # the configuration's fault: it stops the run
+        raise
     except Exception as e:
         return error_row(state, ctx, describe_exception("finish", e))
     try:

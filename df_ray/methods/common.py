@@ -19,7 +19,14 @@ from pydantic import StringConstraints
 
 from df_ray.core import majority_vote, parse, weighted_vote
 from df_ray.core.types import Observation
-from df_ray.methods.base import AgentView, Call, CallRecord, MethodContext, SampleState
+from df_ray.methods.base import (
+    AgentView,
+    Call,
+    CallRecord,
+    MethodArgsError,
+    MethodContext,
+    SampleState,
+)
 
 INDEPENDENT_SLOT = "independent"
 AGENT_ROLE = "agent"
@@ -39,8 +46,8 @@ def pick_agent(ctx: MethodContext, agent_id: str | None, method: str) -> AgentVi
         return ctx.agent(agent_id)
     except KeyError:
         known = [a.id for a in ctx.agents] + ([ctx.coordinator.id] if ctx.coordinator else [])
-        raise ValueError(f"method {method!r}: method_args agent {agent_id!r} is not one of the "
-                         f"run's agents {known}") from None
+        raise MethodArgsError(f"method {method!r}: method_args agent {agent_id!r} is not one "
+                              f"of the run's agents {known}") from None
 
 
 def lead_agent(ctx: MethodContext) -> AgentView:

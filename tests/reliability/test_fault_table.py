@@ -29,14 +29,19 @@ def _write(tmp_path: Path, base: dict, name: str = "faults") -> Path:
 
 
 def _one_line(out: subprocess.CompletedProcess, rc: int, *needles: str) -> str:
+    """The run's one message: a single ``df-ray:`` line (a configuration error names its
+    file and run on it, and the field on the next line), no traceback."""
     text = out.stdout + out.stderr
     assert out.returncode == rc, text
     assert "Traceback" not in text, text
-    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("df-ray:")]
-    assert len(lines) == 1, out.stderr
+    lines = out.stderr.splitlines()
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("df-ray:")]
+    assert len(starts) == 1, out.stderr
+    message = "\n".join(lines[starts[0]:])
+    assert len(lines) - starts[0] <= 2, out.stderr
     for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
+        assert n in message, message
+    return message
 
 
 @pytest.fixture
