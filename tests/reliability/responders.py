@@ -43,8 +43,8 @@ def goa_huge_selection(request: ChatRequest) -> str:
     from df_ray.engines.scripted import last_user_content
 
     u = last_user_content(request)
-    if u.startswith("Choose the "):
-        return ("1" * 5000 + ", 2, 3") if "[q3]" in u else "1, 2, 3"
+    if u.startswith("Select ") and "models best suited" in u:
+        return ("1" * 5000 + ",2,3") if "[q3]" in u else "1,2,3"
     if u.startswith("Rate the following"):
         return "[0.5, 0.5]"
     return majority(request)

@@ -110,9 +110,10 @@ def test_goa_5000_digit_selection_on_one_sample_writes_every_row(tmp_path, ray_l
     rows = pq.read_table(res.samples_path).to_pylist()
     assert len({r["sample_id"] for r in rows}) == 6 and res.metrics["n_samples"] == 6
     assert res.metrics["failed_calls"] == 0
-    nodes = [json.loads(r["detail"])["extra"]["nodes"] for r in rows]
-    # q3's unusable selection falls back to the first top_k agents; the others chose 1, 2, 3
-    assert sorted(map(tuple, nodes)) == [("a1", "a2", "a3")] + [("a2", "a3", "a4")] * 5
+    extra = [json.loads(r["detail"])["extra"] for r in rows]
+    # q3's selection (5,000 digits, on every retry) ends in GoA's fallback; the others chose
+    fallback = [bool(e.get("selection_fallback")) for e in extra]
+    assert sorted(fallback) == [False] * 5 + [True], extra[0]
 
 
 def test_a_lone_surrogate_is_replaced_at_the_engine_boundary_and_cached(tmp_path):
