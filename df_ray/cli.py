@@ -462,7 +462,8 @@ def cmd_cache_compact(args: argparse.Namespace) -> int:
         roots = [root]
     for r in roots:
         cache = GenerationCache(r)
-        f = cache.compact()
+        cache.compact()
+        f = cache.compaction
         print(f"{r}: {f['entries']} calls kept in one part (merged {f['parts']} parts; "
               f"{f['dropped']} corrupted entries dropped, {f['unreadable']} unreadable parts "
               f"left in place, {f['tmp_removed']} temporary files of dead writers removed)")

@@ -22,6 +22,7 @@ from df_ray.core.calibration import (
     CalibrationChecksumError,
     CalibrationMismatchError,
     CalibrationRecord,
+    CalibrationTooSmallError,
     fit_calibration,
     load_calibration,
 )
@@ -101,7 +102,7 @@ def check_calibration(cfg: Any, held_out: Callable[[Any], Any] | None = None) ->
     if cfg.calibration.path:
         try:
             _load(cfg, cfg.calibration.path)
-        except CalibrationMismatchError:
+        except (CalibrationMismatchError, CalibrationTooSmallError):
             raise
         except (OSError, ValueError) as e:
             raise ConfigError(f"{cfg.name}: calibration.path: {e}") from None

@@ -249,13 +249,15 @@ class GenerationCache:
             raise
         self._seen_parts.add(final)
 
-    def compact(self) -> dict[str, int]:
+    def compact(self) -> int:
         """Merge every verified part into one; safe beside running writers (see the module
-        docstring). Returns the figures: ``entries`` kept, ``parts`` merged, ``dropped``
-        entries (bad checksum), ``unreadable`` parts (left where they are) and ``tmp_removed``
-        temporary files of dead writers."""
+        docstring). Returns the entries kept; ``self.compaction`` holds the figures:
+        ``entries`` kept, ``parts`` merged, ``dropped`` entries (bad checksum),
+        ``unreadable`` parts (left where they are) and ``tmp_removed`` temporary files of
+        dead writers."""
         with self._lock:
-            return self._compact()
+            self.compaction = self._compact()
+            return self.compaction["entries"]
 
     def _compact(self) -> dict[str, int]:
         tmp_removed = self.remove_stale_tmp()

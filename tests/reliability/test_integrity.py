@@ -114,7 +114,8 @@ def test_compact_keeps_every_call_beside_a_writer_and_drops_damaged_entries(tmp_
         return listed
 
     compactor._parts = parts_then_write
-    figures = compactor.compact()
+    compactor.compact()
+    figures = compactor.compaction
     compactor._parts = real_parts
     assert figures["parts"] == 3 and figures["entries"] == 12 and figures["dropped"] == 0
     after = GenerationCache(str(tmp_path))
@@ -134,7 +135,9 @@ def test_compact_removes_temporary_parts_of_dead_writers_only(tmp_path):
     alive = tmp_path / f".tmp-{host}~{os.getpid()}-part-2-b.parquet"
     stale.write_bytes(b"half")
     alive.write_bytes(b"in progress")
-    assert GenerationCache(str(tmp_path)).compact()["tmp_removed"] == 1
+    c = GenerationCache(str(tmp_path))
+    c.compact()
+    assert c.compaction["tmp_removed"] == 1
     assert not stale.exists() and alive.exists()
 
 
