@@ -61,8 +61,6 @@ Remaining differences from the reference:
 - the reference sends every call with the same seed (0), so a repeated node there answers
   exactly as its twin under vLLM's per-request seeding; ours draw their own samples;
 - a usable selection must have exactly ``top_k`` indices (the reference takes any count);
-- score replies are read as a bracketed or plain list (the reference also reads
-  ``'0': 0.7`` dictionaries);
 - max pooling breaks a tie for the top score by node order (the reference by domain:
   general, then code, then math);
 - an unreadable final answer of a multiple-choice task is the reference's last option letter
@@ -124,21 +122,31 @@ POOL_ROLE = "pooling"
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _BRACKET_RE = re.compile(r"\[\s*(" + _NUM + r"(?:\s*[,;\s]\s*" + _NUM + r")*)\s*,?\s*\]")
 _PLAIN_RE = re.compile(r"^\s*(" + _NUM + r"(?:\s*[,;\s]\s*" + _NUM + r")*)\s*$")
+#: The reference's dictionary-style scores (``'0': 0.7`` / ``* 1: 0.3``).
+_PAIR_RE = re.compile(r"[\*\-]?\s*'?(\d+)'?\s*:\s*([0-9]*\.?[0-9]+)")
 #: The reference's selection pattern (``node_sampling_model_card``).
 _SELECTION_RE = re.compile(r"</think>\s*([\d,]+)|(?:Answer:\s*|the answer is:\s*\n?)(\d+)"
                            r"|^\s*([\d,]+)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
 def parse_scores(text: str, k: int) -> list[float] | None:
-    """A judge's k scores: a bracketed list anywhere, else the whole reply as a list.
-    Valid iff exactly k finite non-negative numbers with 0.9 < sum <= 1 (the reference's check)."""
-    m = _BRACKET_RE.search(text) or _PLAIN_RE.match(text.strip())
-    if not m:
-        return None
-    try:
-        vals = [float(t) for t in re.split(r"[,;\s]+", m.group(1).strip()) if t]
-    except ValueError:
-        return None
+    """A judge's k scores, read as the reference's ``parse_ranked_scores`` reads them: a
+    bracketed list anywhere, else ``'1': 0.7``-style pairs ordered by their index, else the
+    whole reply as a list. Valid iff exactly k finite non-negative numbers with
+    0.9 < sum <= 1 (the reference's check)."""
+    text = text[:2000]
+    m = _BRACKET_RE.search(text)
+    pairs = [] if m else _PAIR_RE.findall(text)
+    if pairs:
+        vals = [float(v) for _, v in sorted(pairs, key=lambda kv: int(kv[0]))]
+    else:
+        m = m or _PLAIN_RE.match(text.strip())
+        if not m:
+            return None
+        try:
+            vals = [float(t) for t in re.split(r"[,;\s]+", m.group(1).strip()) if t]
+        except ValueError:
+            return None
     if len(vals) != k or any(not math.isfinite(v) or v < 0 for v in vals):
         return None
     if not (0.9 < math.fsum(vals) <= 1.0 + 1e-9):

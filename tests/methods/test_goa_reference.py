@@ -208,3 +208,20 @@ def test_goa_reads_first_answers_as_the_reference_does(text, answer, conf):
     choice, _ = goa_json('{"answer": "(c) Paris", "confidence_level": 0.9}',
                          ParseSpec("choice", n_options=4))
     assert choice.answer == "C"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("[0.7, 0.3]", [0.7, 0.3]),
+    ("Scores: [0.6,0.4] because ...", [0.6, 0.4]),
+    ("'2': 0.3, '1': 0.7", [0.7, 0.3]),  # ordered by the node index
+    ("* 1: 0.5\n* 4: 0.5", [0.5, 0.5]),
+    ("0.5, 0.5", [0.5, 0.5]),
+    ("0.5 and 0.5", None),
+    ("[0.5, 0.6]", None),  # sums above 1
+    ("[0.2, 0.2]", None),  # sums to 0.9 or less
+    ("[1.0]", None),  # not 2 scores
+])
+def test_scores_read_as_the_reference_reads_them(text, expected):
+    from df_ray.methods.goa import parse_scores
+
+    assert parse_scores(text, 2) == (pytest.approx(expected) if expected else None)
