@@ -63,9 +63,12 @@ Remaining differences from the reference:
 - a usable selection must have exactly ``top_k`` indices (the reference takes any count);
 - max pooling breaks a tie for the top score by node order (the reference by domain:
   general, then code, then math);
-- an unreadable final answer of a multiple-choice task is the reference's last option letter
-  in the text, else a random letter (``invalid_final``); of other tasks it is graded wrong
-  (the reference scores MATH's as ``0``);
+- the final answer is read by the task's parser (the one every method's answers go
+  through); the reference reads a multiple-choice answer by its last option letter alone and
+  a MATH answer by its last ``\\boxed{}`` (else the whole text, ``0`` when empty). Only when
+  our parser finds nothing in a multiple-choice answer does the reference's rule apply: its
+  last option letter, else a random one (``invalid_final``); other tasks' unreadable answers
+  are graded wrong;
 - the reference counts only the last judge's tokens of edge sampling; we count every call.
 
 Calls for k nodes and R rounds, without retries or replacements: max 1 + 2k + R*k (3 nodes,
