@@ -43,6 +43,7 @@ def test_two_concurrent_runs_of_one_sweep_leave_one_finished_run_per_configurati
     assert any("already finished" in t for t in texts), texts
 
 
+@pytest.mark.slow
 def test_a_rerun_closes_the_running_run_a_kill_during_logging_left(tmp_path, ray_local):
     from df_ray.pipeline.runner import run_sweep
 

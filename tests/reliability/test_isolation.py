@@ -94,6 +94,7 @@ def test_goa_selection_over_the_int_string_limit_is_an_unusable_selection():
     assert parse_selection("0,2,3", n=4, top_k=3) == [0, 2, 3]
 
 
+@pytest.mark.slow
 def test_goa_5000_digit_selection_on_one_sample_writes_every_row(tmp_path, ray_local):
     from df_ray.pipeline.runner import run_sweep
 
@@ -135,6 +136,7 @@ def test_a_lone_surrogate_is_replaced_at_the_engine_boundary_and_cached(tmp_path
     assert cache.put_many([(r, Completion("x \udc80", 1, 1))]) == 1
 
 
+@pytest.mark.slow
 def test_a_lone_surrogate_through_the_pipeline_finishes_and_reruns_from_cache(tmp_path,
                                                                              ray_local):
     from df_ray.pipeline.runner import run_sweep
