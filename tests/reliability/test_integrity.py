@@ -180,3 +180,53 @@ def test_a_damaged_calibration_file_is_named_with_what_is_wrong(tmp_path, conten
     with pytest.raises(ValueError, match=says) as e:
         load_calibration(path)
     assert str(path) in str(e.value)
+
+
+# --------------------------------------------------------------------------- results files
+
+def _results_file(tmp_path):
+    from df_ray.config import RunConfig
+    from df_ray.pipeline.results import ResultsFile
+
+    cfg = RunConfig.model_validate({
+        "name": "df", "benchmark": "mmlu_pro", "results_dir": str(tmp_path / "results"),
+        "backbones": {"b": {"kind": "scripted", "model": "m"}},
+        "agents": [{"id": "a1", "backbone": "b"}], "method": "single"})
+    return ResultsFile(cfg, "sweep")
+
+
+def test_a_changed_samples_file_is_refused_naming_it(tmp_path):
+    from df_ray.pipeline.results import CorruptResultsError, read_results
+
+    f = _results_file(tmp_path)
+    path = f.commit()  # an empty, well-formed file with its digest beside it
+    assert read_results(path).num_rows == 0
+    assert (path.parent / "samples.parquet.sha256").read_text().strip() == f.sha256
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptResultsError, match="does not match its checksum") as e:
+        read_results(path)
+    assert str(path) in str(e.value)
+
+
+def test_the_next_writer_removes_a_killed_writers_temporary_file(tmp_path):
+    from df_ray.pipeline import results
+
+    first = _results_file(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    host = results._writer_tag().partition("~")[0]
+    stale = first.dir / f".samples-{host}~{dead}-0123456789ab.parquet.tmp"
+    stale.write_bytes(b"half a file")
+    mine = first.dir / f".samples-{host}~{os.getpid()}-ba9876543210.parquet.tmp"
+    mine.write_bytes(b"being written")
+    _results_file(tmp_path)  # the rerun's writer of the same configuration
+    assert not stale.exists() and mine.exists()
+
+
+def test_results_paths_stay_inside_results_dir(tmp_path):
+    from df_ray.pipeline.results import safe_name
+
+    assert safe_name("..") == "_." and safe_name(".hidden") == "_hidden"
+    assert "/" not in safe_name("a/../../b")
