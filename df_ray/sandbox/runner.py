@@ -48,6 +48,9 @@ class SandboxResult:
     memory_peak_bytes: int | None = None
     cpu_time_s: float | None = None
     memory_limit_hit: bool = False
+    #: Time every runnable process of the sandbox waited for a CPU (not counted as wall
+    #: time); None where the kernel does not report it.
+    cpu_wait_s: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -74,7 +77,7 @@ class Limits:
     @property
     def wall_cap_s(self) -> float:
         """The wall-clock bound that holds even while the sandbox waits for a CPU."""
-        return max(6 * self.timeout_s, self.timeout_s + 60.0)
+        return max(20 * self.timeout_s, self.timeout_s + 300.0)
 
 
 # ----------------------------------------------------------------------------- uid pool
@@ -490,12 +493,13 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
         peak = cg.memory_peak() if cg is not None else None
         cpu_used = cg.cpu_usage_s() if cg is not None else None
         oom = cg.oom_kills() if cg is not None else 0
+        wait = cg.cpu_stall_s() if cg is not None else None
         mem_note = (f"; the sandbox's memory limit ({limits.memory_mb} MB) killed "
                     f"{oom} process{'es' if oom > 1 else ''}") if oom else ""
 
         def result(status: SandboxStatus, detail: str) -> SandboxResult:
             return SandboxResult(status, rc, stdout, stderr, duration, detail + mem_note,
-                                 plan.layers, plan.level, peak, cpu_used, oom > 0)
+                                 plan.layers, plan.level, peak, cpu_used, oom > 0, wait)
 
         if stopped is not None:
             return result("timeout", stopped)

@@ -72,6 +72,13 @@ def main() -> None:
     print(f"   per sandbox wall s: median {statistics.median(r.duration_s for r in res):.2f}, "
           f"max {max(r.duration_s for r in res):.2f}; CPU s: median "
           f"{statistics.median(r.cpu_time_s or 0 for r in res):.2f}")
+    waits = [r.cpu_wait_s for r in res if r.cpu_wait_s is not None]
+    if waits:
+        rest = [max(0.0, r.duration_s - (r.cpu_time_s or 0) - (r.cpu_wait_s or 0)) / r.duration_s
+                for r in res if r.cpu_wait_s is not None]
+        print(f"   waiting for a CPU (not counted) s: median {statistics.median(waits):.2f}; "
+              f"wall time neither CPU nor counted waiting: median "
+              f"{100 * statistics.median(rest):.1f}%, max {100 * max(rest):.1f}%")
     for r in res:
         if r.status != "passed":
             print(f"   {r.status}: {r.detail}")
