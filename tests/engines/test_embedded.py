@@ -123,6 +123,7 @@ def test_stop_and_max_tokens(smol):
         0
     ]
     assert c.completion_tokens <= 6
+    assert c.finish_reason == "length"  # llama.cpp's own reason: cut off at max_tokens
     c = smol.generate(
         [ask(SMOL, "What is the capital of France?", temperature=0.0, stop=["Paris"])]
     )[0]

@@ -122,12 +122,16 @@ def test_stop_strings_and_max_tokens_per_sequence(smol_seq, smol_batched):
         ask(SMOL, "List the numbers from 1 to 20.", max_tokens=3),
     ]
     got = smol_batched.generate(reqs)
-    assert fields(got) == fields(smol_seq.generate(reqs))
+    seq = smol_seq.generate(reqs)
+    assert fields(got) == fields(seq)
     assert "Paris" not in got[0].text
     assert got[1].completion_tokens == 5
     assert "7" not in got[2].text and got[2].completion_tokens < 40
     assert "Paris" in got[3].text
     assert got[4].completion_tokens == 3
+    # why each ended, as llama.cpp's create_completion says it (the sequential engine)
+    assert [c.finish_reason for c in got] == [c.finish_reason for c in seq]
+    assert [got[i].finish_reason for i in (0, 1, 2, 4)] == ["stop", "length", "stop", "length"]
 
 
 def test_an_over_long_prompt_fails_alone():

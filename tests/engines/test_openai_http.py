@@ -86,6 +86,7 @@ class FakeServer:
                         return self._send(404, {"error": {"message": "model not found"}})
                     last = body["messages"][-1]["content"]
                     text = f"{last} | seed={body['seed']} t={body['temperature']}"
+                    cut = len(text.split()) > body["max_tokens"]
                     text = " ".join(text.split()[: body["max_tokens"]])
                     return self._send(
                         200,
@@ -96,7 +97,7 @@ class FakeServer:
                                 {
                                     "index": 0,
                                     "message": {"role": "assistant", "content": text},
-                                    "finish_reason": "stop",
+                                    "finish_reason": "length" if cut else "stop",
                                 }
                             ],
                             "usage": {
@@ -178,6 +179,16 @@ def test_generate_sends_the_openai_schema(server, monkeypatch):
     )
     assert body["stop"] == ["##"]
     assert server.headers[0]["Authorization"] == "Bearer sk-test"
+    assert c.finish_reason == "stop"
+
+
+def test_the_server_s_finish_reason_is_kept(server, monkeypatch):
+    monkeypatch.setenv("DF_RAY_TEST_KEY", "sk-test")
+    with engine(server) as eng:
+        cut, whole = eng.generate([req("one two three four", max_tokens=3),
+                                   req("hi", max_tokens=50)])
+    assert (cut.finish_reason, cut.truncated) == ("length", True)
+    assert (whole.finish_reason, whole.truncated) == ("stop", False)
 
 
 def test_batch_is_in_flight_together_and_ordered(server):

@@ -4,6 +4,7 @@ its protocol, and the independent generations are shared through the cache."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,13 @@ def test_every_method_runs_in_one_sweep(ray_local, tmp_path):
     assert by["single"]["fresh_calls"] == 0
     assert by["weighted_vote"]["fresh_calls"] == 0
     assert by["reconcile"]["fresh_calls"] == 3 * 3  # 3 samples, 3 JSON answers each
+    # weighted_vote's calibration, fitted through the pipeline: 2 held-out samples, one call
+    # per agent each; its cost is logged with every configuration that uses the file
+    cal = by["weighted_vote"]
+    assert (cal["calibration_samples"], cal["calibration_calls"]) == (2, 6)
+    assert cal["calibration_tokens"] > 0
+    assert cal["calibration_tokens_per_sample"] == cal["calibration_tokens"] / 2
+    assert math.isnan(by["single"]["calibration_tokens"])  # no calibration used
     # Logged once each, under the sweep's parent run, every run with the same metric names
     # (an undefined metric, e.g. coordinator agreement without a coordinator, is logged NaN).
     tracker = Tracker(uri, "methods-sweep")
