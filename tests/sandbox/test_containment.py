@@ -385,3 +385,32 @@ def test_strict_names_the_controllers_a_cgroup_lacks(monkeypatch, fresh_plans):
     monkeypatch.setenv("DF_RAY_SANDBOX_CGROUP", bare[0])
     p = plan("strict")
     assert p.error is not None and "no memory pids cpu controller" in p.error, p.error
+
+
+def test_cgroup_v1_without_a_cgroup2_hierarchy(fresh_plans):
+    """A pure cgroup v1 host (no cgroup2 mounted beside): CPU time from cpuacct, the kill by
+    signals until the cgroup is empty, no stall figure (the wall clock counts waiting)."""
+    from df_ray.sandbox import cgroup
+
+    m = cgroup.manager()
+    if m.version != "v1" or "cpuacct" not in m.parents:
+        pytest.skip("needs cgroup v1 with the cpuacct hierarchy")
+    saved = cgroup._manager
+    cgroup._manager = cgroup.Manager("v1", {k: v for k, v in m.parents.items() if k != "core"})
+    try:
+        hog = _grade(HOGS["forked_children"] + CORRECT, memory_mb=LIMIT_MB, timeout_s=60)
+        assert hog.memory_limit_hit and hog.memory_peak_bytes <= LIMIT_MB * MB, hog
+        assert hog.cpu_wait_s is None, hog
+        code = ("import os, time\nprint(os.getuid(), flush=True)\n"
+                "for _ in range(10):\n    if os.fork() == 0:\n        break\n"
+                "end = time.process_time() + 1\nwhile time.process_time() < end:\n    pass\n"
+                "time.sleep(60)\n")
+        res = run_untrusted(code, timeout_s=5, cpu_s=100)
+        assert res.status == "timeout" and res.cpu_time_s is not None and res.cpu_time_s > 0
+        if os.geteuid() == 0:
+            from df_ray.sandbox.runner import _uid_busy
+
+            uid = int(res.stdout.split()[0])
+            assert not _uid_busy((uid, uid + 1))
+    finally:
+        cgroup._manager = saved
