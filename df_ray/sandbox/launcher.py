@@ -9,17 +9,19 @@ exits every process in the namespace is killed.
 Process layout in ``tests`` mode::
 
     launcher (non-dumpable; holds RESULT_FD; reads the tests only after P is forked)
-      ├─ P: the untrusted program, then a loop that calls the entry point for T
-      └─ T: the tests: calls a proxy of the entry point over two pipes, compares in its
-            own memory
+      ├─ P: the untrusted program (the module ``solution``, not ``__main__``), then a loop
+      │     that calls the entry point for T
+      └─ T: the tests, under a uid of their own when the evaluator is root, non-dumpable:
+            calls a proxy of the entry point over two pipes, compares in its own memory
 
 The verdict is decided by the launcher after T has exited: ``passed`` only when T exited
 normally with status 0. T runs no untrusted code: arguments and return values cross the
-pipes as data (:func:`encode` / :func:`decode`: exact built-in types only, no pickle), so no
-object from the program, no ``__eq__`` of the program's, and no frame of T's is reachable
-by it. P never holds RESULT_FD, never sees the tests (they are read into the launcher after
-P was forked, and P's stdin is /dev/null before the program starts), and can forge nothing
-but its own answers. Killing or stopping T only makes the verdict ``failed``/``timeout``.
+pipes as data (:func:`encode` / :func:`decode`: built-in types, subclasses as their base
+type's value, no pickle), so no object from the program, no ``__eq__`` of the program's,
+and no frame of T's is reachable by it. P never holds RESULT_FD, never sees the tests (they
+are read into the launcher after P was forked; P's fd 0 is /dev/null and ``sys.stdin``
+raises on reads, as the reference harness's does), and can forge nothing but its own
+answers. Killing or stopping T only makes the verdict ``failed``/``timeout``.
 
 In ``program`` mode there is no T: the launcher reports how P ended (its exit status, with
 ``SystemExit`` codes accepted only when their type is exactly ``int``). A program chooses
