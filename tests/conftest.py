@@ -1,4 +1,5 @@
-"""Shared fixtures: one local Ray for the whole session (starting Ray costs seconds)."""
+"""Shared fixtures: one local Ray for the whole session (starting Ray costs seconds), and a
+method run through the in-process driver; what they build on is in ``tests/helpers.py``."""
 
 from __future__ import annotations
 
@@ -34,6 +35,15 @@ def ray_local():
     init_ray()
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def run_method():
+    """``run_method(name, script, method_args=..., samples=..., cfg=..., calibration=...)``:
+    :func:`tests.helpers.run_method`."""
+    from tests.helpers import run_method
+
+    return run_method
 
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

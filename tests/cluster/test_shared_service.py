@@ -24,11 +24,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,9 +37,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import REPO, free_ports, pids_matching
+
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 RAY = str(VENV_BIN / "ray")
 START_TIMEOUT_S = 240.0
@@ -53,37 +52,6 @@ EXPERIMENT = "shared-service"
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def _free_ports(n: int) -> list[int]:
-    """Ports free now, outside the ephemeral range and Ray's worker port range."""
-    rng = random.Random()
-    ports: list[int] = []
-    while len(ports) < n:
-        port = rng.randrange(20000, 32700)
-        if port in ports:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-        ports.append(port)
-    return ports
-
-
-def _pids_matching(*needles: str) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if all(n in cmd for n in needles):
-            out.append(int(d.name))
-    return out
 
 
 def _kill_group(proc: subprocess.Popen | None, sig=signal.SIGKILL) -> None:
@@ -100,7 +68,7 @@ class Lab:
         self.tmp = tmp
         self.temp_dir = tempfile.mkdtemp(prefix="dfsv", dir="/tmp")  # short: unix sockets
         (self.gcs, self.dash, self.client_port, self.mlflow_port, self.http_port,
-         *self.node_ports) = _free_ports(5 + 3 * 6)
+         *self.node_ports) = free_ports(5 + 3 * 6)
         self.gcs_address = f"127.0.0.1:{self.gcs}"
         self.dash_address = f"http://127.0.0.1:{self.dash}"
         self.mlflow_uri = f"http://127.0.0.1:{self.mlflow_port}"
@@ -189,7 +157,7 @@ class Lab:
                 if self.starts[i] >= 8:
                     raise RuntimeError(f"worker{i} did not start:\n{self.tail(f'worker{i}')}")
                 # what the failed start left (its agents hold the node's ports)
-                for pid in _pids_matching(f"{self.temp_dir}/w{i}"):
+                for pid in pids_matching(f"{self.temp_dir}/w{i}"):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                 time.sleep(2.0)
@@ -303,14 +271,14 @@ class Lab:
     def kill_worker(self, i: int) -> None:
         """SIGKILL the raylet of worker ``i`` (and the rest of its node's processes)."""
         port = self.node_ports[6 * i]
-        for pid in _pids_matching("raylet", f"--node_manager_port={port}"):
+        for pid in pids_matching("raylet", f"--node_manager_port={port}"):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         _kill_group(self.procs.get(f"worker{i}"))
 
     def kill_leftovers(self) -> None:
         """Every process of this cluster still running (they name its temp dir)."""
-        for pid in _pids_matching(self.temp_dir):
+        for pid in pids_matching(self.temp_dir):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(2.0)
@@ -331,13 +299,13 @@ class Lab:
                 self.procs["mlflow"].wait(timeout=20)
         _kill_group(self.procs.get("mlflow"))
         deadline = time.time() + 15
-        while _pids_matching(self.temp_dir) and time.time() < deadline:
+        while pids_matching(self.temp_dir) and time.time() < deadline:
             time.sleep(0.5)
-        for pid in _pids_matching(self.temp_dir):
+        for pid in pids_matching(self.temp_dir):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         for port in self.node_ports[::6]:  # raylets of this cluster, whatever their state
-            for pid in _pids_matching("raylet", f"--node_manager_port={port}"):
+            for pid in pids_matching("raylet", f"--node_manager_port={port}"):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.temp_dir, ignore_errors=True)

@@ -15,7 +15,7 @@ from df_ray.engines.scripted import ScriptedEngine
 from df_ray.evaluation import Driver, Member, MetricsAccumulator, ResultRow, arrow_schema
 from df_ray.evaluation.scoring import RESULT_COLUMNS, SUMMED
 from df_ray.methods.base import SampleState
-from tests.methods.conftest import config, make_sample
+from tests.helpers import driver_config, make_sample
 from tests.methods.responders import respond
 
 SCRIPT = "tests.methods.responders:respond"
@@ -28,7 +28,7 @@ EXPECTED_CALLS = {"darkforest": 4, "single": 1, "self_consistency": 9, "weighted
 
 
 def _members(methods=METHODS):
-    return [Member.from_config(config(method=m)) for m in methods]
+    return [Member.from_config(driver_config(method=m)) for m in methods]
 
 
 @pytest.mark.parametrize("name", METHODS)
@@ -100,7 +100,7 @@ def test_outcome_carries_coordinator_and_top_answer():
 
 @pytest.mark.parametrize("name", ["darkforest", "weighted_vote"])
 def test_calibration_records_come_from_the_method(name):
-    member = Member.from_config(config(method=name, ablation="full"), for_calibration=True)
+    member = Member.from_config(driver_config(method=name, ablation="full"), for_calibration=True)
     assert member.method.needs_calibration and member.rounds == 1
     driver = Driver([member], ScriptedEngine("scripted", respond))
     recs = driver.calibration_records(driver.run(SAMPLES))
@@ -111,11 +111,11 @@ def test_calibration_records_come_from_the_method(name):
 
 
 def test_needs_calibration_is_a_method_capability():
-    assert not config(method="darkforest", ablation="no_calibration").build_method().needs_calibration
-    assert config(method="darkforest", ablation="full").build_method().needs_calibration
-    assert not config(method="weighted_vote", method_args={"majority": True}
+    assert not driver_config(method="darkforest", ablation="no_calibration").build_method().needs_calibration
+    assert driver_config(method="darkforest", ablation="full").build_method().needs_calibration
+    assert not driver_config(method="weighted_vote", method_args={"majority": True}
                       ).build_method().needs_calibration
-    assert not config(method="debate").build_method().needs_calibration
+    assert not driver_config(method="debate").build_method().needs_calibration
 
 
 def test_evaluate_a_config_in_process(tmp_path):

@@ -9,7 +9,7 @@ import yaml
 import df_ray
 from df_ray.cli import main
 from df_ray.methods import REGISTRY, method_class
-from tests.methods.conftest import config, make_sample
+from tests.helpers import driver_config, make_sample
 
 TOY = '''
 """A toy method: the chosen agent's independent answer."""
@@ -49,9 +49,9 @@ def toy(tmp_path, monkeypatch):
 
 
 def test_a_toy_method_is_one_module_and_one_line(toy):
-    from tests.methods.conftest import Script, answer
+    from tests.helpers import Script, answer
 
-    cfg = config(method=toy, coordinator=False, method_args={"pick": 1})
+    cfg = driver_config(method=toy, coordinator=False, method_args={"pick": 1})
     assert cfg.build_method().args.pick == 1
     from df_ray.engines.scripted import ScriptedEngine
 
@@ -61,7 +61,7 @@ def test_a_toy_method_is_one_module_and_one_line(toy):
     ev = df_ray.evaluate((cfg.build_method(), "mmlu_pro", engines), [make_sample()])
     assert ev.rows[0].final_answer == "B" and ev.rows[0].correct
     with pytest.raises(ValueError, match=r"method 'toy'.*pick"):
-        config(method=toy, coordinator=False, method_args={"pick": 7})
+        driver_config(method=toy, coordinator=False, method_args={"pick": 7})
 
 
 # One bad method_args per method: (method, args, the field the message must name).
@@ -88,8 +88,8 @@ def test_every_registered_method_has_a_bad_args_case():
 
 def test_method_args_name_agents_of_the_run():
     with pytest.raises(ValueError, match="'a9' is not one of the run's agents"):
-        config(method="self_refine", method_args={"agent": "a9"})
-    assert config(method="single", method_args={"agent": "coord"}).build_method().args.agent
+        driver_config(method="self_refine", method_args={"agent": "a9"})
+    assert driver_config(method="single", method_args={"agent": "coord"}).build_method().args.agent
 
 
 @pytest.mark.parametrize(("method", "args", "field"), BAD, ids=[f"{m}-{f}-{i}" for i, (m, _, f) in enumerate(BAD)])
@@ -116,18 +116,18 @@ def test_every_args_field_is_described():
 
 
 def test_top_level_darkforest_keys_are_still_accepted():
-    a = config(disclosure="moderate", lazy_coordinator=True, gamma=0.3)
-    b = config(method_args={"disclosure": "moderate", "lazy": True, "gamma": 0.3})
+    a = driver_config(disclosure="moderate", lazy_coordinator=True, gamma=0.3)
+    b = driver_config(method_args={"disclosure": "moderate", "lazy": True, "gamma": 0.3})
     assert a.build_method().args == b.build_method().args
     assert a.fingerprint() == b.fingerprint()
     with pytest.raises(ValueError, match="set one of them"):
-        config(disclosure="strict", method_args={"disclosure": "moderate"})
+        driver_config(disclosure="strict", method_args={"disclosure": "moderate"})
 
 
 def test_unknown_names_list_the_registered_ones():
     with pytest.raises(ValueError, match="allowed: 'darkforest'"):
-        config(method="nope")
+        driver_config(method="nope")
     with pytest.raises(ValueError, match="allowed: 'math'"):
-        config(benchmark="nope")
+        driver_config(benchmark="nope")
     with pytest.raises(ValueError, match="allowed: 'embedded'"):
-        config(backbones={"b": {"kind": "nope", "model": "m"}})
+        driver_config(backbones={"b": {"kind": "nope", "model": "m"}})

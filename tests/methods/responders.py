@@ -5,7 +5,7 @@ approve."""
 from __future__ import annotations
 
 from df_ray.engines.base import ChatRequest
-from tests.methods.conftest import phase
+from tests.helpers import phase
 
 ANSWERS = {
     "select": "0,1,2",

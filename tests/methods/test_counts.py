@@ -8,7 +8,7 @@ from df_ray.config import METHODS
 from df_ray.evaluation import build_context
 from df_ray.methods import REGISTRY, get_method
 from df_ray.methods.prompt_templates import RECONCILE_JSON_FORMAT
-from tests.methods.conftest import AGENTS, Script, answer, config, json_answer
+from tests.helpers import AGENTS, Script, answer, driver_config, json_answer
 
 
 def _discussion(letter: str):
@@ -80,7 +80,7 @@ def test_calls_per_sample(run_method, name, args, expected):
     assert run.n_calls() == expected
     assert len(run.state.calls) == expected
     method = get_method(name, **args)
-    bound = method.max_calls_per_sample(build_context(config(method=name)))
+    bound = method.max_calls_per_sample(build_context(driver_config(method=name)))
     assert bound >= expected if name in CONDITIONAL else bound == expected
     # Every method reports the independent first answers of the agents it asked.
     assert run.outcome.agent_observations
@@ -88,7 +88,7 @@ def test_calls_per_sample(run_method, name, args, expected):
 
 
 def test_moa_aggregator_defaults_to_first_agent_without_coordinator(run_method):
-    cfg = config(method="moa", coordinator=False)
+    cfg = driver_config(method="moa", coordinator=False)
     run = run_method("moa", Script(DISAGREE), {"layers": 2}, cfg=cfg)
     agg = run.calls(role="aggregator")
     assert [c.agent for c in agg] == ["a1"]
@@ -101,7 +101,7 @@ def test_goa_counts_with_four_agents(run_method):
     # top_k null: every agent a node, no selection call
     for name, expected, bound in (("goa_max", 4 + 4 + 4, 4 + 4 + 3 * 4 + 4 + 1),
                                   ("goa_mean", 4 + 4 + 6 + 1, 4 + 4 + 3 * 4 + 6 + 1)):
-        cfg = config(method=name, agents=("a1", "a2", "a3", "a4"))
+        cfg = driver_config(method=name, agents=("a1", "a2", "a3", "a4"))
         run = run_method(name, Script(table), {"top_k": None}, cfg=cfg)
         assert run.n_calls() == expected, name
         assert not run.calls(role="selector")

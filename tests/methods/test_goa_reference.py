@@ -16,7 +16,7 @@ from df_ray.methods.goa import parse_selection
 from df_ray.methods.prompt_templates import goa_initial_prompt
 from df_ray.tasks import get_task
 from df_ray.tasks.base import Sample
-from tests.methods.conftest import Script, json_answer
+from tests.helpers import Script, json_answer
 
 QWEN, CODER, MATHSTRAL, SAUL = (POOL[n].model for n in ("qwen25-7b", "qwen25-coder-7b",
                                                         "mathstral-7b", "saul-7b"))

@@ -7,7 +7,7 @@ import pytest
 from df_ray.config import RunConfig
 from df_ray.core.calibration import AgentStats, Calibration
 from df_ray.methods.self_refine import feedback_says_correct
-from tests.methods.conftest import AGENTS, Script, answer, config, json_answer
+from tests.helpers import AGENTS, Script, answer, driver_config, json_answer
 
 BAD = "I cannot decide."  # no answer marker: invalid
 
@@ -206,7 +206,7 @@ def test_moa_final_is_the_aggregator_answer(run_method):
     assert len(run.calls(role="agent")) == 3 and run.n_calls() == 4
     (agg,) = run.calls(role="aggregator")
     assert agg.request.sampling.temperature == 0.7
-    d = config(method="moa").model_dump()
+    d = driver_config(method="moa").model_dump()
     d["coordinator"]["temperature"] = 0.2
     run = run_method("moa", Script(table), {"aggregator_temperature": None},
                      cfg=RunConfig.model_validate(d))

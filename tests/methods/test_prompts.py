@@ -9,7 +9,7 @@ from df_ray.methods.base import derive_seed
 from df_ray.methods.common import INDEPENDENT_SLOT
 from df_ray.methods.prompt_templates import RECONCILE_JSON_FORMAT, RECONCILE_REVIEW
 from df_ray.tasks import get_task
-from tests.methods.conftest import AGENTS, MODELS, Script, answer, json_answer, make_sample
+from tests.helpers import AGENTS, MODELS, Script, answer, json_answer, make_sample
 
 # Each agent's reasoning carries a marker no other text has, so leaks are easy to see.
 REASON = {a: f"REASONING-OF-{a.upper()}-XYZ" for a in AGENTS}

@@ -16,7 +16,7 @@ from df_ray.experiments import POOL
 from df_ray.methods import get_method
 from df_ray.tasks.base import Sample
 from df_ray.tasks.finqa import DSL_HELP
-from tests.methods.conftest import Script, answer, config, make_sample
+from tests.helpers import Script, answer, driver_config, make_sample
 
 # ----------------------------------------------------------------------------- decision rows
 
@@ -26,7 +26,7 @@ def _agree(letter: str = "B") -> Script:
 
 
 def test_belief_only_makes_no_coordinator_call(run_method):
-    cfg = config(belief_only=True)
+    cfg = driver_config(belief_only=True)
     assert cfg.build_method().args.belief_only is True  # the top-level key reaches the method
     run = run_method("darkforest", Script({("a1", "independent"): answer("B"),
                                            ("a2", "independent"): answer("C"),
@@ -44,16 +44,16 @@ def test_belief_only_makes_no_coordinator_call(run_method):
 
 def test_belief_only_with_no_valid_answer_answers_nothing(run_method):
     run = run_method("darkforest", Script(default="no idea"), {"belief_only": True},
-                     cfg=config(belief_only=True))
+                     cfg=driver_config(belief_only=True))
     assert run.calls(role="coordinator") == [] and run.outcome.final is None
 
 
 def test_lazy_coordinator_skip_has_no_call_and_no_evidence(run_method):
     # Three agreeing agents: the guardrail trusts z*, so the lazy coordinator is skipped.
-    lazy = run_method("darkforest", _agree(), {"lazy": True}, cfg=config(lazy_coordinator=True))
+    lazy = run_method("darkforest", _agree(), {"lazy": True}, cfg=driver_config(lazy_coordinator=True))
     assert lazy.calls(role="coordinator") == [] and lazy.n_calls() == 3
     assert lazy.outcome.t_cross == 0
-    eager = run_method("darkforest", _agree(), cfg=config())
+    eager = run_method("darkforest", _agree(), cfg=driver_config())
     assert len(eager.calls(role="coordinator")) == 1 and eager.outcome.t_cross > 0
     assert lazy.outcome.final.answer == eager.outcome.final.answer
 
@@ -63,7 +63,7 @@ def test_lazy_coordinator_is_called_when_the_belief_is_uncertain(run_method):
                                            ("a2", "independent"): answer("C"),
                                            ("a3", "independent"): answer("D"),
                                            ("coord", "coordinator"): answer("C")}),
-                     {"lazy": True}, cfg=config(lazy_coordinator=True))
+                     {"lazy": True}, cfg=driver_config(lazy_coordinator=True))
     assert len(run.calls(role="coordinator")) == 1 and run.outcome.t_cross > 0
 
 
@@ -87,7 +87,7 @@ MC = make_sample()
 
 
 def _cfg(benchmark: str, method: str, n: int = 3) -> RunConfig:
-    return config(method=method, benchmark=benchmark, agents=("a1", "a2", "a3", "a4")[:n])
+    return driver_config(method=method, benchmark=benchmark, agents=("a1", "a2", "a3", "a4")[:n])
 
 
 def _fin_answer(conf: float = 0.6):

@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from df_ray.cli import main
 from df_ray.pipeline import faults
 from df_ray.pipeline.cache import GenerationCache
-from tests.reliability._helpers import base_config, write_mmlu_goa, write_sweep
+from tests.helpers import base_config, write_mmlu_goa, write_sweep
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from df_ray.cli import main
 from df_ray.config import ConfigError, SweepConfig
 from df_ray.tracking import FAILURE_TAG
-from tests.reliability._helpers import base_config, write_mmlu_goa, write_sweep
+from tests.helpers import base_config, write_mmlu_goa, write_sweep
 
 N = 4  # samples; 4 calls each (3 agents + the coordinator)
 

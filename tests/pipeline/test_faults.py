@@ -9,22 +9,17 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from df_ray.pipeline.runner import Runner, shared_backbones
-from tests.pipeline.test_pipeline_ray import GOLD, config, samples
+from tests.helpers import PIPELINE_GOLD, pipeline_config, pipeline_samples, run_pipeline
 
 pytestmark = pytest.mark.slow
 
 
 def run_with(tmp_path, **b1_update):
     """Run the hand-computed configuration with backbone b1 changed by ``b1_update``."""
-    cfg = config(tmp_path)
+    cfg = pipeline_config(tmp_path)
     b1 = cfg.backbones["b1"].model_copy(update=b1_update)
     cfg = cfg.model_copy(update={"backbones": {**cfg.backbones, "b1": b1}})
-    runner = Runner(shared_backbones([cfg]), tracker=None, progress=lambda m: None)
-    try:
-        return runner.run(cfg, samples())
-    finally:
-        runner.shutdown()
+    return run_pipeline(cfg, pipeline_samples(), track=False)
 
 
 @pytest.mark.parametrize("fault", ["raise_on_call", "exit_on_call", "hang_on_call"])
@@ -51,4 +46,4 @@ def test_persistent_failure_is_a_recorded_error(ray_local, tmp_path):
         errs = [c for c in calls if c["error"]]
         assert len(errs) == 1 and errs[0]["agent"] == "a1"
         assert "context_length" in errs[0]["error"]
-    assert {r["sample_id"] for r in rows} == set(GOLD)
+    assert {r["sample_id"] for r in rows} == set(PIPELINE_GOLD)

@@ -21,41 +21,11 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from df_ray.config import RunConfig
 from df_ray.pipeline.runner import Runner, shared_backbones
-from df_ray.tasks.base import Sample
 from df_ray.tracking import Tracker
+from tests.helpers import PIPELINE_GOLD, pipeline_config, pipeline_samples
 
 pytestmark = pytest.mark.slow
-
-SCRIPT = "tests.pipeline.responders:table"
-GOLD = {"S1": "A", "S2": "D", "S3": "C", "S4": "A", "S5": "D"}
-
-
-def samples() -> list[Sample]:
-    return [Sample(id=s, task="gpqa",
-                   question=f"[{s}] Which option is right?\n(A) one\n(B) two\n(C) three\n(D) four",
-                   gold=g, meta={}) for s, g in GOLD.items()]
-
-
-def config(tmp_path, **over) -> RunConfig:
-    base = {
-        "name": "df",
-        "benchmark": "gpqa",
-        "backbones": {f"b{i}": {"kind": "scripted", "model": f"m{i}", "script": SCRIPT}
-                      for i in (1, 2, 3)} | {"bc": {"kind": "scripted", "model": "mc",
-                                                    "script": SCRIPT}},
-        "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2, 3)],
-        "coordinator": {"id": "coord", "backbone": "bc"},
-        "ablation": "no_calibration",
-        "cache_root": str(tmp_path / "cache"),
-        "results_dir": str(tmp_path / "results"),
-        "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "pipeline-test"},
-        "batch_size": 2,
-    }
-    base.update(over)
-    return RunConfig.model_validate(base)
-
 
 def served(runner: Runner) -> int:
     import ray
@@ -81,9 +51,9 @@ def runner_factory(ray_local, tmp_path):
 
 
 def test_metrics_match_hand_computation(tmp_path, runner_factory):
-    cfg = config(tmp_path)
+    cfg = pipeline_config(tmp_path)
     runner = runner_factory(cfg)
-    res = runner.run(cfg, samples())
+    res = runner.run(cfg, pipeline_samples())
     m = res.metrics
     assert m["n_samples"] == 5
     assert m["accuracy"] == pytest.approx(0.8)
@@ -99,8 +69,8 @@ def test_metrics_match_hand_computation(tmp_path, runner_factory):
     assert served(runner) == 20
 
     rows = {r["sample_id"]: r for r in pq.read_table(res.samples_path).to_pylist()}
-    assert [rows[s]["final_answer"] for s in GOLD] == ["A", "D", "B", "A", "D"]
-    assert [rows[s]["decision_source"] for s in GOLD] == [
+    assert [rows[s]["final_answer"] for s in PIPELINE_GOLD] == ["A", "D", "B", "A", "D"]
+    assert [rows[s]["decision_source"] for s in PIPELINE_GOLD] == [
         "guardrail", "coordinator", "guardrail", "coordinator", "coordinator"]
     # Tokens: whitespace words of every prompt and response, as the scripted engine counts.
     detail = json.loads(rows["S1"]["detail"])
@@ -121,16 +91,16 @@ def test_metrics_match_hand_computation(tmp_path, runner_factory):
 
 
 def test_rerun_and_threshold_change_make_no_engine_calls(tmp_path, runner_factory):
-    cfg = config(tmp_path)
+    cfg = pipeline_config(tmp_path)
     runner = runner_factory(cfg)
-    first = runner.run(cfg, samples())
+    first = runner.run(cfg, pipeline_samples())
     assert first.metrics["fresh_calls"] == 20
     # Same configuration again: skipped as finished in MLflow.
-    again = runner.run(cfg, samples())
+    again = runner.run(cfg, pipeline_samples())
     assert again.skipped
     # A guardrail change shares every call: zero fresh calls, same agent outputs.
-    stricter = config(tmp_path, name="tau_p=0.8", guardrail={"tau_p": 0.8})
-    res = runner.run(stricter, samples())
+    stricter = pipeline_config(tmp_path, name="tau_p=0.8", guardrail={"tau_p": 0.8})
+    res = runner.run(stricter, pipeline_samples())
     assert res.metrics["fresh_calls"] == 0
     assert served(runner) == 20
     # tau_p = 0.8 no longer trusts S1 (P = 0.737): the coordinator's B stands.
@@ -139,11 +109,11 @@ def test_rerun_and_threshold_change_make_no_engine_calls(tmp_path, runner_factor
 
 
 def test_lazy_coordinator_same_answers_fewer_calls(tmp_path, runner_factory):
-    eager = config(tmp_path)
-    lazy = config(tmp_path, name="lazy", lazy_coordinator=True)
+    eager = pipeline_config(tmp_path)
+    lazy = pipeline_config(tmp_path, name="lazy", lazy_coordinator=True)
     runner = runner_factory(eager)
-    a = runner.run(eager, samples())
-    b = runner.run(lazy, samples())
+    a = runner.run(eager, pipeline_samples())
+    b = runner.run(lazy, pipeline_samples())
     fa = {r["sample_id"]: r["final_answer"] for r in pq.read_table(a.samples_path).to_pylist()}
     fb = {r["sample_id"]: r["final_answer"] for r in pq.read_table(b.samples_path).to_pylist()}
     assert fa == fb

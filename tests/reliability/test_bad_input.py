@@ -44,7 +44,7 @@ from df_ray.pipeline import engine_pool, runner
 from df_ray.pipeline.cache import GenerationCache
 from df_ray.tasks.base import DataSchemaError
 from df_ray.tasks.gpqa import GatedDatasetError
-from tests.reliability._helpers import REPO, base_config, write_mmlu_goa
+from tests.helpers import REPO, base_config, write_mmlu_goa
 
 # --------------------------------------------------------------------------- model outputs
 

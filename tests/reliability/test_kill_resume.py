@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from df_ray.pipeline.cache import GenerationCache
-from tests.reliability._helpers import (
+from tests.helpers import (
     base_config,
     cache_parts,
     configuration_runs,

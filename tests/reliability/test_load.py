@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.reliability._helpers import REPO, cli_env
+from tests.helpers import REPO, cli_env
 
 pytestmark = pytest.mark.slow
 

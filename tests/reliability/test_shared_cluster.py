@@ -25,7 +25,7 @@ from df_ray.config import RunConfig
 from df_ray.pipeline.cache import SCHEMA, GenerationCache
 from df_ray.pipeline.runner import RESULT_SCHEMA, Runner, shared_backbones
 from df_ray.tasks.base import Sample
-from tests.reliability._helpers import (
+from tests.helpers import (
     base_config,
     cache_parts,
     run_to_end,

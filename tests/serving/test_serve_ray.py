@@ -11,8 +11,7 @@ from df_ray.config import ConfigError
 from df_ray.engines.spec import EngineSpec
 from df_ray.pipeline.runner import Runner, shared_backbones
 from df_ray.serving.apps import ServeOptions, deploy, status, stop
-from df_ray.tracking import Tracker
-from tests.pipeline.test_pipeline_ray import SCRIPT, config, samples
+from tests.helpers import PIPELINE_SCRIPT, pipeline_config, pipeline_samples, run_pipeline
 
 pytestmark = pytest.mark.slow
 
@@ -21,9 +20,9 @@ pytestmark = pytest.mark.slow
 def service(ray_local):
     from ray import serve
 
-    backbones = {f"b{i}": EngineSpec(kind="scripted", model=f"m{i}", script=SCRIPT)
+    backbones = {f"b{i}": EngineSpec(kind="scripted", model=f"m{i}", script=PIPELINE_SCRIPT)
                  for i in (1, 2, 3)}
-    backbones["bc"] = EngineSpec(kind="scripted", model="mc", script=SCRIPT)
+    backbones["bc"] = EngineSpec(kind="scripted", model="mc", script=PIPELINE_SCRIPT)
     deploy(backbones, ServeOptions(num_cpus=0), proxy_location="Disabled", say=lambda m: None)
     yield backbones
     stop(list(backbones), say=lambda m: None)
@@ -33,7 +32,7 @@ def service(ray_local):
 def served_config(tmp_path, **over):
     backbones = {f"b{i}": {"kind": "serve", "model": f"m{i}"} for i in (1, 2, 3)}
     backbones["bc"] = {"kind": "serve", "model": "mc"}
-    return config(tmp_path, backbones=backbones, **over)
+    return pipeline_config(tmp_path, backbones=backbones, **over)
 
 
 def engine_stats(app: str) -> dict:
@@ -42,21 +41,12 @@ def engine_stats(app: str) -> dict:
     return serve.get_deployment_handle("EngineServer", app).stats.remote().result(timeout_s=30)
 
 
-def run(cfg, tmp_path):
-    r = Runner(shared_backbones([cfg]), tracker=Tracker(cfg.tracking.uri, cfg.tracking.experiment),
-               progress=lambda m: None)
-    try:
-        return r.run(cfg, samples())
-    finally:
-        r.shutdown()
-
-
 def test_served_backbones_give_the_job_owned_results(service, tmp_path):
     st = status()
     assert {n: (e["status"], e["running"], e["model"]) for n, e in st.items()
             if n in service} == {n: ("RUNNING", 1, s.model) for n, s in service.items()}
     before = {n: engine_stats(n)["generated"] for n in service}
-    res = run(served_config(tmp_path), tmp_path)
+    res = run_pipeline(served_config(tmp_path), pipeline_samples())
     m = res.metrics
     # exactly tests/pipeline/test_pipeline_ray.py::test_metrics_match_hand_computation
     assert m["n_samples"] == 5
@@ -73,7 +63,7 @@ def test_served_backbones_give_the_job_owned_results(service, tmp_path):
     # the requests it has just generated; the engines generate nothing.
     other = tmp_path / "other"
     cfg2 = served_config(other, name="again")
-    res2 = run(cfg2, other)
+    res2 = run_pipeline(cfg2, pipeline_samples())
     assert res2.metrics["accuracy"] == pytest.approx(0.8)
     assert res2.metrics["fresh_calls"] == 20  # fresh to that job (not in its cache) ...
     assert {n: engine_stats(n)["generated"] for n in service} == after  # ... generated once
@@ -104,7 +94,7 @@ def test_a_replica_that_cannot_start_fails_its_deployment_with_the_cause(service
 
     pool = tmp_path / "pool.yaml"
     pool.write_text(yaml.safe_dump({"backbones": {"broken": {
-        "kind": "scripted", "model": "mb", "script": SCRIPT,
+        "kind": "scripted", "model": "mb", "script": PIPELINE_SCRIPT,
         "engine_args": {"raise_on_start": "the model file is corrupt"}}}}))
     try:
         rc = main(["serve", "--config", str(pool), "--num-cpus", "0",
@@ -126,7 +116,7 @@ def test_a_replica_that_dies_in_its_smoke_generation_is_named_by_its_signal(serv
     from df_ray.pipeline import faults
 
     marker = tmp_path / "fired"
-    crashy = {"crashy": EngineSpec(kind="scripted", model="mx", script=SCRIPT, engine_args={
+    crashy = {"crashy": EngineSpec(kind="scripted", model="mx", script=PIPELINE_SCRIPT, engine_args={
         "signal_on_start": True, "fault_marker": str(marker)})}
     try:
         deploy(crashy, ServeOptions(num_cpus=0), proxy_location="Disabled", say=lambda m: None)
