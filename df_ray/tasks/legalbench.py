@@ -56,7 +56,7 @@ Reference extraction: LegalBench's ``evaluation.py`` (HazyResearch/legalbench) c
 the whole generation with the answer after ``normalize`` (punctuation removed, stripped,
 lower-cased); it does no extraction beyond that (its prompts ask for the label alone).
 df_ray reads the label after ``Answer:``/``Label:`` or from the last line
-(``df_ray.core.parsing.label``), so an answer that the reference scores right (the label
+(``df_ray.core.parsing.label_kind``), so an answer that the reference scores right (the label
 alone) is read the same, and a label followed by an explanation is read too.
 """
 
@@ -72,7 +72,7 @@ from pathlib import Path
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.answer_instruction import answer_instruction
-from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+from df_ray.tasks.base import BaseTask, DataSchemaError, Grade, Sample, Split
 
 HUB = "nguha/legalbench"
 PARQUET_REVISION = "refs/convert/parquet"
@@ -321,9 +321,13 @@ def _with_split(rows: list[dict], split: str) -> list[dict]:
     return [{**r, "split": split} for r in rows]
 
 
-class LegalBenchTask:
+class LegalBenchTask(BaseTask):
     name = "legalbench"
     kind = "label"
+    data_source = "hub nguha/legalbench (parquet conversion, 154 exact-match tasks)"
+    data_hint = ("fetch nguha/legalbench (refs/convert/parquet) into the Hugging Face cache, "
+                 "or pass source=<a local copy: one folder per task, see "
+                 "df_ray/tasks/legalbench.py>")
 
     def __init__(self, *, tasks: Sequence[str] | None = None, test_size: int = 500,
                  calibration_size: int = 100, few_shot: int = FEW_SHOT,

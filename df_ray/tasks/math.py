@@ -45,7 +45,7 @@ from typing import Any
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.answer_instruction import answer_instruction
-from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+from df_ray.tasks.base import BaseTask, DataSchemaError, Grade, Sample, Split
 
 MATH500 = "HuggingFaceH4/MATH-500"
 HENDRYCKS = "EleutherAI/hendrycks_math"
@@ -110,9 +110,12 @@ def _load_local(source: str) -> list[Sample]:
     return C.dedupe_ids(C.load_local(source, _rows_to_samples))
 
 
-class MathTask:
+class MathTask(BaseTask):
     name = "math"
     kind = "math"
+    data_source = "hub HuggingFaceH4/MATH-500 (+ EleutherAI/hendrycks_math for calibration)"
+    data_hint = ("fetch those data sets into the Hugging Face cache, or pass source=<GoA's "
+                 "MATH_test.json or a MATH-500 file>")
 
     def __init__(self, *, calibration_size: int = 150, test_source: str | None = None):
         self.calibration_size = calibration_size

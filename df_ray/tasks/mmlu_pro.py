@@ -27,7 +27,7 @@ Reference extraction: the benchmark's evaluation script (TIGER-AI-Lab/MMLU-Pro,
 ``evaluate_from_api.py``): the first ``answer is \\(?([A-J])\\)?``, else the first line with
 ``[aA]nswer:\\s*([A-J])``, else a guess (the last standalone capital A-J); and
 lm-evaluation-harness's ``mmlu_pro`` task (``custom-extract``: the first regex only, then
-``exact_match``). df_ray's choice parser (``df_ray.core.parsing.choice``) applies the two
+``exact_match``). df_ray's choice parser (``df_ray.core.parsing.choice_kind``) applies the two
 regexes first, exactly, then reads what they miss and never guesses; the differential test
 ``tests/core/test_reference_agreement.py`` checks both references. Metric: accuracy.
 """
@@ -39,7 +39,7 @@ import re
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.answer_instruction import answer_instruction
-from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+from df_ray.tasks.base import BaseTask, DataSchemaError, Grade, Sample, Split
 
 HUB = "TIGER-Lab/MMLU-Pro"
 _INLINE = re.compile(r"\(([A-Z])\)\s")
@@ -106,9 +106,15 @@ def _is_hash_id(sid: str) -> bool:
     return bool(re.fullmatch(r"mmlu_pro/[0-9a-f]{16}", sid))
 
 
-class MMLUProTask:
+class MMLUProTask(BaseTask):
     name = "mmlu_pro"
     kind = "choice"
+    data_source = ("GoA's MMLU_Pro_sampled_test.json (UNITES-Lab/GoA at the pinned commit; "
+                   "calibration: hub TIGER-Lab/MMLU-Pro)")
+    data_hint = ("run once with internet access (GoA's file is fetched and cached under "
+                 "$DF_RAY_HOME/data/goa), fetch TIGER-Lab/MMLU-Pro into the Hugging Face "
+                 "cache, or pass source=<a local MMLU-Pro file> and "
+                 "calibration_source=<held-out rows>")
 
     def __init__(self, *, per_category_test: int = 150, calibration_size: int = 150):
         self.per_category_test = per_category_test

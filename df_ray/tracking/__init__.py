@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from df_ray.config import ConfigError, RunConfig, SweepConfig
+from df_ray.tasks import task_for
 from df_ray.tracking import locks
 
 FINGERPRINT_TAG = "df_ray.fingerprint"
@@ -258,12 +259,7 @@ class Tracker:
 
         tags = {FINGERPRINT_TAG: cfg.fingerprint(), "df_ray.method": cfg.method,
                 "df_ray.benchmark": cfg.benchmark, "df_ray.kind": "configuration"}
-        if cfg.benchmark == "humaneval":
-            from df_ray.sandbox import plan as sandbox_plan
-
-            tags["df_ray.sandbox.isolation"] = cfg.sandbox.isolation
-            # the layers this (the driver's) machine gives; workers probe their own
-            tags["df_ray.sandbox.layers"] = ",".join(sandbox_plan(cfg.sandbox.isolation).layers)
+        tags.update(task_for(cfg).run_tags())
         if self.parent_id:
             tags[PARENT_TAG] = self.parent_id
         params_extra = dict(params or {})

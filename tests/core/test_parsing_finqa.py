@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from df_ray.core.parsing import (
+from df_ray.core.parsing import canonicalize, parse
+from df_ray.core.parsing.finqa_kind import (
     ProgramError,
-    canonicalize,
     execute_program,
-    parse,
     program_key,
     programs_equivalent,
 )

@@ -8,13 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from df_ray.core.parsing import (
-    canonicalize,
-    execute_program,
-    parse,
-    programs_equivalent,
-)
-from df_ray.core.parsing.finqa import ProgramError
+from df_ray.core.parsing import canonicalize, parse
+from df_ray.core.parsing.finqa_kind import ProgramError, execute_program, programs_equivalent
 from df_ray.core.types import Observation, ParseSpec
 
 SPECS = [

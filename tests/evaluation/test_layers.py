@@ -20,7 +20,9 @@ def _module(path: Path) -> str:
 
 
 def _imports(path: Path, modules: set[str]) -> set[str]:
-    """df_ray modules a module imports, anywhere in it (inside functions too)."""
+    """df_ray modules a module imports, anywhere in it (inside functions too), or names in a
+    string (``"df_ray.x.y"``, ``"df_ray.x.y:Class"``: what a registry or a helper process
+    imports by name)."""
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names: list[str] = []
@@ -28,6 +30,8 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value.split(":")[0]]
         for n in names:
             if n in modules:
                 out.add(n)
@@ -35,8 +39,17 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
 
 
 #: Deferred imports (inside a function) that close a loop on purpose (none: the sandbox's
-#: planner, not its policy, probes what the runner can do on this machine).
-DEFERRED_LOOPS: set[tuple[str, str]] = set()
+#: planner, not its policy, probes what the runner can do on this machine), and modules named
+#: in a string that import the module naming them.
+DEFERRED_LOOPS: set[tuple[str, str]] = {
+    # engine kinds are listed by name in engines.spec, whose modules import it
+    ("df_ray.engines.spec", "df_ray.engines.llama_cpp"),
+    ("df_ray.engines.spec", "df_ray.engines.openai_http"),
+    ("df_ray.engines.spec", "df_ray.engines.vllm"),
+    ("df_ray.engines.spec", "df_ray.engines.simulated"),
+    ("df_ray.engines.spec", "df_ray.serving.engine"),
+    # the pool providers too (the serving layer's client)
+    ("df_ray.engines.spec", "df_ray.serving.client")}
 
 
 def import_graph() -> dict[str, set[str]]:

@@ -1,129 +1,73 @@
 """Answer parsers: turn an agent's raw output into an observation o_i = (a_i, z_i, c_i, v_i, q_i).
 
-``parse(text, spec, agent)`` dispatches on ``spec.kind`` (math, choice, code, finqa, label),
-extracts the final answer, canonicalizes it into a key (equal answers, equal keys), reads the
-self-reported confidence and grades the extraction (quality 1.0 for an explicit marker, lower
-for a fallback). It never raises: anything it cannot read is an invalid observation.
-``canonicalize(answer, spec)`` keys a bare answer (a gold answer) the same way.
+``parse(text, spec, agent)`` reads the self-reported confidence, then hands the output to the
+module of ``spec.kind`` (``KINDS``), which extracts the final answer, canonicalizes it into a
+key (equal answers, equal keys) and grades the extraction (quality 1.0 for an explicit
+marker, lower for a fallback). It never raises: anything it cannot read is an invalid
+observation. ``canonicalize(answer, spec)`` keys a bare answer (a gold answer) the same way.
+
+An answer kind is one module (see ``df_ray.core.parsing.kinds``: ``Options``, ``parse``,
+``canonicalize``) and one line in ``KINDS``; ``register_kind`` is that line for a plugin.
 
 Plain Python; math-verify/sympy are imported lazily, on the first math answer.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
-from typing import NamedTuple
+from types import ModuleType
 
 from df_ray.core.parsing._text import MAX_TEXT_CHARS, extract_confidence
-from df_ray.core.parsing.choice import (
-    extract_choice,
-    extract_choice_rule,
-    letter_from_answer,
-    valid_letter,
-)
-from df_ray.core.parsing.code_kind import defines, extract_code, normalize_code
-from df_ray.core.parsing.finqa import (
-    ProgramError,
-    execute_program,
-    extract_finqa_rule,
-    number_key,
-    program_key,
-    programs_equivalent,
-)
-from df_ray.core.parsing.label import extract_label, match_label
-from df_ray.core.parsing.math_kind import (
-    MathExtractError,
-    canonical_math,
-    extract_math_answer,
-    math_key,
-)
+from df_ray.core.parsing.kinds import Found, Invalid, ParseSpecError
 from df_ray.core.types import Observation, ParseSpec
 
 __all__ = [
+    "KINDS",
     "MAX_TEXT_CHARS",
-    "ProgramError",
+    "Found",
+    "Invalid",
+    "ParseSpecError",
+    "UnknownKindError",
     "canonicalize",
-    "execute_program",
     "extract_confidence",
+    "kind_module",
     "parse",
-    "program_key",
-    "programs_equivalent",
+    "register_kind",
 ]
 
 logger = logging.getLogger(__name__)
 
-
-class _Invalid(NamedTuple):
-    reason: str
-    rule: str = ""
-    extracted: str | None = None
-
-
-class _Found(NamedTuple):
-    key: str
-    quality: float
-    extracted: str
-    rule: str
+#: Answer kind -> its module (imported on first use). Adding a kind: one module, one line.
+KINDS: dict[str, str] = {
+    "math": "df_ray.core.parsing.math_kind",
+    "choice": "df_ray.core.parsing.choice_kind",
+    "code": "df_ray.core.parsing.code_kind",
+    "finqa": "df_ray.core.parsing.finqa_kind",
+    "label": "df_ray.core.parsing.label_kind",
+}
 
 
-def _parse_kind(text: str, spec: ParseSpec) -> _Found | _Invalid:
-    """The answer found in ``text`` (key, quality, extracted text, rule), or why there is none."""
-    kind = spec.kind
-    if kind == "math":
-        try:
-            ans, q, rule = extract_math_answer(text)
-        except MathExtractError as e:
-            return _Invalid(str(e), e.rule, e.extracted)
-        key, reason = math_key(ans)
-        if key is None:
-            return _Invalid(reason or "unreadable answer", rule, ans.strip())
-        return _Found(key, q, ans.strip(), rule)
-    if kind == "choice":
-        found_c = extract_choice_rule(text)
-        if found_c is None:
-            return _Invalid("no answer found")
-        letter, q, rule = found_c
-        if not valid_letter(letter, spec.n_options):
-            return _Invalid(f"letter {letter} is not one of the {spec.n_options or 10} options",
-                            rule, letter)
-        return _Found(letter, q, letter, rule)
-    if kind == "code":
-        found_code = extract_code(text, spec.entry_point)
-        if found_code is None:
-            return _Invalid("no code found")
-        code, q = found_code
-        key = normalize_code(code)
-        if key is None:
-            return _Invalid("code does not parse", "code", code)
-        if spec.entry_point and not defines(code, spec.entry_point):
-            return _Invalid(f"code does not define {spec.entry_point}", "code", code)
-        return _Found(key, q, code, "code")
-    if kind == "finqa":
-        found_f = extract_finqa_rule(text)
-        if found_f is None:
-            return _Invalid("no answer found")
-        what, extracted, q, rule = found_f
-        if what == "program":
-            try:
-                return _Found(program_key(execute_program(extracted, spec.table)), q, extracted,
-                              rule)
-            except ProgramError as e:
-                return _Invalid(f"program error: {e}", rule, extracted)
-        key = number_key(extracted)
-        if key is None:
-            return _Invalid("not a number", rule, extracted)
-        return _Found(key, q, extracted, rule)
-    if kind == "label":
-        found_l = extract_label(text, spec.labels)
-        if found_l is None:
-            return _Invalid("no answer found")
-        ans, q = found_l
-        key = match_label(ans, spec.labels)
-        rule = "marker" if q >= 1.0 else "last_line" if q >= 0.6 else "label_line"
-        if key is None:
-            return _Invalid("not one of the labels", rule, ans.strip())
-        return _Found(key, q, ans.strip(), rule)
-    return _Invalid(f"unknown answer kind {kind!r}")
+class UnknownKindError(KeyError):
+    """No answer kind of that name; the message lists the registered ones."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+def register_kind(name: str, module: str) -> None:
+    """Register an answer kind's module (a plugin's one line)."""
+    KINDS[name] = module
+
+
+def kind_module(kind: str) -> ModuleType:
+    """The module of answer kind ``kind``."""
+    try:
+        target = KINDS[kind]
+    except (KeyError, TypeError):
+        raise UnknownKindError(f"unknown answer kind {kind!r}; registered: "
+                               f"{', '.join(KINDS)}") from None
+    return importlib.import_module(target)
 
 
 def parse(text: str, spec: ParseSpec, agent: str = "") -> Observation:
@@ -142,7 +86,11 @@ def parse(text: str, spec: ParseSpec, agent: str = "") -> Observation:
         if len(text) > MAX_TEXT_CHARS:
             return Observation.invalid(agent, raw=text, confidence=confidence,
                                        reason=f"output longer than {MAX_TEXT_CHARS} characters")
-        found = _parse_kind(text, spec)
+        try:
+            module = kind_module(spec.kind)
+        except UnknownKindError as e:
+            return Observation.invalid(agent, raw=text, confidence=confidence, reason=str(e))
+        found = module.parse(text, spec)
     except RecursionError:
         return Observation.invalid(agent, raw=text if isinstance(text, str) else "",
                                    reason="parser recursion limit")
@@ -150,7 +98,7 @@ def parse(text: str, spec: ParseSpec, agent: str = "") -> Observation:
         logger.debug("parse failed for agent %r", agent, exc_info=True)
         return Observation.invalid(agent, raw=text if isinstance(text, str) else "",
                                    reason=f"parser error: {type(e).__name__}")
-    if isinstance(found, _Invalid):
+    if isinstance(found, Invalid):
         return Observation.invalid(agent, raw=text, confidence=confidence,
                                    extracted=found.extracted, rule=found.rule,
                                    reason=found.reason)
@@ -169,33 +117,7 @@ def canonicalize(answer: str, spec: ParseSpec) -> str | None:
             answer = "" if answer is None else str(answer)
         if not answer.strip() or len(answer) > MAX_TEXT_CHARS:
             return None
-        kind = spec.kind
-        if kind == "math":
-            return canonical_math(answer)
-        if kind == "choice":
-            letter = letter_from_answer(answer)
-            if letter is None:
-                found = extract_choice(answer)
-                letter = found[0] if found else None
-            return letter if letter and valid_letter(letter, spec.n_options) else None
-        if kind == "code":
-            if spec.entry_point and not defines(answer, spec.entry_point):
-                found = extract_code(answer, spec.entry_point)
-                if found is None or not defines(found[0], spec.entry_point):
-                    return None
-                answer = found[0]
-            return normalize_code(answer)
-        if kind == "finqa":
-            key = number_key(answer)
-            if key is not None:
-                return key
-            try:
-                return program_key(execute_program(answer, spec.table))
-            except ProgramError:
-                return None
-        if kind == "label":
-            return match_label(answer, spec.labels)
+        return kind_module(spec.kind).canonicalize(answer, spec)
     except Exception:
         logger.debug("canonicalize failed", exc_info=True)
         return None
-    return None

@@ -37,8 +37,17 @@ STARTUP_TIMEOUT_S = 120.0
 MAX_WORKERS = max(2, min(8, os.cpu_count() or 2))
 #: Idle helper processes kept for reuse (per parent process).
 MAX_IDLE_WORKERS = MAX_WORKERS
-#: Modules a helper imports before it reports ready (so a call's bound excludes imports).
-PRELOAD = ("sympy", "math_verify", "df_ray.core.parsing.math_kind")
+#: Modules a helper imports before it reports ready (so a call's bound excludes imports);
+#: a module that bounds its calls adds itself with ``preload(__name__)``, and a ``warm()`` it
+#: defines runs there too.
+PRELOAD: list[str] = ["sympy"]
+
+
+def preload(module: str) -> None:
+    """Have helper processes started from now on import ``module`` (and run its ``warm()``,
+    if it has one) before they take a call."""
+    if module not in PRELOAD:
+        PRELOAD.append(module)
 
 
 class ParseTimeout(BaseException):
@@ -80,7 +89,7 @@ class _Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "df_ray.core.parsing._bounded"],
+            [sys.executable, "-m", "df_ray.core.parsing._bounded", *PRELOAD],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         self.pid_owner = os.getpid()
         try:
@@ -186,11 +195,11 @@ def _serve() -> None:  # pragma: no cover - runs in the helper process
     out = sys.stdout.buffer
     fd_in = sys.stdin.buffer.fileno()
     sys.stdout = sys.stderr  # nothing else may write to the result pipe
-    for mod in PRELOAD:
+    for name in sys.argv[1:]:
         with contextlib.suppress(Exception):
-            importlib.import_module(mod)
-    with contextlib.suppress(Exception):
-        importlib.import_module("df_ray.core.parsing.math_kind").warm()
+            warm = getattr(importlib.import_module(name), "warm", None)
+            if callable(warm):
+                warm()
     with contextlib.suppress(Exception):
         import logging
 

@@ -30,8 +30,11 @@ another rule). A lowercase ``a`` followed by a word, or ``A good approach``, is 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from df_ray.core.parsing._text import boxed_spans, squeeze, strip_confidence_lines
+from df_ray.core.parsing.kinds import Found, Invalid, options_of
+from df_ray.core.types import ParseSpec
 
 LETTERS = "ABCDEFGHIJ"
 #: The longest box content read as a letter answer (``\\boxed{C. the option's text}``).
@@ -158,3 +161,34 @@ def extract_choice(text: str) -> tuple[str, float] | None:
 def valid_letter(letter: str, n_options: int | None) -> bool:
     n = 10 if n_options is None else max(0, min(int(n_options), len(LETTERS)))
     return letter in LETTERS[:n]
+
+
+# ----------------------------------------------------------------------------- the kind
+
+
+@dataclass(frozen=True)
+class Options:
+    """``n_options``: how many options the question has (4 -> A-D; None: A-J)."""
+
+    n_options: int | None = None
+
+
+def parse(text: str, spec: ParseSpec) -> Found | Invalid:
+    n_options = options_of(spec, Options).n_options
+    found = extract_choice_rule(text)
+    if found is None:
+        return Invalid("no answer found")
+    letter, q, rule = found
+    if not valid_letter(letter, n_options):
+        return Invalid(f"letter {letter} is not one of the {n_options or 10} options", rule,
+                       letter)
+    return Found(letter, q, letter, rule)
+
+
+def canonicalize(answer: str, spec: ParseSpec) -> str | None:
+    n_options = options_of(spec, Options).n_options
+    letter = letter_from_answer(answer)
+    if letter is None:
+        found = extract_choice(answer)
+        letter = found[0] if found else None
+    return letter if letter and valid_letter(letter, n_options) else None

@@ -14,8 +14,11 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from dataclasses import dataclass
 
 from df_ray.core.parsing._text import fenced_blocks
+from df_ray.core.parsing.kinds import Found, Invalid, options_of
+from df_ray.core.types import ParseSpec
 
 _PY_LANGS = {"", "python", "python3", "py", "py3", "python3.10", "python3.11", "ipython", "pycon"}
 
@@ -114,3 +117,37 @@ def extract_code(text: str, entry_point: str | None) -> tuple[str, float] | None
     if code is not None:
         return code, 0.5
     return None
+
+
+# ----------------------------------------------------------------------------- the kind
+
+
+@dataclass(frozen=True)
+class Options:
+    """``entry_point``: the function a code answer must define (None: any code)."""
+
+    entry_point: str | None = None
+
+
+def parse(text: str, spec: ParseSpec) -> Found | Invalid:
+    entry_point = options_of(spec, Options).entry_point
+    found = extract_code(text, entry_point)
+    if found is None:
+        return Invalid("no code found")
+    code, q = found
+    key = normalize_code(code)
+    if key is None:
+        return Invalid("code does not parse", "code", code)
+    if entry_point and not defines(code, entry_point):
+        return Invalid(f"code does not define {entry_point}", "code", code)
+    return Found(key, q, code, "code")
+
+
+def canonicalize(answer: str, spec: ParseSpec) -> str | None:
+    entry_point = options_of(spec, Options).entry_point
+    if entry_point and not defines(answer, entry_point):
+        found = extract_code(answer, entry_point)
+        if found is None or not defines(found[0], entry_point):
+            return None
+        answer = found[0]
+    return normalize_code(answer)

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from df_ray.core.parsing._text import fenced_blocks, squeeze, strip_confidence_lines
+from df_ray.core.parsing.kinds import Found, Invalid, options_of
+from df_ray.core.types import ParseSpec
 
 
 class ProgramError(ValueError):
@@ -490,3 +492,41 @@ def number_key(token: str) -> str | None:
     except ProgramError:
         return None
     return program_key(-v if neg else v)
+
+
+# ----------------------------------------------------------------------------- the kind
+
+
+@dataclass(frozen=True)
+class Options:
+    """``table``: the sample's table (rows of cells) that ``table_*`` operations read."""
+
+    table: tuple[tuple[str, ...], ...] | None = None
+
+
+def parse(text: str, spec: ParseSpec) -> Found | Invalid:
+    table = options_of(spec, Options).table
+    found = extract_finqa_rule(text)
+    if found is None:
+        return Invalid("no answer found")
+    what, extracted, q, rule = found
+    if what == "program":
+        try:
+            return Found(program_key(execute_program(extracted, table)), q, extracted, rule)
+        except ProgramError as e:
+            return Invalid(f"program error: {e}", rule, extracted)
+    key = number_key(extracted)
+    if key is None:
+        return Invalid("not a number", rule, extracted)
+    return Found(key, q, extracted, rule)
+
+
+def canonicalize(answer: str, spec: ParseSpec) -> str | None:
+    table = options_of(spec, Options).table
+    key = number_key(answer)
+    if key is not None:
+        return key
+    try:
+        return program_key(execute_program(answer, table))
+    except ProgramError:
+        return None

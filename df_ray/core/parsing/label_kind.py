@@ -11,8 +11,11 @@ the longest matching label wins) and anything else is invalid.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from df_ray.core.parsing._text import boxed_spans, squeeze, strip_confidence_lines
+from df_ray.core.parsing.kinds import Found, Invalid, options_of
+from df_ray.core.types import ParseSpec
 
 _MARKER_RE = re.compile(
     r"(?i)(?:\b(?:final\s+)?(?:answer|label|classification|prediction)\b\s*[*_]*\s*(?::|=|：|-\s)"
@@ -74,3 +77,30 @@ def extract_label(text: str, labels: tuple[str, ...] | None) -> tuple[str, float
         if match_label(ln, labels) == normalize_label(ln):
             return ln, 0.4
     return lines[-1], 0.6
+
+
+# ----------------------------------------------------------------------------- the kind
+
+
+@dataclass(frozen=True)
+class Options:
+    """``labels``: the task's label set (None: any label)."""
+
+    labels: tuple[str, ...] | None = None
+
+
+def parse(text: str, spec: ParseSpec) -> Found | Invalid:
+    labels = options_of(spec, Options).labels
+    found = extract_label(text, labels)
+    if found is None:
+        return Invalid("no answer found")
+    ans, q = found
+    key = match_label(ans, labels)
+    rule = "marker" if q >= 1.0 else "last_line" if q >= 0.6 else "label_line"
+    if key is None:
+        return Invalid("not one of the labels", rule, ans.strip())
+    return Found(key, q, ans.strip(), rule)
+
+
+def canonicalize(answer: str, spec: ParseSpec) -> str | None:
+    return match_label(answer, options_of(spec, Options).labels)

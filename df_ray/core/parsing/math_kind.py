@@ -41,9 +41,10 @@ import functools
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from fractions import Fraction
 
-from df_ray.core.parsing._bounded import ParseTimeout, call_bounded
+from df_ray.core.parsing._bounded import ParseTimeout, call_bounded, preload
 from df_ray.core.parsing._text import (
     balanced,
     box_positions,
@@ -54,6 +55,8 @@ from df_ray.core.parsing._text import (
     strip_confidence_lines,
     strip_markdown,
 )
+from df_ray.core.parsing.kinds import Found, Invalid, options_of
+from df_ray.core.types import ParseSpec
 
 #: Answers longer than this are keyed by their normalized string only (no sympy).
 MAX_SYMPY_CHARS = 400
@@ -64,6 +67,10 @@ MAX_NUMBER_CHARS = 1000
 MAX_KEY_CHARS = 120
 #: Seconds allowed for one sympy canonicalization (any thread); env DF_RAY_PARSE_TIMEOUT_S.
 SYMPY_TIMEOUT_S = float(os.environ.get("DF_RAY_PARSE_TIMEOUT_S", "5"))
+
+# Bounded calls run in helper processes that import this module (and math-verify, sympy:
+# ``warm``) before they take one.
+preload(__name__)
 
 _MARKER_RE = re.compile(
     r"(?i)(final\s+answer\s*(?:is|:|=|：)?|\banswer\s*(?::|=|：)|\bthe\s+(?:correct\s+)?answer\s+is\b)"
@@ -512,3 +519,28 @@ def extract_math(text: str) -> tuple[str, float] | None:
     except MathExtractError:
         return None
     return found[0], found[1]
+
+
+# ----------------------------------------------------------------------------- the kind
+
+
+@dataclass(frozen=True)
+class Options:
+    """A math answer has no options."""
+
+
+def parse(text: str, spec: ParseSpec) -> Found | Invalid:
+    options_of(spec, Options)
+    try:
+        ans, q, rule = extract_math_answer(text)
+    except MathExtractError as e:
+        return Invalid(str(e), e.rule, e.extracted)
+    key, reason = math_key(ans)
+    if key is None:
+        return Invalid(reason or "unreadable answer", rule, ans.strip())
+    return Found(key, q, ans.strip(), rule)
+
+
+def canonicalize(answer: str, spec: ParseSpec) -> str | None:
+    options_of(spec, Options)
+    return canonical_math(answer)
