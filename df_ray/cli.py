@@ -117,7 +117,7 @@ def load_with_overrides(path: str | None, overrides: list[str], limit: int | Non
     runs = copy.deepcopy(sweep.runs)
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set guardrail.tau_p=0.8")
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set method_args.guardrail.tau_p=0.8")
         k, v = item.split("=", 1)
         k = k.strip()
         _set_dotted(base, k, _parse_value(v))
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--config", help="YAML run or sweep config (default: the embedded demo)")
     r.add_argument("--limit", type=int, help="override the sample limit")
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a config field, e.g. --set guardrail.tau_p=0.8")
+                   help="override a config field, e.g. --set method_args.guardrail.tau_p=0.8")
     r.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or local Ray)")
     r.add_argument("--seeds", metavar="S,S,...",
                    help="run every configuration once per run seed, e.g. --seeds 0,1,2 (the "

@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,20 +27,17 @@ from pydantic import (
     model_validator,
 )
 
-from df_ray.core import BeliefConfig
 from df_ray.engines.spec import EngineSpec, one_of
 from df_ray.experiments.compositions import UnknownCompositionError, composition
 from df_ray.experiments.pool import POOL, UnknownBackboneError, card_of, engine_spec
 from df_ray.methods import REGISTRY as METHOD_REGISTRY
 from df_ray.methods import MethodArgsError, method_class
 from df_ray.methods.base import Method, validate_args
-from df_ray.methods.darkforest import Ablation, Disclosure, GuardrailArgs
 from df_ray.tasks import REGISTRY as TASK_REGISTRY
 
 #: The registered names (the registries are the one place a method or a benchmark is listed).
 METHODS = tuple(METHOD_REGISTRY)
 BENCHMARKS = tuple(TASK_REGISTRY)
-ABLATIONS = BeliefConfig.ABLATIONS
 
 
 class ConfigError(ValueError):
@@ -61,6 +59,16 @@ def check_name(v: str, what: str = "name") -> str:
     if len(v) > 200:
         raise ValueError(f"{what} is {len(v)} characters long; at most 200")
     return v
+
+
+def moved_keys() -> dict[str, tuple[str, str]]:
+    """Top-level config keys that registered methods moved into their method_args: key ->
+    (method, Args field)."""
+    out: dict[str, tuple[str, str]] = {}
+    for name in METHOD_REGISTRY:
+        for key, arg in method_class(name).moved_config_keys.items():
+            out.setdefault(key, (name, arg))
+    return out
 
 
 def default_cache_root() -> str:
@@ -85,10 +93,6 @@ class AgentConfig(_Strict):
     #: What the agent's backbone is good at (a model card): GoA's node sampling shows it to
     #: its meta-LLM. Filled from the pool for pool backbones; not part of the agent's identity.
     description: str | None = None
-
-
-#: DarkForest's guardrail thresholds (also accepted as the top-level ``guardrail`` key).
-GuardrailSettings = GuardrailArgs
 
 
 class CalibrationSettings(_Strict):
@@ -162,20 +166,10 @@ class RunConfig(_Strict):
     max_tokens: int | None = Field(None, ge=1, le=32768)
     method: str = "darkforest"
     #: The method's settings, checked against its ``Args`` (``df_ray.methods``).
-    method_args: dict[str, Any] = Field(default_factory=dict)
+    method_args: dict[str, Any] = Field(default_factory=dict, validate_default=True)
     backbones: dict[str, EngineSpec] = Field(default_factory=dict)
     agents: list[AgentConfig] = Field(min_length=1)
     coordinator: AgentConfig | None = None
-    #: DarkForest's "belief only" decision (Table 2): the final answer is z*, no coordinator
-    #: is called and no coordinator token is spent.
-    belief_only: bool = False
-    # DarkForest's knobs, also accepted in method_args (disclosure, guardrail, lazy,
-    # ablation, gamma, belief_only); kept here so that every configuration logs them alike.
-    disclosure: Disclosure = "strict"
-    guardrail: GuardrailArgs = GuardrailArgs()
-    lazy_coordinator: bool = False
-    ablation: Ablation = "full"
-    gamma: float = Field(0.5, ge=0.0, le=1.0)
     calibration: CalibrationSettings = CalibrationSettings()
     cache_root: str = Field(default_factory=default_cache_root)
     tracking: TrackingSettings = TrackingSettings()
@@ -198,33 +192,28 @@ class RunConfig(_Strict):
     #: ends FAILED with the reason, a rerun runs it again, the command exits non-zero). At or
     #: below it the configuration finishes and its failed calls are counted and shown.
     max_error_rate: float = Field(0.1, ge=0.0, le=1.0)
+    #: The method and the task, built once per configuration in a process (validation,
+    #: preflight, the stage graph and the stage share them), keyed by what builds them.
+    _built: dict[str, tuple[Any, Any]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
-    def _method_knobs(cls, data: Any) -> Any:
-        """Knobs a method accepts both in method_args and as top-level keys (DarkForest's
-        ``disclosure``, ``lazy`` -> ``lazy_coordinator``, ...) are kept at the top level."""
-        if not isinstance(data, dict) or not isinstance(data.get("method_args"), dict):
+    def _moved_knobs(cls, data: Any) -> Any:
+        """A method's knobs live in its ``method_args``; a top-level key that a method has
+        moved there (DarkForest's ``disclosure``, ``lazy_coordinator``, ...) is an error that
+        says where it went."""
+        if not isinstance(data, dict):
             return data
-        name = data.get("method", "darkforest")
-        try:
-            mcls = method_class(name)
-        except KeyError:
-            return data  # the method field reports it
-        keys = mcls.config_keys
-        margs = dict(data["method_args"])
-        given = {arg: margs.pop(arg) for arg in keys if arg in margs}
-        if not given:
+        stray = [k for k in data if k not in cls.model_fields]
+        if not stray:
             return data
-        validate_args(name, mcls.Args, given)  # errors name the method and the field
-        moved = {keys[arg]: v for arg, v in given.items()}
-        data = dict(data)
-        for top, value in moved.items():
-            if top in data and _plain(data[top]) != _plain(value):
-                raise ValueError(f"method_args and the top-level key {top!r} set different "
-                                 f"values ({value!r}, {data[top]!r}); set one of them")
-            data[top] = value
-        data["method_args"] = margs
+        moved = moved_keys()
+        for key in stray:
+            if key in moved:
+                method, arg = moved[key]
+                raise ValueError(
+                    f"{key}: {method}'s knobs moved to method_args; write "
+                    f"method_args.{arg} (in a sweep: method_args.{arg}: ...) instead of {key}")
         return data
 
     @field_validator("benchmark")
@@ -244,14 +233,15 @@ class RunConfig(_Strict):
     @field_validator("method_args")
     @classmethod
     def _method_args(cls, v: dict[str, Any], info: Any) -> dict[str, Any]:
+        """Checked against the method's Args, and kept with every field (defaults included),
+        so equal settings are equal configurations and every run logs them alike."""
         name = info.data.get("method")
         if name in METHOD_REGISTRY:
-            mcls = method_class(name)
-            free = {k: a for k, a in v.items() if k not in mcls.config_keys}
             try:
-                validate_args(name, mcls.Args, free)
+                args = validate_args(name, method_class(name).Args, v)
             except MethodArgsError as e:
                 raise ValueError(str(e)) from None
+            return args.model_dump(mode="json")
         return v
 
     @model_validator(mode="before")
@@ -341,14 +331,34 @@ class RunConfig(_Strict):
         return self
 
     # ------------------------------------------------------------------ helpers
-    def effective_method_args(self) -> dict[str, Any]:
-        """``method_args`` plus the method's top-level knobs (e.g. DarkForest's disclosure)."""
-        keys = method_class(self.method).config_keys
-        return {**{arg: getattr(self, top) for arg, top in keys.items()}, **self.method_args}
-
     def build_method(self) -> Method:
-        """The configured method, built from its validated Args."""
-        return method_class(self.method)(self.effective_method_args())
+        """The configured method, built from its validated Args (once: methods keep no
+        per-sample state)."""
+        key = (self.method, json.dumps(self.method_args, sort_keys=True))
+        return self._once("method", key, lambda: method_class(self.method)(self.method_args))
+
+    def build_task(self) -> Any:
+        """The configured benchmark with the options this configuration sets (once)."""
+        from df_ray.tasks import task_for
+
+        return self._once("task", (self.benchmark, self.sandbox.isolation),
+                          lambda: task_for(self))
+
+    def _once(self, what: str, key: Any, build: Callable[[], Any]) -> Any:
+        # keyed, so a model_copy with other settings does not reuse the original's
+        hit = self._built.get(what)
+        if hit is None or hit[0] != key:
+            hit = (key, build())
+            self._built = {**self._built, what: hit}
+        return hit[1]
+
+    def __getstate__(self) -> dict[Any, Any]:
+        # what was built stays in its process (a task may hold loaded data)
+        state = super().__getstate__()
+        private = state.get("__pydantic_private__")
+        if private and private.get("_built"):
+            state = {**state, "__pydantic_private__": {**private, "_built": {}}}
+        return state
 
     def fingerprint(self) -> str:
         """Stable hash of everything that changes results (not where they are written)."""
@@ -393,7 +403,7 @@ class SweepConfig(_Strict):
     """A list of configurations run in one job over shared engines and one cache.
 
     ``base`` is a RunConfig mapping; ``runs`` lists overrides (dotted keys allowed,
-    e.g. ``guardrail.tau_p``) each naming one configuration; ``grid`` expands the cartesian
+    e.g. ``method_args.guardrail.tau_p``) each naming one configuration; ``grid`` expands the cartesian
     product of its lists on top of every run.
     """
 
@@ -471,23 +481,20 @@ class SweepConfig(_Strict):
                     _set_dotted(d, k, v)
                 if d.get("max_tokens") is None and d.get("benchmark") in self.max_tokens:
                     d["max_tokens"] = self.max_tokens[d["benchmark"]]
+                # a grid point's name: its keys without the method_args. prefix
+                point = [f"{k.removeprefix('method_args.')}={v}"
+                         for k, v in zip(keys, combo, strict=True)]
                 if "name" not in override:
                     parts = [override.get("name") or d.get("name") or f"{self.name}-{i}"]
-                    parts += [f"{k}={v}" for k, v in zip(keys, combo, strict=True)]
-                    d["name"] = " ".join(str(p) for p in parts)
+                    d["name"] = " ".join(str(p) for p in [*parts, *point])
                 elif combo:
-                    d["name"] = override["name"] + " " + " ".join(
-                        f"{k}={v}" for k, v in zip(keys, combo, strict=True))
+                    d["name"] = override["name"] + " " + " ".join(point)
                 try:
                     out.append(RunConfig.model_validate(d))
                 except ValidationError as e:
                     raise ConfigError(f"sweep {self.name!r}, run {i} ({d.get('name')}):\n"
                                       f"{format_validation_error(e)}") from None
         return out
-
-
-def _plain(v: Any) -> Any:
-    return v.model_dump() if isinstance(v, BaseModel) else v
 
 
 def _set_dotted(d: dict, key: str, value: Any) -> None:

@@ -99,10 +99,19 @@ def write_mmlu_goa(path: Path, n: int, tag: str = "q") -> Path:
 # ============================================================================ configs
 
 
+def uncalibrated(method: str, method_args: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``method_args`` with DarkForest's belief uncalibrated (``ablation: no_calibration``,
+    unless they set one), so that a run needs no calibration file; other methods' as given."""
+    args = dict(method_args or {})
+    if method == "darkforest":
+        args.setdefault("ablation", "no_calibration")
+    return args
+
+
 def driver_config(*, agents: Sequence[str] = AGENTS, coordinator: bool = True,
                   method: str = "darkforest", **over: Any) -> RunConfig:
     """MMLU-Pro on scripted backbones, one per agent (model ``MODELS[agent]``), for runs in
-    this process (nothing stored)."""
+    this process (nothing stored); DarkForest uncalibrated unless ``method_args`` say."""
     d: dict[str, Any] = {
         "benchmark": "mmlu_pro",
         "method": method,
@@ -110,9 +119,9 @@ def driver_config(*, agents: Sequence[str] = AGENTS, coordinator: bool = True,
                       for a in [*agents, "coord"]},
         "agents": [{"id": a, "backbone": f"b{a}"} for a in agents],
         "coordinator": {"id": "coord", "backbone": "bcoord"} if coordinator else None,
-        "ablation": "no_calibration",
     }
     d.update(over)
+    d["method_args"] = uncalibrated(method, over.get("method_args"))
     return RunConfig.model_validate(d)
 
 
@@ -127,13 +136,13 @@ def pipeline_config(tmp_path: Path, **over: Any) -> RunConfig:
                                                     "script": PIPELINE_SCRIPT}},
         "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2, 3)],
         "coordinator": {"id": "coord", "backbone": "bc"},
-        "ablation": "no_calibration",
         "cache_root": str(tmp_path / "cache"),
         "results_dir": str(tmp_path / "results"),
         "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "pipeline-test"},
         "batch_size": 2,
     }
     base.update(over)
+    base["method_args"] = uncalibrated(base.get("method", "darkforest"), over.get("method_args"))
     return RunConfig.model_validate(base)
 
 
@@ -164,7 +173,7 @@ def base_config(tmp: Path, source: Path, *, latency_s: float = 0.0, batch_size: 
         "backbones": scripted_backbones(latency_s),
         "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2, 3)],
         "coordinator": {"id": "coord", "backbone": "bc"},
-        "ablation": "no_calibration",
+        "method_args": {"ablation": "no_calibration"},
         "calibration": {"dir": str(tmp / "calibration"), "auto_fit": False},
         "cache_root": str((cache_root or tmp / "cache").resolve()),
         "results_dir": str(tmp / "results"),

@@ -152,12 +152,14 @@ def fit_and_save(cfg: Any, records: Iterable[CalibrationRecord],
     ``held_out`` (``df_ray.evaluation.context.HeldOut``) names their source in the file,
     ``tokens`` and ``calls`` what the fit cost."""
     identities = cfg.agent_identities()
+    # the independence discount's strength the file records: the method's, where it has one
+    gamma = {"gamma": cfg.method_args["gamma"]} if "gamma" in cfg.method_args else {}
     cal = fit_calibration(list(records), agents=cfg.agent_ids(), benchmark=cfg.benchmark,
-                          gamma=cfg.gamma, identities=identities,
+                          identities=identities,
                           min_samples=cfg.calibration.min_samples,
                           data_source=getattr(held_out, "origin", "") or "",
                           data_fingerprint=getattr(held_out, "fingerprint", "") or "",
-                          fit_calls=calls, fit_tokens=tokens)
+                          fit_calls=calls, fit_tokens=tokens, **gamma)
     out = Path(cfg.calibration.dir) / calibration_filename(cfg.benchmark, cfg.agent_ids())
     if out.exists():
         # That name holds the calibration of other agents with these ids (another model,

@@ -24,7 +24,7 @@ def build_context(cfg: Any, calibration: Any = None,
     pass: a frozen calibration belongs to the benchmark and the agents, not to a run seed,
     so whichever seed's configuration fits it, it is fitted on the same generations."""
     return MethodContext(
-        task=task_for(cfg),
+        task=_task(cfg),
         agents=[agent_view(cfg, a.id) for a in cfg.agents],
         coordinator=agent_view(cfg, cfg.coordinator.id) if cfg.coordinator else None,
         settings=cfg,
@@ -49,10 +49,16 @@ def load_samples(cfg: Any, split: str | None = None, limit: int | None = None) -
     depends on the run seed."""
     from df_ray.tasks._common import pinned_revision
 
-    task = task_for(cfg)
+    task = _task(cfg)
     with pinned_revision(getattr(cfg, "data_revision", None)):
         return task.load(split or cfg.split, source=cfg.source,
                          limit=limit if limit is not None else cfg.limit, seed=SPLIT_SEED)
+
+
+def _task(cfg: Any):
+    """The configuration's task: built once per configuration (``RunConfig.build_task``)."""
+    build = getattr(cfg, "build_task", None)
+    return build() if callable(build) else task_for(cfg)
 
 
 def _words(agent: str, text: str) -> int:

@@ -6,8 +6,9 @@ Definitions (per sample, averaged over samples unless noted):
 - tokens_*: prompt + completion tokens of every call an engine answered (a failed or refused
   call counts 0), split by role; ``t_cross`` the evidence
   tokens DarkForest shows its coordinator (coordinator tokenizer).
-- llm_calls: calls issued per sample (cached or not); fresh_calls: calls an engine served in
-  this run (total, not per sample); failed_calls: calls that failed (total); refused_calls:
+- llm_calls_per_sample: calls issued per sample (cached or not); llm_calls: the calls
+  issued (total, counted); fresh_calls: calls an engine served in this run (total);
+  failed_calls: calls that failed (total, counted); refused_calls:
   of those, calls the engine refused for their prompt's length (total; they spend 0 tokens).
 - truncation_rate: share of the calls an engine answered that were cut off at max_tokens
   (finish_reason ``length``): over all calls, and per agent id (``truncation_rate.<agent>``,
@@ -32,9 +33,15 @@ from typing import Any
 
 from df_ray.evaluation.scoring import SUMMED
 
+#: Distinct call errors a configuration keeps for its failure message.
+FIRST_ERRORS = 3
+
 
 @dataclass
 class MetricsAccumulator:
+    """The run metrics of rows added one by one; also the calls counted and the first
+    distinct call errors (``first_errors``, each with the agent that got it)."""
+
     n: int = 0
     correct: int = 0
     score_sums: dict[str, float] = field(default_factory=dict)
@@ -50,6 +57,9 @@ class MetricsAccumulator:
     errors_samples: int = 0
     #: agent id -> [answered calls, truncated calls]
     truncation: dict[str, list[int]] = field(default_factory=dict)
+    calls: int = 0
+    failed_calls: int = 0
+    first_errors: list[str] = field(default_factory=list)
 
     def add(self, row: Mapping[str, Any]) -> None:
         self.n += 1
@@ -68,8 +78,12 @@ class MetricsAccumulator:
             t[1] += int(cut)
         self.trusted += bool(row["trusted"])
         self.reach += bool(row["any_agent_correct"])
+        self.calls += int(row["n_calls"] or 0)
         if row["n_errors"]:
             self.errors_samples += 1
+            self.failed_calls += int(row["n_errors"])
+            if len(self.first_errors) < FIRST_ERRORS:
+                self._keep_errors(row["detail"])
         if row["coordinator_called"]:
             self.coord_called += 1
         if row.get("coordinator_agrees") is not None:
@@ -82,6 +96,19 @@ class MetricsAccumulator:
                 self.correct_override += 1
             elif not row["correct"] and cc is True:
                 self.wrong_override += 1
+
+    def _keep_errors(self, detail: Any) -> None:
+        if isinstance(detail, str):
+            detail = json.loads(detail)
+        for c in (detail or {}).get("calls", []):
+            err = c.get("error")
+            if not err:
+                continue
+            text = f"{c.get('agent')}: {err[:200]}"
+            if text not in self.first_errors:
+                self.first_errors.append(text)
+            if len(self.first_errors) >= FIRST_ERRORS:
+                return
 
     def result(self) -> dict[str, float]:
         n = max(self.n, 1)
@@ -96,8 +123,9 @@ class MetricsAccumulator:
             "other_tokens_per_sample": self.sums.get("other_tokens", 0.0) / n,
             "t_cross_per_sample": self.sums.get("t_cross", 0.0) / n,
             "llm_calls_per_sample": self.sums.get("n_calls", 0.0) / n,
+            "llm_calls": float(self.calls),
             "fresh_calls": self.sums.get("n_fresh_calls", 0.0),
-            "failed_calls": self.sums.get("n_errors", 0.0),
+            "failed_calls": float(self.failed_calls),
             "refused_calls": self.sums.get("n_refused", 0.0),
             "samples_with_errors": float(self.errors_samples),
             "reachability": self.reach / n,

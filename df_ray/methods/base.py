@@ -275,8 +275,9 @@ class Method(ABC):
     Args: ClassVar[type[MethodArgs]] = MethodArgs
     #: Rounds run over held-out samples to collect calibration records (when needed).
     calibration_rounds: ClassVar[int] = 1
-    #: Args fields a config may also give as top-level keys (Args field -> config key).
-    config_keys: ClassVar[dict[str, str]] = {}
+    #: Top-level config keys of earlier versions that now live in this method's Args
+    #: (config key -> Args field): a config that still has one gets an error saying where.
+    moved_config_keys: ClassVar[dict[str, str]] = {}
     #: Whether a configuration of this method must name a coordinator agent.
     needs_coordinator: ClassVar[bool] = False
 

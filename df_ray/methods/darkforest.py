@@ -85,9 +85,9 @@ class DarkForest(Method):
         belief_only: bool = Field(False, description="the paper's belief-only decision "
                                                      "(Table 2): z* without a coordinator call")
 
-    #: Args fields also accepted as top-level config keys (Args field -> config key).
-    config_keys: ClassVar[dict[str, str]] = {
-        "disclosure": "disclosure", "guardrail": "guardrail", "lazy": "lazy_coordinator",
+    #: Where the top-level config keys of earlier versions went (config key -> Args field).
+    moved_config_keys: ClassVar[dict[str, str]] = {
+        "disclosure": "disclosure", "guardrail": "guardrail", "lazy_coordinator": "lazy",
         "ablation": "ablation", "gamma": "gamma", "belief_only": "belief_only"}
 
     needs_coordinator = True

@@ -19,9 +19,9 @@ from df_ray.pipeline.results import CorruptResultsError, read_results
 
 
 def call_counts(metrics: dict[str, float]) -> tuple[int, int]:
-    """(calls made, calls failed) of a configuration, from its metrics."""
-    calls = round(metrics.get("llm_calls_per_sample", 0.0) * metrics.get("n_samples", 0.0))
-    return int(calls), int(metrics.get("failed_calls", 0.0))
+    """(calls made, calls failed) of a configuration: its counted ``llm_calls`` and
+    ``failed_calls`` metrics."""
+    return int(metrics.get("llm_calls", 0.0)), int(metrics.get("failed_calls", 0.0))
 
 
 def failed_call_rate(metrics: dict[str, float]) -> float:
@@ -42,29 +42,6 @@ def judge(cfg: RunConfig, metrics: dict[str, float], errors: Sequence[str] = ())
     if errors:
         reason += "; first errors: " + " | ".join(errors)
     return reason
-
-
-def first_errors(samples_path: str, k: int = 3) -> list[str]:
-    """The first ``k`` distinct call errors recorded in a configuration's results file,
-    each with the agent that got it."""
-    try:
-        table = read_results(samples_path, columns=["n_errors", "detail"])
-    except (OSError, ValueError, CorruptResultsError):
-        return []
-    out: list[str] = []
-    for n, detail in zip(table.column("n_errors").to_pylist(),
-                         table.column("detail").to_pylist(), strict=True):
-        if not n:
-            continue
-        for c in json.loads(detail).get("calls", []):
-            err = c.get("error")
-            if err:
-                text = f"{c.get('agent')}: {err[:200]}"
-                if text not in out:
-                    out.append(text)
-                if len(out) >= k:
-                    return out
-    return out
 
 
 #: Result columns of DarkForest's decision, read when a results file has them.

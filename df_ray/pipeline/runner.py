@@ -28,10 +28,9 @@ from df_ray.evaluation.context import check_held_out, load_calibration_samples, 
 from df_ray.evaluation.driver import record_from_dict
 from df_ray.pipeline.graph import MAX_BATCHES_IN_FLIGHT, stage_plan, stream_batches
 from df_ray.pipeline.lifecycle import EngineLifecycle, shared_backbones
-from df_ray.pipeline.outcome import failed_call_rate, first_errors, judge
+from df_ray.pipeline.outcome import failed_call_rate, judge
 from df_ray.pipeline.progress import GroupProgress
 from df_ray.pipeline.results import RESULT_SCHEMA, ResultsFile
-from df_ray.tasks import get_task, task_class
 from df_ray.tasks.base import Sample
 
 log = logging.getLogger(__name__)
@@ -135,7 +134,7 @@ def provenance(cfg: RunConfig, samples: Sequence[Sample]) -> dict[str, str]:
     from df_ray.tasks import goa
     from df_ray.tasks.base import problem_statement
 
-    task = get_task(cfg.benchmark)
+    task = cfg.build_task()
     revision = cfg.data_revision or "default"
     source = cfg.source or "hub"
     if cfg.source is None and cfg.benchmark in goa.FILES:  # the paper's data: GoA's file
@@ -193,8 +192,7 @@ def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
         return held_out[key]
 
     for cfg in configs:
-        cfg.build_method()  # method_args are checked by the config; build once more here
-        if task_class(cfg.benchmark).sandboxed:  # generated code runs only at its level
+        if cfg.build_task().sandboxed:  # generated code runs only at its isolation level
             from df_ray.sandbox import plan as sandbox_plan
 
             refused = sandbox_plan(cfg.sandbox.isolation).error
@@ -376,7 +374,7 @@ class Runner:
                 # of a sweep carry the same metric names
                 metrics.setdefault(f"truncation_rate.{a}", float("nan"))
             metrics["worker_deaths"] = float(len(deaths))
-            errors = first_errors(str(path)) if metrics.get("failed_calls") else []
+            errors = list(f.acc.first_errors)
             failure = judge(cfg, metrics, errors)
             run_id = None
             if self.tracker is not None:

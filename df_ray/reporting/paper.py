@@ -82,9 +82,10 @@ PAPER_ABLATIONS: dict[str, dict[str, float | tuple[float, float]]] = {
 }
 
 #: The paper's DarkForest defaults: the row a paper number applies to.
+#: Keys are DarkForest's Args fields (``method_args``), dotted for the guardrail's.
 DEFAULTS = {"guardrail.k": 2, "guardrail.tau_p": 0.66, "guardrail.tau_m": 0.30,
             "guardrail.enabled": True, "disclosure": "strict", "ablation": "full",
-            "lazy_coordinator": False, "belief_only": False, "n_agents": 3}
+            "lazy": False, "belief_only": False, "n_agents": 3}
 
 
 def paper_numbers(benchmark: str, method: str, settings: dict | None = None) -> dict[str, float]:
@@ -246,7 +247,7 @@ def _table9() -> Experiment:
                         paper = _acc(DF[b]["accuracy"] - PAPER_ABLATIONS["tau_p_0.80_cost"][b])
                     runs.append(PlannedRun(
                         f"{b} darkforest guardrail.k={k} guardrail.tau_p={tp} guardrail.tau_m={tm}",
-                        b, knobs={"guardrail": {"k": k, "tau_p": tp, "tau_m": tm}}, paper=paper,
+                        b, knobs={"method_args": {"guardrail": {"k": k, "tau_p": tp, "tau_m": tm}}}, paper=paper,
                         origin="paper" if paper else "ours"))
     return Experiment(
         "table9_thresholds", "Table 9: guardrail thresholds (k, tau_p, tau_m)",
@@ -262,10 +263,10 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     _ablation(
         "table2_decision", "Table 2: the decision mechanism", ("math", "legalbench"),
         [("coordinator+guardrail", {}, "paper", DF),
-         ("belief only", {"belief_only": True}, "paper", {}),
-         ("coordinator only", {"guardrail": {"enabled": False}}, "paper",
+         ("belief only", {"method_args": {"belief_only": True}}, "paper", {}),
+         ("coordinator only", {"method_args": {"guardrail": {"enabled": False}}}, "paper",
           {b: _acc(DF[b]["accuracy"] - _GAIN[b]) for b in _GAIN}),
-         ("lazy coordinator", {"lazy_coordinator": True}, "ours", {})],
+         ("lazy coordinator", {"method_args": {"lazy": True}}, "ours", {})],
         paper_choices=("MATH and LegalBench; belief only, coordinator only, coordinator + "
                        "guardrail; the guardrail's gain +1.40 / +2.40 at zero tokens"),
         our_choices=("the lazy-coordinator row (beyond the paper: same answers, fewer "
@@ -285,21 +286,21 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     _ablation(
         "figure7_calibration", "Figure 7: calibration of the belief", ("math", "legalbench"),
         [("full", {}, "paper", DF),
-         ("no_calibration", {"ablation": "no_calibration"}, "paper",
+         ("no_calibration", {"method_args": {"ablation": "no_calibration"}}, "paper",
           {"math": _acc(DF["math"]["accuracy"]
                         - PAPER_ABLATIONS["calibration_gain"]["math"])}),
-         ("agent_only", {"ablation": "agent_only"}, "paper", {}),
-         ("no_independence", {"ablation": "no_independence"}, "paper", {}),
-         ("no_confidence", {"ablation": "no_confidence"}, "paper", {})],
+         ("agent_only", {"method_args": {"ablation": "agent_only"}}, "paper", {}),
+         ("no_independence", {"method_args": {"ablation": "no_independence"}}, "paper", {}),
+         ("no_confidence", {"method_args": {"ablation": "no_confidence"}}, "paper", {})],
         paper_choices="MATH and LegalBench; calibration worth 5.6 points on MATH",
         our_choices=("the split of the ablation into its factors (alpha+R_pi, R_pi, delta, "
                      "phi) as separate rows")),
     _ablation(
         "table8_disclosure", "Table 8: disclosure policy", ("gpqa",),
-        [("strict", {"disclosure": "strict"}, "paper", DF),
-         ("moderate", {"disclosure": "moderate"}, "paper", {}),
-         ("permissive", {"disclosure": "permissive"}, "paper", {}),
-         ("adaptive", {"disclosure": "adaptive"}, "ours", {})],
+        [("strict", {"method_args": {"disclosure": "strict"}}, "paper", DF),
+         ("moderate", {"method_args": {"disclosure": "moderate"}}, "paper", {}),
+         ("permissive", {"method_args": {"disclosure": "permissive"}}, "paper", {}),
+         ("adaptive", {"method_args": {"disclosure": "adaptive"}}, "ours", {})],
         paper_choices="GPQA; strict, moderate, permissive; more disclosure costs 3.3 points",
         our_choices="the adaptive row (beyond the paper)"),
     _table9(),
@@ -335,14 +336,15 @@ def planned_run(experiment: str, configuration: str) -> PlannedRun | None:
     return None
 
 
+def _dotted(d: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in d.items():
+        out += _dotted(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}={v}"]
+    return out
+
+
 def _knobs_text(r: PlannedRun) -> str:
-    parts = []
-    for k, v in r.knobs.items():
-        if isinstance(v, dict):
-            parts += [f"{k}.{kk}={vv}" for kk, vv in v.items()]
-        else:
-            parts.append(f"{k}={v}")
-    return ", ".join(parts) or "defaults"
+    return ", ".join(_dotted(r.knobs)) or "defaults"
 
 
 # ----------------------------------------------------------------------------- baselines

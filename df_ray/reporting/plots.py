@@ -18,7 +18,9 @@ import pandas as pd
 
 from df_ray.reporting.paper import DEFAULTS, PAPER, PAPER_FINQA_SCALING
 
+#: DarkForest's thresholds (its Args fields, logged as ``method_args.guardrail.*``).
 GUARDRAIL = ("guardrail.k", "guardrail.tau_p", "guardrail.tau_m")
+DF_ARGS = "params.method_args."
 
 
 def _joined(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -88,7 +90,7 @@ def threshold_sensitivity(table: pd.DataFrame, runs: pd.DataFrame, path: Path) -
     panels = []
     for bench, g in df.groupby("benchmark", sort=False):
         for p in GUARDRAIL:
-            if _varies(g, f"params.{p}"):
+            if _varies(g, f"{DF_ARGS}{p}"):
                 panels.append((bench, p, g))
     if not panels:
         return None
@@ -96,12 +98,12 @@ def threshold_sensitivity(table: pd.DataFrame, runs: pd.DataFrame, path: Path) -
     for ax, (bench, p, g) in zip(axes, panels, strict=True):
         sub = _like_reference(g)
         for other in GUARDRAIL:
-            col = f"params.{other}"
+            col = f"{DF_ARGS}{other}"
             if other != p and col in sub:
                 at_default = sub[sub[col].astype(float) == float(DEFAULTS[other])]
                 if not at_default.empty:
                     sub = at_default
-        agg = sub.groupby(f"params.{p}")[["accuracy", "correct_override_rate",
+        agg = sub.groupby(f"{DF_ARGS}{p}")[["accuracy", "correct_override_rate",
                                           "wrong_override_rate"]].mean().sort_index()
         x = agg.index.astype(float)
         ax.plot(x, agg["accuracy"], "o-", color="C0", label="accuracy")
@@ -121,8 +123,8 @@ def threshold_sensitivity(table: pd.DataFrame, runs: pd.DataFrame, path: Path) -
     return _save(fig, path)
 
 
-SAME_AS_REFERENCE = ("params.ablation", "params.disclosure", "params.lazy_coordinator",
-                     "params.coordinator.backbone", "params.gamma", "n_agents")
+SAME_AS_REFERENCE = (f"{DF_ARGS}ablation", f"{DF_ARGS}disclosure", f"{DF_ARGS}lazy",
+                     "params.coordinator.backbone", f"{DF_ARGS}gamma", "n_agents")
 
 
 def _like_reference(g: pd.DataFrame) -> pd.DataFrame:
@@ -206,12 +208,12 @@ def make_plots(table: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
     made = [
         accuracy_vs_tokens(table, out_dir / f"{prefix}_fig3_accuracy_vs_tokens.png"),
         threshold_sensitivity(table, runs, out_dir / f"{prefix}_table9_thresholds.png"),
-        bars_by(table, runs, "ablation", out_dir / f"{prefix}_fig7_calibration_ablation.png",
+        bars_by(table, runs, "method_args.ablation", out_dir / f"{prefix}_fig7_calibration_ablation.png",
                 "calibration ablation"),
         backbone_scaling(table, runs, out_dir / f"{prefix}_fig8_backbone_scaling.png"),
         bars_by(table, runs, "coordinator.backbone",
                 out_dir / f"{prefix}_fig9_coordinator.png", "coordinator backbone"),
-        bars_by(table, runs, "disclosure", out_dir / f"{prefix}_table8_disclosure.png",
+        bars_by(table, runs, "method_args.disclosure", out_dir / f"{prefix}_table8_disclosure.png",
                 "disclosure policy"),
     ]
     return [p for p in made if p is not None]

@@ -13,13 +13,14 @@ from df_ray.reporting.paper import DEFAULTS, PAPER, paper_numbers, planned_run
 from df_ray.reporting.stats import bootstrap_ci, mcnemar
 
 ALPHA = 0.05
+#: DarkForest's Args fields that the paper's numbers depend on (logged under method_args).
 SETTING_KEYS = ("guardrail.k", "guardrail.tau_p", "guardrail.tau_m", "guardrail.enabled",
-                "disclosure", "ablation", "lazy_coordinator", "belief_only")
+                "disclosure", "ablation", "lazy", "belief_only")
 
 
 def settings(row: Mapping) -> dict:
     """The DarkForest settings of a collect_runs row (the keys of ``paper.DEFAULTS``)."""
-    out = {k: row.get(f"params.{k}") for k in SETTING_KEYS}
+    out = {k: row.get(f"params.method_args.{k}") for k in SETTING_KEYS}
     out = {k: v for k, v in out.items() if v is not None and not _isnan(v)}
     out["n_agents"] = int(row.get("n_agents") or 0)
     return out

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from df_ray.config import ConfigError, RunConfig, SweepConfig
-from df_ray.tasks import task_for
 from df_ray.tracking import locks
 
 FINGERPRINT_TAG = "df_ray.fingerprint"
@@ -259,7 +258,7 @@ class Tracker:
 
         tags = {FINGERPRINT_TAG: cfg.fingerprint(), "df_ray.method": cfg.method,
                 "df_ray.benchmark": cfg.benchmark, "df_ray.kind": "configuration"}
-        tags.update(task_for(cfg).run_tags())
+        tags.update(cfg.build_task().run_tags())
         if self.parent_id:
             tags[PARENT_TAG] = self.parent_id
         params_extra = dict(params or {})

@@ -79,7 +79,7 @@ def scripted_config(tmp: str, *, script: str = "majority", replicas: int = 1,
         "agents": [{"id": f"a{i}", "backbone": f"b{i}", "seed": i, "max_tokens": 256}
                    for i in (1, 2, 3)],
         "coordinator": {"id": "coord", "backbone": coord, "temperature": 0.2, "max_tokens": 256},
-        "ablation": "no_calibration",
+        "method_args": {"ablation": "no_calibration"},
         "cache_root": f"{tmp}/cache",
         "results_dir": f"{tmp}/results",
         "tracking": {"uri": f"sqlite:///{tmp}/mlflow.db", "experiment": "perf"},

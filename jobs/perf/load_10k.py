@@ -83,7 +83,7 @@ def run_one(n: int, out: Path, batch_size: int, concurrency: int) -> dict:
                                 "max_batch_size": 64} for m in ("1", "2", "3", "c")},
         "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2, 3)],
         "coordinator": {"id": "coord", "backbone": "bc"},
-        "ablation": "no_calibration", "calibration": {"auto_fit": False},
+        "method_args": {"ablation": "no_calibration"}, "calibration": {"auto_fit": False},
         "cache_root": str(out / "cache"), "results_dir": str(out / "results"),
         "tracking": {"uri": f"sqlite:///{out}/mlflow.db", "experiment": "load"},
         "batch_size": batch_size, "concurrency": concurrency,

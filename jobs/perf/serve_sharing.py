@@ -88,7 +88,7 @@ def sweep(tmp: Path, engine: str, served: bool, n: int, max_tokens: int) -> Path
                    {"id": "a3", "backbone": "smol", "seed": 3, "max_tokens": max_tokens}],
         "coordinator": {"id": "coord", "backbone": "smol", "temperature": 0.2,
                         "max_tokens": max_tokens},
-        "ablation": "no_calibration", "batch_size": 4, "concurrency": 1,
+        "method_args": {"ablation": "no_calibration"}, "batch_size": 4, "concurrency": 1,
         # As a paper sweep file: relative storage, resolved against DF_RAY_HOME per job.
         "tracking": {"uri": "sqlite:///mlflow.db", "experiment": "serve-sharing"},
     }}

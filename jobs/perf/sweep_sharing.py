@@ -52,15 +52,15 @@ def configurations(grid: str) -> list[dict]:
     from df_ray.methods import REGISTRY
 
     runs = [r for r in TABLE1 if r["method"] in REGISTRY]
-    runs += [{"name": f"ablation-{a}", "ablation": a}
+    runs += [{"name": f"ablation-{a}", "method_args": {"ablation": a}}
              for a in ("no_calibration", "agent_only", "no_independence", "no_confidence")]
-    runs += [{"name": f"disclosure-{p}", "disclosure": p}
+    runs += [{"name": f"disclosure-{p}", "method_args": {"disclosure": p}}
              for p in ("moderate", "permissive", "adaptive")]
-    runs += [{"name": "lazy", "lazy_coordinator": True}]
+    runs += [{"name": "lazy", "method_args": {"lazy": True}}]
     ks, tps, tms = ([1, 2, 3], [0.5, 0.66, 0.8], [0.1, 0.3, 0.5]) if grid == "full" else \
         ([1, 2], [0.5, 0.8], [0.1, 0.5])
     runs += [{"name": f"t9 k={k} tau_p={p} tau_m={m}",
-              "guardrail": {"k": k, "tau_p": p, "tau_m": m}}
+              "method_args": {"guardrail": {"k": k, "tau_p": p, "tau_m": m}}}
              for k in ks for p in tps for m in tms]
     return runs
 
@@ -77,7 +77,9 @@ def measure(mode: str, samples, grid: str) -> tuple[float, float, float]:
                 "calibration": {"path": str(cal_path), "auto_fit": False}}
         cfgs = []
         for run in configurations(grid):
-            over = {**base, "ablation": "full", **run}
+            over = {**base, "method_args": {}, **run}
+            if over.get("method", "darkforest") == "darkforest":  # calibrated, unless it says
+                over["method_args"] = {"ablation": "full", **over["method_args"]}
             cfgs.append(scripted_config(tmp, script="majority", **over))
         runner = Runner(shared_backbones(cfgs), tracker=None, progress=lambda m: None)
         print(f"# {mode}: {len(cfgs)} configurations x {len(samples)} samples; scripted "

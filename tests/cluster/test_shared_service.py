@@ -361,14 +361,14 @@ def sweep_file(path: Path, name: str, source: Path, *, seed: int, latency: float
                                     "request_timeout_s": 45} for i in (1, 2)},
             "agents": agents,
             "coordinator": {"id": "coord", "backbone": "s2", "seed": seed, "temperature": 0.2},
-            "ablation": "no_calibration",
+            "method_args": {"ablation": "no_calibration"},
             "calibration": {"dir": "calibration", "auto_fit": False},
             "tracking": {"uri": "sqlite:///mlflow.db", "experiment": EXPERIMENT},
             "results_dir": "results",
             "cache_root": "generations",
             "batch_size": 2, "concurrency": 1, "max_request_retries": 3,
         },
-        "runs": [{"name": "strict"}, {"name": "permissive", "disclosure": "permissive"}],
+        "runs": [{"name": "strict"}, {"name": "permissive", "method_args.disclosure": "permissive"}],
     }, sort_keys=False))
     return path
 

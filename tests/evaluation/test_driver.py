@@ -87,6 +87,30 @@ def test_result_row_is_the_one_schema():
     m = acc.result()
     assert m["n_samples"] == 3 and m["accuracy"] == 1.0
     assert m["llm_calls_per_sample"] == 4 and set(SUMMED) <= set(RESULT_COLUMNS)
+    assert (m["llm_calls"], m["failed_calls"], acc.first_errors) == (12, 0, [])
+
+
+def test_the_accumulator_counts_calls_and_keeps_the_first_errors():
+    # Prompts over 20 tokens fail (a context-length error): every call of every sample.
+    engine = ScriptedEngine("scripted", respond, max_prompt_tokens=20)
+    acc = MetricsAccumulator()
+    driver = Driver(_members(["darkforest"]), engine)
+    for _, r in driver.finish(driver.run(SAMPLES)):
+        acc.add(r.to_dict())
+    m = acc.result()
+    # three agents per sample (the coordinator of a belief with no valid answer is called
+    # too): counted, not rebuilt from the per-sample average
+    assert m["llm_calls"] == sum(r["n_calls"] for r in _rows(SAMPLES, engine))
+    assert m["failed_calls"] == m["llm_calls"] and m["samples_with_errors"] == 3
+    # the first distinct errors, each with its agent, from the rows as they came
+    assert len(acc.first_errors) == 3
+    assert [e.split(":")[0] for e in acc.first_errors] == ["a1", "a2", "a3"]
+    assert all("context_length_exceeded" in e for e in acc.first_errors)
+
+
+def _rows(samples, engine):
+    driver = Driver(_members(["darkforest"]), engine)
+    return [r.to_dict() for _, r in driver.finish(driver.run(samples))]
 
 
 def test_outcome_carries_coordinator_and_top_answer():
@@ -100,7 +124,7 @@ def test_outcome_carries_coordinator_and_top_answer():
 
 @pytest.mark.parametrize("name", ["darkforest", "weighted_vote"])
 def test_calibration_records_come_from_the_method(name):
-    member = Member.from_config(driver_config(method=name, ablation="full"), for_calibration=True)
+    member = Member.from_config(driver_config(method=name, method_args={"ablation": "full"} if name == "darkforest" else {}), for_calibration=True)
     assert member.method.needs_calibration and member.rounds == 1
     driver = Driver([member], ScriptedEngine("scripted", respond))
     recs = driver.calibration_records(driver.run(SAMPLES))
@@ -111,8 +135,8 @@ def test_calibration_records_come_from_the_method(name):
 
 
 def test_needs_calibration_is_a_method_capability():
-    assert not driver_config(method="darkforest", ablation="no_calibration").build_method().needs_calibration
-    assert driver_config(method="darkforest", ablation="full").build_method().needs_calibration
+    assert not driver_config(method="darkforest", method_args={"ablation": "no_calibration"}).build_method().needs_calibration
+    assert driver_config(method="darkforest", method_args={"ablation": "full"}).build_method().needs_calibration
     assert not driver_config(method="weighted_vote", method_args={"majority": True}
                       ).build_method().needs_calibration
     assert not driver_config(method="debate").build_method().needs_calibration

@@ -108,7 +108,7 @@ def config(tmp_path, **over):
     backbones = {f"b{i}": {"kind": "scripted", "model": f"m{i}",
                            "script": "parity_plugin:respond"} for i in (1, 2, 3)}
     cfg = {"name": "parity", "benchmark": "parity", "method": "darkforest",
-           "ablation": "no_calibration", "backbones": backbones,
+           "method_args": {"ablation": "no_calibration"}, "backbones": backbones,
            "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2, 3)],
            "coordinator": {"id": "coord", "backbone": "b3"},
            "calibration": {"dir": str(tmp_path / "calibration"), "auto_fit": False}}

@@ -115,13 +115,41 @@ def test_every_args_field_is_described():
             assert f.description, f"{name}: every Args field has a description"
 
 
-def test_top_level_darkforest_keys_are_still_accepted():
-    a = driver_config(disclosure="moderate", lazy_coordinator=True, gamma=0.3)
-    b = driver_config(method_args={"disclosure": "moderate", "lazy": True, "gamma": 0.3})
-    assert a.build_method().args == b.build_method().args
-    assert a.fingerprint() == b.fingerprint()
-    with pytest.raises(ValueError, match="set one of them"):
-        driver_config(disclosure="strict", method_args={"disclosure": "moderate"})
+def test_darkforest_knobs_live_in_method_args_only():
+    a = driver_config(method_args={"disclosure": "moderate", "lazy": True, "gamma": 0.3})
+    assert a.build_method().args.disclosure == "moderate" and a.build_method().args.lazy
+    # every Args field is kept (defaults too): equal settings are equal configurations
+    b = driver_config(method_args={"disclosure": "moderate", "lazy": True, "gamma": 0.3,
+                                   "guardrail": {"k": 2}, "belief_only": False})
+    assert a.method_args == b.method_args and a.fingerprint() == b.fingerprint()
+    assert a.method_args["guardrail"] == {"k": 2, "tau_p": 0.66, "tau_m": 0.3, "enabled": True}
+    assert not {"disclosure", "lazy_coordinator", "ablation", "gamma", "guardrail",
+                "belief_only"} & set(type(a).model_fields)
+
+
+@pytest.mark.parametrize(("key", "value", "moved_to"), [
+    ("disclosure", "moderate", "method_args.disclosure"),
+    ("guardrail", {"tau_p": 0.8}, "method_args.guardrail"),
+    ("lazy_coordinator", True, "method_args.lazy"),
+    ("ablation", "no_calibration", "method_args.ablation"),
+    ("gamma", 0.3, "method_args.gamma"),
+    ("belief_only", True, "method_args.belief_only"),
+])
+def test_a_top_level_knob_of_an_old_file_says_where_it_moved(tmp_path, capsys, key, value,
+                                                             moved_to):
+    with pytest.raises(ValueError, match=rf"{key}: darkforest's knobs moved to method_args; "
+                                         rf"write {moved_to} "):
+        driver_config(**{key: value})
+    # an old sweep file: df-ray validate names the run, the field and where it went
+    path = tmp_path / "old_sweep.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "old", "runs": [{"name": "r", key: value}],
+        "base": {"benchmark": "mmlu_pro", "backbones": {"b": {"kind": "scripted", "model": "m"}},
+                 "agents": [{"id": "a1", "backbone": "b"}],
+                 "coordinator": {"id": "c", "backbone": "b"}}}))
+    assert main(["validate", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{key}: darkforest's knobs moved to method_args; write {moved_to}" in err, err
 
 
 def test_unknown_names_list_the_registered_ones():
@@ -131,3 +159,39 @@ def test_unknown_names_list_the_registered_ones():
         driver_config(benchmark="nope")
     with pytest.raises(ValueError, match="allowed: 'embedded'"):
         driver_config(backbones={"b": {"kind": "nope", "model": "m"}})
+
+
+def test_the_method_and_the_task_are_built_once_per_configuration(monkeypatch):
+    import pickle
+
+    from df_ray.engines.scripted import ScriptedEngine
+    from df_ray.methods.darkforest import DarkForest
+    from df_ray.tasks.mmlu_pro import MMLUProTask
+    from tests.helpers import Script, answer
+
+    built = {"method": 0, "task": 0}
+    method_init, task_init = DarkForest.__init__, MMLUProTask.__init__
+
+    def count_method(self, *a, **k):
+        built["method"] += 1
+        method_init(self, *a, **k)
+
+    def count_task(self, *a, **k):
+        built["task"] += 1
+        task_init(self, *a, **k)
+
+    monkeypatch.setattr(DarkForest, "__init__", count_method)
+    monkeypatch.setattr(MMLUProTask, "__init__", count_task)
+    cfg = driver_config()
+    script = Script(default=answer("B"))
+    engines = {f"b{a}": ScriptedEngine(m, script) for a, m in
+               (("a1", "m1"), ("a2", "m2"), ("a3", "m3"), ("coord", "mc"))}
+    ev = df_ray.evaluate(cfg, [make_sample("q1"), make_sample("q2")], engines=engines)
+    assert ev.metrics["accuracy"] == 1.0
+    # validation, the calibration check, the member and its context share one of each
+    assert built == {"method": 1, "task": 1}
+    assert cfg.build_method() is cfg.build_method() and cfg.build_task() is cfg.build_task()
+    # a copy with other settings gets its own; a pickled copy builds again where it lands
+    lazy = cfg.model_copy(update={"method_args": {**cfg.method_args, "lazy": True}})
+    assert lazy.build_method().args.lazy and not cfg.build_method().args.lazy
+    assert pickle.loads(pickle.dumps(cfg))._built == {}

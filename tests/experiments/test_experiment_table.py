@@ -36,7 +36,7 @@ def _get(d: dict, dotted: str):
 def _flat(knobs: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in knobs.items():
-        if isinstance(v, dict) and k != "method_args":
+        if isinstance(v, dict):
             out.update(_flat(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
@@ -62,14 +62,18 @@ def test_sweep_expands_to_the_tables_configurations(name):
         dumped = cfg.model_dump(mode="json")
         for key, value in _flat(row.knobs).items():
             assert _get(dumped, key) == value, (cfg.name, key)
-        # Everything the table does not name is at the paper's defaults.
-        for key, default in (("guardrail.k", 2), ("guardrail.tau_p", 0.66),
-                             ("guardrail.tau_m", 0.30), ("guardrail.enabled", True),
-                             ("disclosure", "strict"), ("ablation", "full"),
-                             ("lazy_coordinator", False), ("belief_only", False),
-                             ("gamma", 0.5)):
+        # method_args holds every Args field: what the table does not name is the default
+        defaults = cfg.build_method().Args().model_dump(mode="json")
+        for key, default in _flat(defaults, "method_args.").items():
             if key not in _flat(row.knobs):
                 assert _get(dumped, key) == default, (cfg.name, key)
+        if cfg.method == "darkforest":  # the paper's DarkForest defaults
+            for key, default in (("guardrail.k", 2), ("guardrail.tau_p", 0.66),
+                                 ("guardrail.tau_m", 0.30), ("guardrail.enabled", True),
+                                 ("disclosure", "strict"), ("ablation", "full"),
+                                 ("lazy", False), ("belief_only", False), ("gamma", 0.5)):
+                if f"method_args.{key}" not in _flat(row.knobs):
+                    assert _get(dumped["method_args"], key) == default, (cfg.name, key)
         assert cfg.tracking.experiment == name
         assert planned_run(name, cfg.name) is row
 

@@ -63,7 +63,7 @@ def sweep_config(tmp: Path) -> dict:
             "agents": [{"id": f"a{i}", "backbone": f"s{i}", "seed": i, "temperature": 0.7}
                        for i in (1, 2, 3)],
             "coordinator": {"id": "coord", "backbone": "s1", "seed": 7, "temperature": 0.2},
-            "ablation": "no_calibration",
+            "method_args": {"ablation": "no_calibration"},
             "calibration": {"dir": str(tmp / "calibration"), "auto_fit": False},
             "cache_root": str(tmp / "cache"),
             "results_dir": str(tmp / "results"),
@@ -72,8 +72,8 @@ def sweep_config(tmp: Path) -> dict:
             "batch_size": 2,
             "concurrency": 1,
         },
-        "runs": [{"name": "strict", "disclosure": "strict"},
-                 {"name": "permissive", "disclosure": "permissive"}],
+        "runs": [{"name": "strict", "method_args.disclosure": "strict"},
+                 {"name": "permissive", "method_args.disclosure": "permissive"}],
     }
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from df_ray.config import METHODS, SweepConfig
+from tests.helpers import uncalibrated
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,6 @@ def _sweep(tmp_path: Path, uri: str, fuse: bool = True) -> SweepConfig:
                           for i in (1, 2, 3, "c")},
             "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2, 3)],
             "coordinator": {"id": "coord", "backbone": "bc"},
-            "ablation": "no_calibration",
             "cache_root": str(tmp_path / "cache"),
             "results_dir": str(tmp_path / "results"),
             # weighted_vote fits one: the test split holds the whole file, so its held-out
@@ -43,7 +43,7 @@ def _sweep(tmp_path: Path, uri: str, fuse: bool = True) -> SweepConfig:
             "tracking": {"uri": uri, "experiment": "methods-sweep"},
             "batch_size": 2,
         },
-        "runs": [{"name": m, "method": m} for m in METHODS],
+        "runs": [{"name": m, "method": m, "method_args": uncalibrated(m)} for m in METHODS],
     })
 
 

@@ -26,8 +26,8 @@ def _agree(letter: str = "B") -> Script:
 
 
 def test_belief_only_makes_no_coordinator_call(run_method):
-    cfg = driver_config(belief_only=True)
-    assert cfg.build_method().args.belief_only is True  # the top-level key reaches the method
+    cfg = driver_config(method_args={"belief_only": True})
+    assert cfg.build_method().args.belief_only is True  # method_args reach the method
     run = run_method("darkforest", Script({("a1", "independent"): answer("B"),
                                            ("a2", "independent"): answer("C"),
                                            ("a3", "independent"): answer("D")}),
@@ -44,13 +44,13 @@ def test_belief_only_makes_no_coordinator_call(run_method):
 
 def test_belief_only_with_no_valid_answer_answers_nothing(run_method):
     run = run_method("darkforest", Script(default="no idea"), {"belief_only": True},
-                     cfg=driver_config(belief_only=True))
+                     cfg=driver_config(method_args={"belief_only": True}))
     assert run.calls(role="coordinator") == [] and run.outcome.final is None
 
 
 def test_lazy_coordinator_skip_has_no_call_and_no_evidence(run_method):
     # Three agreeing agents: the guardrail trusts z*, so the lazy coordinator is skipped.
-    lazy = run_method("darkforest", _agree(), {"lazy": True}, cfg=driver_config(lazy_coordinator=True))
+    lazy = run_method("darkforest", _agree(), {"lazy": True}, cfg=driver_config(method_args={"lazy": True}))
     assert lazy.calls(role="coordinator") == [] and lazy.n_calls() == 3
     assert lazy.outcome.t_cross == 0
     eager = run_method("darkforest", _agree(), cfg=driver_config())
@@ -63,7 +63,7 @@ def test_lazy_coordinator_is_called_when_the_belief_is_uncertain(run_method):
                                            ("a2", "independent"): answer("C"),
                                            ("a3", "independent"): answer("D"),
                                            ("coord", "coordinator"): answer("C")}),
-                     {"lazy": True}, cfg=driver_config(lazy_coordinator=True))
+                     {"lazy": True}, cfg=driver_config(method_args={"lazy": True}))
     assert len(run.calls(role="coordinator")) == 1 and run.outcome.t_cross > 0
 
 
@@ -208,7 +208,6 @@ def _pool_config(method: str) -> RunConfig:
     """The six pool backbones as scripted engines (same model ids, same cards)."""
     return RunConfig.model_validate({
         "benchmark": "mmlu_pro", "method": method, "composition": "pool",
-        "ablation": "no_calibration",
         "backbones": {n: {"pool": n, "kind": "scripted"} for n in POOL}})
 
 

@@ -33,8 +33,9 @@ def test_demo_config_is_valid():
 
 @pytest.mark.parametrize("bad, needle", [
     ("benchmark: mathh", "benchmark"),
-    ("disclosure: secret", "disclosure"),
-    ("guardrail: {tau_p: 1.5}", "guardrail.tau_p"),
+    ("method_args: {disclosure: secret}", "method_args.disclosure"),
+    ("method_args: {guardrail: {tau_p: 1.5}}", "method_args.guardrail.tau_p"),
+    ("disclosure: moderate", "disclosure: darkforest's knobs moved to method_args"),
     ("method: vote", "method"),
     ("agents: [{id: a1, backbone: nope}]", "'nope' is not defined"),
     ("agents: [{id: a1, backbone: b1}, {id: a1, backbone: b1}]", "unique"),
@@ -58,20 +59,25 @@ def test_engine_spec_errors_are_named(tmp_path):
 
 def test_sweep_expands_runs_and_grid(tmp_path):
     text = "name: s\nbase:\n" + "\n".join("  " + line for line in BASE.strip().splitlines())
-    text += "\nruns:\n  - {name: strict}\n  - {name: permissive, disclosure: permissive}\n"
-    text += "grid:\n  guardrail.tau_p: [0.5, 0.66, 0.8]\n"
+    text += ("\nruns:\n  - {name: strict}\n"
+             "  - {name: permissive, method_args.disclosure: permissive}\n")
+    text += "grid:\n  method_args.guardrail.tau_p: [0.5, 0.66, 0.8]\n"
     configs = load_config(write(tmp_path, text)).expand()
     assert len(configs) == 6
-    assert {c.guardrail.tau_p for c in configs} == {0.5, 0.66, 0.8}
+    assert {c.method_args["guardrail"]["tau_p"] for c in configs} == {0.5, 0.66, 0.8}
     assert len({c.fingerprint() for c in configs}) == 6
-    assert sum(c.disclosure == "permissive" for c in configs) == 3
+    assert sum(c.method_args["disclosure"] == "permissive" for c in configs) == 3
+    # a grid point is named by its keys without the method_args. prefix
+    assert configs[0].name == "strict guardrail.tau_p=0.5"
 
 
 def test_overrides_from_the_command_line(tmp_path):
     p = write(tmp_path, BASE)
-    sweep = load_with_overrides(str(p), ["guardrail.tau_p=0.8", "lazy_coordinator=true"], 7)
+    sweep = load_with_overrides(str(p), ["method_args.guardrail.tau_p=0.8",
+                                         "method_args.lazy=true"], 7)
     (cfg,) = sweep.expand()
-    assert cfg.guardrail.tau_p == 0.8 and cfg.lazy_coordinator and cfg.limit == 7
+    args = cfg.build_method().args
+    assert args.guardrail.tau_p == 0.8 and args.lazy and cfg.limit == 7
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         load_with_overrides(str(p), ["oops"], None)
 

@@ -99,7 +99,8 @@ def test_rerun_and_threshold_change_make_no_engine_calls(tmp_path, runner_factor
     again = runner.run(cfg, pipeline_samples())
     assert again.skipped
     # A guardrail change shares every call: zero fresh calls, same agent outputs.
-    stricter = pipeline_config(tmp_path, name="tau_p=0.8", guardrail={"tau_p": 0.8})
+    stricter = pipeline_config(tmp_path, name="tau_p=0.8",
+                               method_args={"guardrail": {"tau_p": 0.8}})
     res = runner.run(stricter, pipeline_samples())
     assert res.metrics["fresh_calls"] == 0
     assert served(runner) == 20
@@ -110,7 +111,7 @@ def test_rerun_and_threshold_change_make_no_engine_calls(tmp_path, runner_factor
 
 def test_lazy_coordinator_same_answers_fewer_calls(tmp_path, runner_factory):
     eager = pipeline_config(tmp_path)
-    lazy = pipeline_config(tmp_path, name="lazy", lazy_coordinator=True)
+    lazy = pipeline_config(tmp_path, name="lazy", method_args={"lazy": True})
     runner = runner_factory(eager)
     a = runner.run(eager, pipeline_samples())
     b = runner.run(lazy, pipeline_samples())

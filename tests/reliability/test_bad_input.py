@@ -277,7 +277,7 @@ def test_calibration_for_other_agents_fails_in_preflight(tmp_path, no_engines):
     other = Calibration(benchmark="mmlu_pro", agents=("x1", "x2", "x3"), n_samples=10,
                         fitted_at="t", agent_stats={a: AgentStats(10, 5) for a in ("x1", "x2", "x3")})
     path = other.save(tmp_path / "other.json")
-    sweep = _sweep(tmp_path, ablation="full",
+    sweep = _sweep(tmp_path, method_args={"ablation": "full"},
                    calibration={"path": str(path), "auto_fit": False})
     with pytest.raises(CalibrationMismatchError) as e:
         runner.run_sweep(sweep, tracker=None)
@@ -287,7 +287,7 @@ def test_calibration_for_other_agents_fails_in_preflight(tmp_path, no_engines):
 
 
 def test_missing_calibration_without_auto_fit_fails_in_preflight(tmp_path, no_engines):
-    sweep = _sweep(tmp_path, ablation="full")  # base_config: auto_fit false, empty dir
+    sweep = _sweep(tmp_path, method_args={"ablation": "full"})  # base_config: auto_fit false, empty dir
     with pytest.raises(ConfigError, match="calibration"):
         runner.run_sweep(sweep, tracker=None)
 
@@ -318,8 +318,10 @@ def test_unreachable_mlflow_fails_before_engines(tmp_path, no_engines):
 
 
 BAD_CONFIGS = {
-    "guardrail.tau_p": ({"guardrail": {"tau_p": 1.5}}, "guardrail.tau_p"),
-    "disclosure": ({"disclosure": "verbose"}, "disclosure"),
+    "guardrail.tau_p": ({"method_args": {"guardrail": {"tau_p": 1.5}}},
+                        "method_args.guardrail.tau_p"),
+    "disclosure": ({"method_args": {"disclosure": "verbose"}}, "method_args.disclosure"),
+    "moved knob": ({"disclosure": "moderate"}, "write method_args.disclosure"),
     "unknown field": ({"temprature": 0.3}, "temprature"),
     "undefined backbone": ({"coordinator": {"id": "coord", "backbone": "nope"}}, "nope"),
     "batch_size": ({"batch_size": 0}, "batch_size"),
@@ -343,7 +345,7 @@ def test_bad_config_exit_code_2(tmp_path, capsys, monkeypatch, no_engines, case,
 
 def test_cli_exit_codes_in_a_real_process(tmp_path):
     base = base_config(tmp_path, write_mmlu_goa(tmp_path / "m.json", 3))
-    base["guardrail"] = {"tau_p": 7}
+    base["method_args"] = {"guardrail": {"tau_p": 7}}
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(base))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -351,7 +353,7 @@ def test_cli_exit_codes_in_a_real_process(tmp_path):
         r = subprocess.run([sys.executable, "-m", "df_ray.cli", cmd, "--config", str(path)],
                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
         assert r.returncode == 2, r.stderr
-        assert "guardrail.tau_p" in r.stderr and "Traceback" not in r.stderr
+        assert "method_args.guardrail.tau_p" in r.stderr and "Traceback" not in r.stderr
 
 
 # --------------------------------------------------------------------------- after the run
@@ -384,13 +386,13 @@ def test_tracking_failure_keeps_results(tmp_path, monkeypatch, ray_local):
 
 
 def test_calibration_for_agents_on_another_model_fails_in_preflight(tmp_path, no_engines):
-    sweep = _sweep(tmp_path, ablation="full")
+    sweep = _sweep(tmp_path, method_args={"ablation": "full"})
     (cfg,) = sweep.expand()
     identities = cfg.agent_identities()
     identities["a2"] = {**identities["a2"], "model": "some-other-model"}
     stale = Calibration(benchmark="mmlu_pro", agents=("a1", "a2", "a3"), n_samples=10,
                         fitted_at="t", identities=identities)
     path = stale.save(tmp_path / "stale.json")
-    sweep = _sweep(tmp_path, ablation="full", calibration={"path": str(path), "auto_fit": False})
+    sweep = _sweep(tmp_path, method_args={"ablation": "full"}, calibration={"path": str(path), "auto_fit": False})
     with pytest.raises(CalibrationMismatchError, match="a2: model 'some-other-model' -> "):
         runner.run_sweep(sweep, tracker=None)

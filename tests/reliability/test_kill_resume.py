@@ -46,7 +46,8 @@ pytestmark = pytest.mark.slow
 
 N = 20
 RUNS = [{"name": "tau066"},
-        {"name": "tau080", "guardrail.tau_p": 0.8, "disclosure": "moderate"}]
+        {"name": "tau080", "method_args.guardrail.tau_p": 0.8,
+         "method_args.disclosure": "moderate"}]
 METRICS = ("n_samples", "accuracy", "tokens_per_sample", "trusted_rate", "override_rate",
            "correct_override_rate", "wrong_override_rate", "reachability",
            "llm_calls_per_sample", "t_cross_per_sample")

@@ -121,7 +121,7 @@ def _cfg(tmp_path: Path, **over) -> RunConfig:
 def test_same_name_different_settings_write_different_folders(tmp_path, monkeypatch):
     monkeypatch.setattr(Runner, "_stream_batches", _fake_stream())
     a = _cfg(tmp_path)
-    b = _cfg(tmp_path, guardrail={"tau_p": 0.8})
+    b = _cfg(tmp_path, method_args={"ablation": "no_calibration", "guardrail": {"tau_p": 0.8}})
     same_as_a = _cfg(tmp_path, batch_size=7, concurrency=3)  # execution knobs only
     assert a.name == b.name
     assert a.fingerprint() != b.fingerprint() and a.fingerprint() == same_as_a.fingerprint()

@@ -71,9 +71,9 @@ def sweep_config(tmp_path: Path) -> SweepConfig:
     }
     runs = [
         {"name": "df"},
-        {"name": "df tau_p=0.8", "guardrail.tau_p": 0.8},
-        {"name": "df k=3", "guardrail.k": 3},
-        {"name": "df no_calib", "ablation": "no_calibration"},
+        {"name": "df tau_p=0.8", "method_args.guardrail.tau_p": 0.8},
+        {"name": "df k=3", "method_args.guardrail.k": 3},
+        {"name": "df no_calib", "method_args.ablation": "no_calibration"},
         {"name": "df coord=b2", "coordinator": {"id": "coord", "backbone": "b2"}},
         {"name": "df 4 agents", "agents": [*agents3, {"id": "a4", "backbone": "b4"}]},
         {"name": "single", "method": "single"},

@@ -62,10 +62,11 @@ def test_sweeps_share_engines_across_files():
 
 def test_decision_encodings():
     configs = {c.name: c for c in load_config(CONFIGS / "table2_decision.yaml").expand()}
-    assert configs["math belief only"].belief_only is True
-    assert configs["math coordinator only"].guardrail.enabled is False
-    assert configs["math lazy coordinator"].lazy_coordinator is True
-    default = configs["math coordinator+guardrail"]
+    args = {name: c.build_method().args for name, c in configs.items()}
+    assert args["math belief only"].belief_only is True
+    assert args["math coordinator only"].guardrail.enabled is False
+    assert args["math lazy coordinator"].lazy is True
+    default = args["math coordinator+guardrail"]
     assert (default.guardrail.k, default.guardrail.tau_p, default.guardrail.tau_m) == (2, 0.66, 0.3)
     assert configs["legalbench belief only"].benchmark == "legalbench"
 
@@ -77,5 +78,5 @@ def test_scaling_and_voting_encodings():
     voting = {c.name: c for c in load_config(CONFIGS / "table6_voting.yaml").expand()}
     assert voting["mmlu_pro majority"].method == "weighted_vote"
     assert voting["mmlu_pro majority"].method_args == {"majority": True}
-    assert voting["legalbench weighted"].method_args == {}
+    assert voting["legalbench weighted"].method_args == {"majority": False}  # every field kept
     assert voting["mmlu_pro full"].method == "darkforest"

@@ -31,7 +31,7 @@ def test_miniature_sweep_report(ray_local, tmp_path):
                       for i in (1, 2, 3)},
         "agents": [{"id": f"a{i}", "backbone": f"b{i}", "seed": i} for i in (1, 2, 3)],
         "coordinator": {"id": "coord", "backbone": "b1"},
-        "ablation": "no_calibration",
+        "method_args": {"ablation": "no_calibration"},
         "cache_root": str(tmp_path / "cache"),
         "results_dir": str(tmp_path / "results"),
         "calibration": {"dir": str(tmp_path / "calibration")},
@@ -40,7 +40,7 @@ def test_miniature_sweep_report(ray_local, tmp_path):
         "concurrency": 1,
     }, runs=[
         {"name": "darkforest"},
-        {"name": "darkforest tau_p=0.9", "guardrail.tau_p": 0.9},
+        {"name": "darkforest tau_p=0.9", "method_args.guardrail.tau_p": 0.9},
         {"name": "majority", "method": "weighted_vote", "method_args": {"majority": True}},
     ])
     results = run_sweep(sweep, progress=lambda m: None)

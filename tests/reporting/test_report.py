@@ -24,7 +24,8 @@ def test_collect_runs(logged):
     assert set(runs["sweep"]) == {"report-test-sweep"}
     assert list(runs["n_agents"]) == [3, 3, 3, 3, 3, 4, 3, 3]
     row = runs.set_index("name").loc["df tau_p=0.8"]
-    assert row["params.guardrail.tau_p"] == 0.8 and row["params.guardrail.k"] == 2
+    assert row["params.method_args.guardrail.tau_p"] == 0.8
+    assert row["params.method_args.guardrail.k"] == 2
     assert row["metrics.accuracy"] == pytest.approx(14 / N)
     assert row["tags.df_ray.method"] == "darkforest"
     assert runs.set_index("name").loc["majority", "params.method_args.majority"] is True
