@@ -20,7 +20,8 @@ class ParseSpec:
     module declares (its ``Options``): ``n_options`` bounds multiple-choice letters (4 -> A-D),
     ``labels`` is the label set of a classification task, ``entry_point`` names the function a
     code answer must define, ``table`` is the FinQA table (rows of cells) that table_*
-    operations read. ``ParseSpec("choice", n_options=4).n_options == 4``.
+    operations read. ``ParseSpec("choice", n_options=4).n_options == 4``; an option a spec
+    does not set reads None.
 
     Frozen and hashable (option values must be hashable: tuples, not lists).
     """
@@ -34,10 +35,14 @@ class ParseSpec:
         object.__setattr__(self, "options", tuple(sorted(options.items())))
 
     def __getattr__(self, name: str) -> Any:
+        """An option's value; None for one this spec does not set (the kind's own default
+        comes from its module's ``Options``, see ``df_ray.core.parsing.kinds.options_of``)."""
+        if name.startswith("__"):
+            raise AttributeError(name)
         for key, value in object.__getattribute__(self, "options"):
             if key == name:
                 return value
-        raise AttributeError(f"ParseSpec({self.kind!r}) has no option {name!r}")
+        return None
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("ParseSpec is frozen")

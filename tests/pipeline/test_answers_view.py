@@ -12,11 +12,11 @@ from df_ray.cli import _decision_lines
 from df_ray.engines.scripted import ScriptedEngine
 from df_ray.evaluation import Driver, Member, arrow_schema
 from df_ray.pipeline.outcome import agent_answers
-from tests.methods.conftest import Script, answer, config, make_sample
+from tests.helpers import Script, answer, driver_config, make_sample
 
 
 def results_file(tmp_path, script: Script, samples) -> str:
-    driver = Driver([Member.from_config(config())], ScriptedEngine("scripted", script))
+    driver = Driver([Member.from_config(driver_config())], ScriptedEngine("scripted", script))
     rows = [r for _, r in driver.finish(driver.run(samples))]
     schema = arrow_schema()
     path = tmp_path / "samples.parquet"

@@ -9,7 +9,7 @@ import pytest
 from df_ray.cli import main
 from df_ray.engines import EngineSpec
 from df_ray.pipeline.engine_pool import resource_problems
-from tests.reliability._helpers import base_config, write_mmlu_goa, write_sweep
+from tests.helpers import base_config, write_mmlu_goa, write_sweep
 
 VLLM = EngineSpec(kind="vllm", model="Qwen/Qwen2.5-7B-Instruct", replicas=2)
 CPU_NODE = {"CPU": 8.0, "memory": 1e10}
