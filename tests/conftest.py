@@ -25,6 +25,18 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("DF_RAY_LEGALBENCH_PROMPTS", "ours")
 
 
+#: Fixtures that start Ray: a test that uses one is in the slow tier whatever its marks say.
+RAY_FIXTURES = {"ray_local"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """``-m "not slow"`` (the fast tier) leaves out every test that starts Ray."""
+    for item in items:
+        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def ray_local():
     import ray

@@ -12,7 +12,7 @@ from df_ray.engines.base import ChatRequest, Completion, Message, SamplingParams
 from df_ray.engines.scripted import ScriptedEngine
 from df_ray.evaluation import Driver, Member, MetricsAccumulator
 from df_ray.pipeline.cache import GenerationCache
-from tests.methods.conftest import config, make_sample
+from tests.helpers import driver_config, make_sample
 
 SAMPLES = [make_sample(f"q{i}") for i in range(4)]
 LONG = "one two three four five six seven eight nine ten\nAnswer: B\nConfidence: 0.9"
@@ -31,7 +31,7 @@ def _requests(cfg: RunConfig) -> dict[str, ChatRequest]:
 
 
 def test_two_run_seeds_give_different_request_seeds_and_outputs():
-    r0, r1 = _requests(config(seed=0)), _requests(config(seed=1))
+    r0, r1 = _requests(driver_config(seed=0)), _requests(driver_config(seed=1))
     assert r0.keys() == r1.keys()
     assert all(r0[k].seed != r1[k].seed for k in r0)
     assert all(r0[k].messages == r1[k].messages for k in r0)  # the prompt does not move
@@ -42,16 +42,15 @@ def test_two_run_seeds_give_different_request_seeds_and_outputs():
 
 
 def test_one_run_seed_gives_one_cache_entry_across_configurations():
-    df = _requests(config(method="darkforest", seed=2))
-    vote = _requests(config(method="weighted_vote", seed=2))
+    df = _requests(driver_config(method="darkforest", seed=2))
+    vote = _requests(driver_config(method="weighted_vote", seed=2))
     assert {k: r.key() for k, r in df.items()} == {k: r.key() for k, r in vote.items()}
 
 
 def test_a_sweep_over_seeds_runs_every_configuration_once_per_seed():
-    base = config().model_dump(mode="json")
-    sweep = SweepConfig(name="s", base=base, runs=[{"name": "df"}, {"name": "vote",
-                                                                    "method": "weighted_vote"}],
-                        seeds=[0, 1, 2])
+    base = driver_config().model_dump(mode="json")
+    vote = {"name": "vote", "method": "weighted_vote", "method_args": {}}  # not DarkForest's
+    sweep = SweepConfig(name="s", base=base, runs=[{"name": "df"}, vote], seeds=[0, 1, 2])
     cfgs = sweep.expand()
     assert [(c.name, c.seed) for c in cfgs] == [
         ("df seed=0", 0), ("df seed=1", 1), ("df seed=2", 2),
@@ -86,7 +85,7 @@ def test_the_sweep_budget_goes_to_each_benchmark_s_agents_unless_they_set_their_
 
 def test_truncation_is_kept_in_the_cache_and_measured_per_agent_and_configuration(tmp_path):
     # a1 and a2 answer with 10+ words; a1 may write 5 tokens, a2 and a3 512
-    cfg = config(method="weighted_vote").model_dump(mode="json")
+    cfg = driver_config(method="weighted_vote").model_dump(mode="json")
     cfg["agents"][0]["max_tokens"] = 5
     cfg = RunConfig.model_validate(cfg)
     engine = ScriptedEngine("scripted", lambda r: LONG)
@@ -147,7 +146,7 @@ def test_cache_parts_written_before_finish_reasons_read_as_unknown(tmp_path):
 
 
 def test_a_refused_call_counts_no_tokens_and_one_refusal():
-    cfg = config(method="single", method_args={"agent": "a1"})
+    cfg = driver_config(method="single", method_args={"agent": "a1"})
     engine = ScriptedEngine("scripted", "majority", max_prompt_tokens=3)  # every prompt: over
     driver = Driver([Member.from_config(cfg)], engine)
     rows = [r for _, r in driver.finish(driver.run(SAMPLES[:2]))]
