@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from df_ray.config import SweepConfig
 from df_ray.tracking import FAILURE_TAG, Tracker
-from tests.reliability._helpers import (
+from tests.helpers import (
     base_config,
     configuration_runs,
     run_to_end,
@@ -19,7 +19,7 @@ from tests.reliability._helpers import (
     write_sweep,
 )
 
-RUNS = [{"name": "tau066"}, {"name": "tau080", "guardrail.tau_p": 0.8}]
+RUNS = [{"name": "tau066"}, {"name": "tau080", "method_args.guardrail.tau_p": 0.8}]
 
 
 @pytest.mark.slow

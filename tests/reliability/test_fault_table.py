@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.reliability._helpers import REPO, base_config, cli_env, write_mmlu_goa
+from tests.helpers import REPO, base_config, cli_env, write_mmlu_goa
 
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -111,7 +111,7 @@ def test_calibration_file_missing_truncated_or_wrong(tmp_path, base, content, sa
     path = tmp_path / "cal.json"
     if content is not None:
         path.write_text(content)
-    base.pop("ablation")  # full DarkForest: it reads the calibration
+    base["method_args"] = {}  # full DarkForest: it reads the calibration
     base["calibration"]["path"] = str(path)
     _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2, "cal.json", says)
 
@@ -158,5 +158,5 @@ def test_a_configuration_fingerprint_holds_no_file_location(tmp_path, base):
     moved["cache_root"] = "/elsewhere/cache"
     assert RunConfig.model_validate(moved).fingerprint() == a.fingerprint()
     other = json.loads(json.dumps(base))
-    other["guardrail"] = {"tau_p": 0.8}
+    other["method_args"] = {**other["method_args"], "guardrail": {"tau_p": 0.8}}
     assert RunConfig.model_validate(other).fingerprint() != a.fingerprint()

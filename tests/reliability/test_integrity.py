@@ -24,7 +24,7 @@ from df_ray.core.calibration import (
 from df_ray.engines.base import ChatRequest, Completion, Message
 from df_ray.pipeline import cache as cache_mod
 from df_ray.pipeline.cache import SCHEMA, GenerationCache, entry_checksum
-from tests.reliability._helpers import REPO, cli_env
+from tests.helpers import REPO, cli_env
 
 
 def req(i: int) -> ChatRequest:

@@ -19,15 +19,14 @@ from df_ray.evaluation.scoring import SAMPLE_ERROR_ROLE
 from df_ray.methods.goa import parse_selection
 from df_ray.pipeline.cache import GenerationCache
 from df_ray.pipeline.outcome import judge
-from tests.methods.conftest import config, make_sample
+from tests.helpers import base_config, driver_config, make_sample, write_mmlu_goa
 from tests.methods.responders import respond
-from tests.reliability._helpers import base_config, write_mmlu_goa
 
 SAMPLES = [make_sample(f"q{i}") for i in range(10)]
 
 
 def _member(method: str = "single", fail_in: str = "finish", on: str = "q3") -> Member:
-    member = Member.from_config(config(method=method))
+    member = Member.from_config(driver_config(method=method))
     base = type(member.method)
 
     class Raising(base):  # a method with a bug that shows on one sample only
@@ -65,15 +64,15 @@ def test_a_method_raising_on_one_sample_gives_its_error_row_and_nine_graded(wher
         acc.add(r.to_dict())
     m = acc.result()
     assert m["failed_calls"] == 1 and m["samples_with_errors"] == 1
-    strict = config(method="single", max_error_rate=0.0)
+    strict = driver_config(method="single", max_error_rate=0.0)
     # the sample's calls made before it raised count too (finish: its one call, plan: none)
     calls = 10 if where == "plan" else 11
     assert f"1 of {calls} LLM calls failed" in judge(strict, m)
-    assert judge(config(method="single", max_error_rate=0.2), m) is None
+    assert judge(driver_config(method="single", max_error_rate=0.2), m) is None
 
 
 def test_a_grader_raising_on_one_sample_gives_its_error_row():
-    member = Member.from_config(config(method="single"))
+    member = Member.from_config(driver_config(method="single"))
     task = member.ctx.task
     real = task.grade
 
@@ -120,7 +119,7 @@ def test_goa_5000_digit_selection_on_one_sample_writes_every_row(tmp_path, ray_l
 def test_a_lone_surrogate_is_replaced_at_the_engine_boundary_and_cached(tmp_path):
     engine = ScriptedEngine("scripted", lambda r: "Answer: B \ud800 done")
     cache = GenerationCache(str(tmp_path))
-    driver = Driver([Member.from_config(config(method="single"))], engine, cache)
+    driver = Driver([Member.from_config(driver_config(method="single"))], engine, cache)
     graded = [r for _, r in driver.finish(driver.run(SAMPLES[:2]))]
     assert all(r.correct for r in graded)
     assert len(cache) == 2  # every completion cached (the batch is not lost)
