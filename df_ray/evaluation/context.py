@@ -163,7 +163,9 @@ def load_calibration_samples(cfg: Any) -> HeldOut:
     else:
         where, _ = data_location(cfg.benchmark, cfg.source)
         origin = f"{where}, calibration split"
-        pool = load_samples(cfg, split="calibration", limit=None)
+        # The whole calibration split: the run's `limit` caps its test samples, not these.
+        with pinned_revision(getattr(cfg, "data_revision", None)):
+            pool = task.load("calibration", source=cfg.source, limit=None, seed=SPLIT_SEED)
     before = len(pool)
     pool = [s for s in pool if s.id not in test_ids and question_key(s) not in test_keys]
     if len(pool) < before:

