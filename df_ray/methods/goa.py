@@ -555,8 +555,9 @@ class GraphOfAgents(Method):
                 final = parse_record(rec, ctx, state)
             final = final if final.valid else None
             if final is None and self.args.invalid_final == "reference":
-                final = reference_choice(rec.text, ctx.task.parse_spec(state.sample),
-                                         derive_seed(0, state.sample.id, "goa-final"), rec.agent)
+                seed = derive_seed(0, state.sample.id, "goa-final", ctx.run_seed)
+                final = reference_choice(rec.text, ctx.task.parse_spec(state.sample), seed,
+                                         rec.agent)
                 extra["final_fallback"] = final.rule if final is not None else None
         return Outcome(final=final, agent_observations=initial, extra=extra)
 

@@ -138,7 +138,8 @@ class ReConcile(Method):
         obs, reasoning = reconcile_json("" if rec.error else rec.text, spec, agent=rec.agent)
         if obs.valid:
             return obs, reasoning
-        seed = derive_seed(ctx.agent(rec.agent).seed, state.sample.id, slot(rec.round))
+        seed = derive_seed(ctx.agent(rec.agent).seed, state.sample.id, slot(rec.round),
+                           ctx.run_seed)
         fb = fallback_answer(spec, seed, agent=rec.agent)
         if fb is None:
             return obs, ""

@@ -171,6 +171,17 @@ def test_reconcile_invalid_json_becomes_a_random_valid_answer_with_confidence_0(
     # drawn from the request's seed: the same answer every run, and the same as a rerun
     again = run_method("reconcile", Script(table), {"rounds": 1})
     assert again.outcome.agent_observations[2].answer == first[2].answer
+    from df_ray.core.types import ParseSpec
+    from df_ray.methods.json_answers import fallback_answer
+
+    (call,) = [c for c in run.calls(role="reconcile_initial") if c.agent == "a3"]
+    assert first[2].answer == fallback_answer(ParseSpec("choice", n_options=4),
+                                              call.request.seed).answer
+    seeded = run_method("reconcile", Script(table), {"rounds": 1},
+                        cfg=config(method="reconcile", seed=3))  # another run seed
+    (call,) = [c for c in seeded.calls(role="reconcile_initial") if c.agent == "a3"]
+    assert seeded.outcome.agent_observations[2].answer == fallback_answer(
+        ParseSpec("choice", n_options=4), call.request.seed).answer
     last = run.outcome.extra["last_round"]
     assert last[2]["confidence"] == 0.0 and last[2]["valid"]
     assert run.outcome.extra["weights"]["a3"] == 0.1  # confidence 0 -> 0.1
