@@ -178,7 +178,7 @@ def test_reconcile_invalid_json_becomes_a_random_valid_answer_with_confidence_0(
     assert first[2].answer == fallback_answer(ParseSpec("choice", n_options=4),
                                               call.request.seed).answer
     seeded = run_method("reconcile", Script(table), {"rounds": 1},
-                        cfg=config(method="reconcile", seed=3))  # another run seed
+                        cfg=driver_config(method="reconcile", seed=3))  # another run seed
     (call,) = [c for c in seeded.calls(role="reconcile_initial") if c.agent == "a3"]
     assert seeded.outcome.agent_observations[2].answer == fallback_answer(
         ParseSpec("choice", n_options=4), call.request.seed).answer
