@@ -11,7 +11,8 @@ killed run's RUNNING configuration runs (KILLED, with the reason) under the same
 Where the lock files live: beside a local store (``sqlite:///.../mlflow.db`` ->
 ``.../.mlflow.db.df_ray-locks/``; a ``file:`` store -> inside it), and for a tracking server
 under the results directory (``<results_dir>/.df_ray-locks/``, on shared storage inside a Ray
-job; runs that share a server but not a results directory do not coordinate). A fresh sqlite
+job; runs that share a server but not a results directory do not coordinate; a tracker given
+no results directory locks in this machine's temporary folder). A fresh sqlite
 store is also created under such a lock, once: MLflow's schema migration is not safe when two
 processes start it at the same moment.
 """
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -37,8 +40,10 @@ def lock_dir(uri: str, results_dir: str | None = None) -> Path:
         if uri.startswith("sqlite:"):
             return p.parent / f".{p.name}.df_ray-locks"
         return p / ".df_ray-locks"
-    base = Path(os.path.abspath(os.path.expanduser(results_dir or ".")))
-    return base / ".df_ray-locks"
+    if results_dir is None or "://" in results_dir:  # this machine's runs only
+        digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / "df_ray-locks" / digest
+    return Path(os.path.abspath(os.path.expanduser(results_dir))) / ".df_ray-locks"
 
 
 def _holder() -> str:

@@ -82,3 +82,72 @@ def test_a_fresh_sqlite_store_is_created_once_under_its_lock(tmp_path):
 
 def _open_store(uri: str) -> None:
     Tracker(uri, "shared")
+
+
+def _claimant(uri: str, sweep_yaml: str, role: str, flags: str) -> None:
+    """One of two runs of one sweep: ``first`` claims the configuration, waits until the
+    ``second`` says it waits for the claim, then logs the run; ``second`` then finds it."""
+    import time
+
+    import yaml as _yaml
+
+    from df_ray.config import SweepConfig as _Sweep
+
+    flag = Path(flags)
+
+    def wait_for(name: str) -> None:
+        deadline = time.monotonic() + 300
+        while not (flag / name).exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(name)
+            time.sleep(0.05)
+
+    sweep = _Sweep.model_validate(_yaml.safe_load(Path(sweep_yaml).read_text()))
+    (cfg,) = sweep.expand()
+    tracker = Tracker(uri, "claims")
+    with tracker.sweep(sweep):
+        if role == "second":
+            wait_for("first-holds")
+
+        def said(msg: str) -> None:
+            (flag / "second-waits").write_text(msg)
+
+        with tracker.claim([cfg], say=said):
+            if role == "first":
+                (flag / "first-holds").write_text("")
+                wait_for("second-waits")
+                samples = flag / "samples.parquet"
+                samples.write_bytes(b"")
+                tracker.log_run(cfg, {"accuracy": 1.0}, samples)
+            else:
+                done = tracker.finished_run(cfg)
+                (flag / "second-result").write_text("finished" if done else "none")
+
+
+def test_a_second_run_waits_for_the_claim_and_reuses_the_finished_run(tmp_path):
+    import multiprocessing as mp
+
+    import yaml
+
+    src = write_mmlu_goa(tmp_path / "mmlu.json", 2)
+    base = base_config(tmp_path, src)
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "claims", "base": base, "runs": [{}]}))
+    uri = f"sqlite:///{tmp_path}/claims.db"
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_claimant, args=(uri, str(sweep), role, str(flags)))
+             for role in ("first", "second")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(600)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert "waiting for it" in (flags / "second-waits").read_text()
+    assert (flags / "second-result").read_text() == "finished"
+    runs = configuration_runs(uri, "claims")
+    assert [r.info.status for r in runs] == ["FINISHED"]
+    parents = MlflowClient(tracking_uri=uri).search_runs(
+        [runs[0].info.experiment_id], filter_string="tags.`df_ray.kind` = 'sweep'")
+    assert len(parents) == 1  # both runs shared the sweep's parent run
