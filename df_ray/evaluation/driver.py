@@ -16,7 +16,6 @@ in a plain Python process (``df_ray.evaluate``): the engine client is anything w
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -272,15 +271,3 @@ def record_from_dict(d: dict[str, Any]) -> CalibrationRecord:
     return CalibrationRecord(sample_id=d["sample_id"],
                              observations=tuple(Observation(**o) for o in d["observations"]),
                              correct=d["correct"])
-
-
-# ----------------------------------------------------------------------------- samples
-
-
-def encode_sample(sample: Sample) -> str:
-    return json.dumps({"id": sample.id, "task": sample.task, "question": sample.question,
-                       "gold": sample.gold, "meta": sample.meta})
-
-
-def decode_sample(sample: str) -> Sample:
-    return Sample(**json.loads(sample))

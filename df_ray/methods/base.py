@@ -4,8 +4,9 @@ A method never talks to an engine. Each round it *plans* the calls a sample need
 the earlier rounds returned (an empty plan means the sample issues no call this round, e.g.
 a lazy coordinator or an early stop); the evaluation driver (``df_ray.evaluation``) runs the
 planned calls through the generation cache and an engine client and appends the results to
-the state. After the last round `finish` turns the state into an `Outcome`. Everything in the
-state is JSON, so a row can cross Ray Data stages and processes unchanged.
+the state. After the last round `finish` turns the state into an `Outcome`. A sample's
+rounds and its `finish` run in one process (the stage), so a method may keep what a round
+computed for the next one or for `finish` in the state's ``memo``.
 
 A method declares its settings as a pydantic ``Args`` model (``method_args`` in a config):
 unknown keys, wrong types and out-of-range values are refused with the method, the field and
@@ -63,12 +64,15 @@ class CallRecord:
 
 @dataclass(slots=True)
 class SampleState:
-    """A sample on its way through the rounds. ``data`` is the method's JSON scratch space."""
+    """A sample on its way through the rounds. ``data`` is the method's scratch space of
+    JSON values (its JSON form, ``to_dict``, keeps it); ``memo`` holds objects a round built
+    that a later round or ``finish`` reuses in the same process (not in the JSON form)."""
 
     sample: Sample
     calls: list[CallRecord] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     done: bool = False
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: Set when the method, a parser or the grader raised for this sample: where and what
     #: (``plan round 0: ValueError: ...``); the sample then becomes an error row.
     error: str | None = None

@@ -119,8 +119,7 @@ class DarkForest(Method):
                 # Table 2's belief-only decision: nothing is shown to anyone, no call.
                 state.data["t_cross"] = 0
                 return []
-            obs = observations_from_state(state, ctx)
-            belief = self._belief(obs, ctx)
+            obs, belief = self._observed(state, ctx)
             guard = self.guardrail(ctx)
             coord = ctx.coordinator
             assert coord is not None
@@ -139,9 +138,18 @@ class DarkForest(Method):
                          ctx.request(coord, user, sample=sample, slot="coordinator"))]
         return []
 
+    def _observed(self, state: SampleState, ctx: MethodContext
+                  ) -> tuple[list[Observation], Belief]:
+        """The agents' observations and the belief over them, built once per sample (round 1
+        builds them; ``finish`` reuses them)."""
+        got = state.memo.get("belief")
+        if got is None:
+            obs = observations_from_state(state, ctx)
+            got = state.memo["belief"] = (obs, self._belief(obs, ctx))
+        return got
+
     def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:
-        obs = observations_from_state(state, ctx)
-        belief = self._belief(obs, ctx)
+        obs, belief = self._observed(state, ctx)
         guard = self.guardrail(ctx)
         coord_obs = observations_from_state(state, ctx, round=1, role="coordinator")
         coord = coord_obs[0] if coord_obs else None

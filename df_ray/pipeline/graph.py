@@ -9,7 +9,7 @@ from typing import Any
 
 from df_ray.config import RunConfig
 from df_ray.core import Calibration
-from df_ray.evaluation.driver import encode_sample
+from df_ray.pipeline.rows import encode_sample
 from df_ray.tasks.base import Sample
 
 #: Upper bound on the batches the stage works on at once (over all its actors): enough for

@@ -16,12 +16,13 @@ from typing import Any
 
 from df_ray.config import RunConfig
 from df_ray.core import Calibration
-from df_ray.evaluation.driver import Driver, Member, decode_sample, record_to_dict
+from df_ray.evaluation.driver import Driver, Member, record_to_dict
 from df_ray.evaluation.scoring import RESULT_COLUMNS, spent_tokens
 from df_ray.pipeline import faults, lifeline
 from df_ray.pipeline.cache import GenerationCache
 from df_ray.pipeline.engine_pool import EngineClient, make_client
 from df_ray.pipeline.lifecycle import shared_backbones
+from df_ray.pipeline.rows import decode_sample
 
 #: How often the stage re-lists the cache root for other writers' parts (seconds).
 REFRESH_INTERVAL_S = 5.0

@@ -260,3 +260,33 @@ def test_goa_unusable_selection_falls_back_to_the_first_top_k(run_method):
 
     run = run_method("goa_max", meta_llm, samples=[MC], cfg=cfg)
     assert run.outcome.extra["nodes"] == list(POOL)[:3]
+
+
+@pytest.mark.parametrize("args", [{}, {"lazy": True}, {"belief_only": True}])
+def test_finish_uses_the_belief_its_plan_built(run_method, monkeypatch, args):
+    import df_ray.methods.darkforest as darkforest
+
+    counts = {"belief": 0, "parse": 0}
+    build_belief, parse = darkforest.build_belief, darkforest.parse
+
+    def counting_belief(*a, **k):
+        counts["belief"] += 1
+        return build_belief(*a, **k)
+
+    def counting_parse(*a, **k):
+        counts["parse"] += 1
+        return parse(*a, **k)
+
+    monkeypatch.setattr(darkforest, "build_belief", counting_belief)
+    monkeypatch.setattr(darkforest, "parse", counting_parse)
+    samples = [make_sample(f"q{i}") for i in range(3)]
+    # a1 and a2 agree (a lazy coordinator is skipped), a3 does not
+    script = Script({("a1", "independent"): answer("B"), ("a2", "independent"): answer("B"),
+                     ("a3", "independent"): answer("C"), ("coord", "coordinator"): answer("B")})
+    run = run_method("darkforest", script, args, samples=samples,
+                     cfg=driver_config(method_args=args))
+    assert [o.final.answer for o in run.outcomes] == ["B", "B", "B"]
+    coordinator_calls = len(run.calls(role="coordinator"))
+    assert coordinator_calls == (0 if args else 3)
+    # one belief and one parse per agent output per sample, plus the coordinator's answer
+    assert counts == {"belief": 3, "parse": 3 * 3 + coordinator_calls}
