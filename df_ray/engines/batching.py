@@ -26,7 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from df_ray.engines.base import ChatRequest, Completion
@@ -149,6 +149,7 @@ class Replica:
         self.batcher = None if self.continuous else StaticBatcher(engine, max_batch_size)
         self._submit = engine.submit if self.continuous else self.batcher.submit
         self._lock = threading.Lock()
+        self._counter = ThreadPoolExecutor(max_workers=2, thread_name_prefix="count-tokens")
         self._inflight: dict[str, Future] = {}
         self._recent: OrderedDict[str, Completion] = OrderedDict()
         self._recent_cap = max(0, int(recent))
@@ -160,6 +161,8 @@ class Replica:
         self.completion_tokens = 0
         self.peak = 0  # most requests in the engine at once
         self._in_engine = 0
+        self.first_at: float | None = None  # wall clock of the first request to the engine
+        self.last_at: float | None = None  # ... and of the last answer it gave
         self._t0 = self._t_last = time.monotonic()
         self._area = 0.0  # integral of requests-in-engine over time
 
@@ -185,6 +188,8 @@ class Replica:
                 futs.append(f)
             self.served += len(requests)
             self._account(len(new))
+            if new and self.first_at is None:
+                self.first_at = time.time()
         for k, r, f in new:
             try:
                 inner = self._submit(r)
@@ -199,6 +204,7 @@ class Replica:
         with self._lock:
             self._inflight.pop(key, None)
             self._account(-1)
+            self.last_at = time.time()
             if exc is None:
                 c: Completion = inner.result()
                 self.generated += 1
@@ -230,9 +236,8 @@ class Replica:
         (their tokenizer is not safe beside the engine) on the engine thread."""
         if self.batcher is not None and not getattr(self.engine, "concurrent_tokenize", False):
             return self.batcher.count_tokens(texts)
-        f: Future = Future()
-        _settle(f, lambda: [int(self.engine.count_tokens(t)) for t in texts])
-        return f
+        # On a thread of its own: the caller (an actor's event loop) is not held up.
+        return self._counter.submit(lambda: [int(self.engine.count_tokens(t)) for t in texts])
 
     # -- state
     @property
@@ -254,4 +259,5 @@ class Replica:
                     "in_engine": self._in_engine, "peak_in_engine": self.peak,
                     "mean_in_engine": self._area / elapsed if elapsed > 0 else 0.0,
                     "busy_area_s": self._area, "batches": batches,
+                    "first_at": self.first_at, "last_at": self.last_at,
                     "continuous": self.continuous}

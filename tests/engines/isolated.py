@@ -18,6 +18,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import pickle
+import signal
 import tempfile
 import traceback
 from pathlib import Path
@@ -47,6 +48,8 @@ def _simple(v: Any) -> bool:
 
 def _serve(conn, spec: dict, fault_path: str) -> None:  # the child process
     import faulthandler
+
+    os.setpgrp()  # its own process group: close() ends what the engine started too
 
     with open(fault_path, "w") as f:
         faulthandler.enable(file=f, all_threads=True)
@@ -180,6 +183,9 @@ class IsolatedEngine:
 
     def close(self) -> None:
         if self._proc is not None:
+            # The whole group: vLLM's engine core, a child of the engine's process, too.
+            with contextlib.suppress(OSError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
             self._proc.kill()
             self._proc.join(timeout=10)
             self._proc = None
