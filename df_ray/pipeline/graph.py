@@ -13,9 +13,17 @@ from df_ray.pipeline.rows import encode_sample
 from df_ray.tasks.base import Sample
 
 #: Upper bound on the batches the stage works on at once (over all its actors): enough for
-#: 8 samples a batch over two rounds to fill a backbone of 2,048 sequences (two H100s of
-#: vLLM's 1,024).
-MAX_BATCHES_IN_FLIGHT = 512
+#: 8 samples a batch over two rounds, with the straggler headroom, to fill a backbone of
+#: 1,024 sequences (an H100 of vLLM's defaults).
+MAX_BATCHES_IN_FLIGHT = 1024
+
+#: Requests kept in flight per request an engine schedules at once. A batch moves to its next
+#: round only when its slowest call is answered, and completion lengths are long-tailed, so
+#: the calls of a batch finish one by one while the batch keeps its place: with only the
+#: engine's capacity in flight, a vLLM engine ran 47 of its 128 sequences on average
+#: (jobs/perf/vllm_throughput.py). The surplus waits in the engine's own queue, where the
+#: scheduler admits it the moment a sequence finishes.
+HEADROOM = 3
 
 
 def initial_rows(samples: Sequence[Sample]) -> list[dict[str, str]]:
@@ -65,17 +73,18 @@ def stage_plan(cfg: RunConfig, n_blocks: int, rounds: int = 1,
     round's busiest backbone needs enough batches in flight to keep every replica full: its
     engines' capacity (what they schedule at once: vLLM's ``max_num_seqs``, llama.cpp's
     ``n_parallel``, a static engine's batch size; ``capacities`` when the running engines
-    reported it, else the spec's figure), times the replicas. That is ``rounds`` times the
-    batches that hold it, plus one to overlap the CPU work, never more than there are blocks
-    (nor ``MAX_BATCHES_IN_FLIGHT``). Batches at different rounds are in flight together, so
+    reported it, else the spec's figure), times the replicas, times ``HEADROOM`` for the
+    calls that wait on their batch's slowest. That is ``rounds`` times the batches that hold
+    it, plus one to overlap the CPU work, never more than there are blocks (nor
+    ``MAX_BATCHES_IN_FLIGHT``). Batches at different rounds are in flight together, so
     one batch's coordinator round overlaps the next batches' agent rounds. A batch in flight
     mostly waits on engines, so the batches share ``cfg.concurrency`` actors as threads:
     every actor is a process start (seconds on a small machine, paid once per pipeline), a
     thread is free.
     """
     capacities = capacities or {}
-    need = max(-(-(capacities.get(name) or spec.replicas * spec.capacity) // cfg.batch_size)
-               for name, spec in cfg.backbones.items())
+    need = max(-(-HEADROOM * (capacities.get(name) or spec.replicas * spec.capacity)
+                 // cfg.batch_size) for name, spec in cfg.backbones.items())
     need = max(1, rounds) * need + 1
     in_flight = max(1, min(max(cfg.concurrency, min(need, MAX_BATCHES_IN_FLIGHT)), n_blocks))
     actors = min(cfg.concurrency, in_flight)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from df_ray.config import RunConfig
+from df_ray.pipeline.graph import HEADROOM
 from df_ray.pipeline.runner import MAX_BATCHES_IN_FLIGHT, stage_plan
 
 
@@ -24,16 +25,16 @@ def cfg(replicas: int, max_batch: int, batch_size: int,
 
 
 @pytest.mark.parametrize("replicas, max_batch, batch_size, rounds, blocks, expected", [
-    # one replica taking 8, batches of 8, one round: one batch fills it, one more overlaps
-    # the CPU work
-    (1, 8, 8, 1, 100, (2, 1)),
+    # one replica taking 8, batches of 8, one round: HEADROOM (3) batches' worth of requests
+    # for it (a batch waits on its slowest call), one more overlaps the CPU work
+    (1, 8, 8, 1, 100, (2, 2)),
     # two rounds (agents, then the coordinator on b1): a batch is in one round or the other
-    (1, 8, 8, 2, 100, (2, 2)),
-    # 8 replicas x 8 = 64 requests per backbone: 8 batches of 8 per round + 1, over 2 actors
-    (8, 8, 8, 1, 100, (2, 5)),
-    (8, 8, 8, 2, 100, (2, 9)),
+    (1, 8, 8, 2, 100, (2, 4)),
+    # 8 replicas x 8 = 64 requests per backbone, x3: 24 batches of 8 per round + 1
+    (8, 8, 8, 1, 100, (2, 13)),
+    (8, 8, 8, 2, 100, (2, 25)),
     # batches as large as the backbone
-    (8, 8, 64, 2, 100, (2, 2)),
+    (8, 8, 64, 2, 100, (2, 4)),
     # never more batches in flight than there are blocks
     (8, 8, 8, 2, 3, (2, 2)),
     (8, 8, 8, 2, 1, (1, 1)),
@@ -47,12 +48,20 @@ def test_enough_batches_in_flight_to_fill_every_replica(replicas, max_batch, bat
 
 def test_in_flight_covers_the_busiest_backbone_in_every_round():
     actors, calls = stage_plan(cfg(4, 32, 16, concurrency=3), 1000, rounds=3)
-    assert actors == 3 and actors * calls >= 3 * (4 * 32 // 16) + 1
+    assert actors == 3 and actors * calls >= 3 * HEADROOM * (4 * 32 // 16) + 1
+
+
+def test_in_flight_follows_what_the_running_engines_hold():
+    """A vLLM replica reports its own max_num_seqs (1024 on an H100): that, not the spec's
+    guess, sizes the work in flight."""
+    c = cfg(1, 8, 8)
+    assert stage_plan(c, 10_000, 2, capacities={"b1": 1024, "b2": 1}) == (2, 385)
+    assert stage_plan(c, 10_000, 2) == (2, 4)
 
 
 def test_one_actor_by_default_holds_every_batch_in_flight():
     """The default is one stage actor (one Ray worker process to start per pipeline) running
-    every batch in flight as a thread: 8 replicas x 8 over two rounds is 17 batches."""
+    every batch in flight as a thread: 8 replicas x 8, x3, over two rounds is 49 batches."""
     default = cfg(8, 8, 8, concurrency=None)
     assert default.concurrency == 1
-    assert stage_plan(default, 100, rounds=2) == (1, 17)
+    assert stage_plan(default, 100, rounds=2) == (1, 49)
