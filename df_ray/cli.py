@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     from df_ray.evaluation.context import CalibrationDataError
     from df_ray.pipeline.engine_health import EngineFailure
     from df_ray.pipeline.results import CorruptResultsError
-    from df_ray.tasks.base import DataSchemaError
+    from df_ray.tasks.base import DataSchemaError, DataUnavailable
     from df_ray.tasks.gpqa import GatedDatasetError
     from df_ray.tracking import TrackingStoreError
 
@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     except (CalibrationMismatchError, CalibrationTooSmallError, CalibrationDataError) as e:
         print(f"df-ray: calibration error: {e}", file=sys.stderr)
         return 2
-    except (DataSchemaError, GatedDatasetError) as e:
+    except (DataSchemaError, DataUnavailable, GatedDatasetError) as e:
         print(f"df-ray: data error: {e}", file=sys.stderr)
         return 2
     except EngineFailure as e:

@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from df_ray.evaluation.context import CalibrationDataError
     from df_ray.pipeline.engine_health import EngineFailure
     from df_ray.pipeline.runner import run_sweep
+    from df_ray.tasks.base import DataUnavailable
 
     try:
         results = run_sweep(sweep)
@@ -59,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (CalibrationTooSmallError, CalibrationDataError) as e:
         print(f"calibration error: {e}", file=sys.stderr)
+        return 2
+    except DataUnavailable as e:
+        print(f"data error: {e}", file=sys.stderr)
         return 2
     except EngineFailure as e:
         print(engine_failure_text(e), file=sys.stderr)

@@ -16,6 +16,11 @@ class DataSchemaError(ValueError):
     """A data row does not match the expected schema (names file, row and field)."""
 
 
+class DataUnavailable(RuntimeError):
+    """Data a benchmark needs is neither here nor fetchable (offline, say); the message says
+    what to fetch or pass instead."""
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One benchmark item. ``id`` is stable across runs and machines (the cache relies on it).

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from df_ray.tasks._common import hub_offline
+from df_ray.tasks.base import DataUnavailable
 
 REPO = "UNITES-Lab/GoA"
 COMMIT = "c9def0082e43bb737dd97d998db381842e444908"
@@ -55,7 +56,7 @@ FILES: dict[str, GoAFile] = {
 }
 
 
-class GoADataUnavailable(FileNotFoundError):
+class GoADataUnavailable(DataUnavailable):
     """GoA's file is not cached and cannot be fetched here; the message says what to do."""
 
 

@@ -72,7 +72,7 @@ from pathlib import Path
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.answer_instruction import answer_instruction
-from df_ray.tasks.base import BaseTask, DataSchemaError, Grade, Sample, Split
+from df_ray.tasks.base import BaseTask, DataSchemaError, DataUnavailable, Grade, Sample, Split
 
 HUB = "nguha/legalbench"
 PARQUET_REVISION = "refs/convert/parquet"
@@ -227,7 +227,7 @@ _PLACEHOLDER = re.compile(r"\{\{([^{}]+)\}\}")
 _CUE = re.compile(r"\n?\s*A:\s*$")
 
 
-class LegalBenchPromptUnavailable(FileNotFoundError):
+class LegalBenchPromptUnavailable(DataUnavailable):
     """A task's official base_prompt.txt is neither local, cached nor fetchable here."""
 
 

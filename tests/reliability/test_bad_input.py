@@ -295,8 +295,9 @@ def test_missing_calibration_without_auto_fit_fails_in_preflight(tmp_path, no_en
 def test_gated_gpqa_without_token_fails_in_preflight(tmp_path, monkeypatch, no_engines):
     for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         monkeypatch.delenv(var, raising=False)
+    # the hub's GPQA (gated); the default test split is GoA's file, which is not
     sweep = _sweep(tmp_path, benchmark="gpqa", source=None)
-    sweep = SweepConfig.model_validate({"name": "bad", "base": {**sweep.base, "source": None}})
+    sweep = SweepConfig.model_validate({"name": "bad", "base": {**sweep.base, "source": "hub"}})
     with pytest.raises(GatedDatasetError, match="HF_TOKEN"):
         runner.run_sweep(sweep, tracker=None)
 
