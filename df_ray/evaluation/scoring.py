@@ -130,6 +130,9 @@ def error_row(state: SampleState, ctx: MethodContext, error: str) -> ResultRow:
         n_calls=len(state.calls) + 1,
         n_fresh_calls=sum(1 for c in state.calls if not c.cached and c.error is None),
         n_errors=sum(1 for c in state.calls if c.error) + 1,
+        n_refused=sum(1 for c in state.calls if is_refusal(c.error)),
+        n_truncated=sum(1 for c in state.calls if not c.error and c.finish_reason == "length"),
+        truncation=json.dumps(truncation_by_agent(state.calls), sort_keys=True),
         agent_tokens=tokens["agent"], coordinator_tokens=tokens["coordinator"],
         other_tokens=tokens["other"], total_tokens=sum(tokens.values()), t_cross=0,
         detail=json.dumps(detail, default=str))
