@@ -19,7 +19,8 @@ are (``legacy_parts`` counts them).
 ``compact`` (``df-ray cache compact``) merges the parts into one, beside running writers: it
 deletes only the parts it read and verified, so a part written meanwhile stays, and a reader
 that lists the root while it runs finds either the old parts or the merged one. It also
-removes the temporary files of writers that were killed before their rename.
+removes the temporary files of writers that were killed before their rename (as does every
+opening of the cache: those of dead processes on this machine, others after a day).
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ class GenerationCache:
         self.legacy_parts = 0
         self._listed_at = float("-inf")
         self._lock = threading.RLock()
+        # a writer killed before its rename left a temporary part: the next opener removes it
+        with contextlib.suppress(OSError):
+            self.remove_stale_tmp()
         self.refresh()
 
     def __getstate__(self) -> dict:

@@ -126,7 +126,7 @@ def test_compact_keeps_every_call_beside_a_writer_and_drops_damaged_entries(tmp_
     assert len(reader) == 13
 
 
-def test_compact_removes_temporary_parts_of_dead_writers_only(tmp_path):
+def test_temporary_parts_of_dead_writers_are_removed_and_only_theirs(tmp_path):
     fill(tmp_path)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
@@ -135,7 +135,9 @@ def test_compact_removes_temporary_parts_of_dead_writers_only(tmp_path):
     alive = tmp_path / f".tmp-{host}~{os.getpid()}-part-2-b.parquet"
     stale.write_bytes(b"half")
     alive.write_bytes(b"in progress")
-    c = GenerationCache(str(tmp_path))
+    c = GenerationCache(str(tmp_path))  # the next run's opening of the cache removes it
+    assert not stale.exists() and alive.exists()
+    stale.write_bytes(b"half")  # a writer that died after this cache was opened
     c.compact()
     assert c.compaction["tmp_removed"] == 1
     assert not stale.exists() and alive.exists()
