@@ -102,6 +102,7 @@ def test_goa_5000_digit_selection_on_one_sample_writes_every_row(tmp_path, ray_l
     for b in base["backbones"].values():
         b["script"] = "tests.reliability.responders:goa_huge_selection"
     base["agents"].append({"id": "a4", "backbone": "b1"})
+    base.pop("method_args", None)  # DarkForest's knobs, not GoA's
     base.update(method="goa_mean", name="goa")
     sweep = SweepConfig.model_validate({"name": "iso", "base": base, "runs": [{}]})
     (res,) = run_sweep(sweep, tracker=None, progress=lambda m: None)
