@@ -106,6 +106,10 @@ def test_program(sample: Sample, code: str) -> str:
             + f"check({sample.meta['entry_point']})\n")
 
 
+class GradingUnavailable(RuntimeError):
+    """The sandbox could not run an answer's tests (an environment fault, not a verdict)."""
+
+
 class HumanEvalTask(BaseTask):
     name = "humaneval"
     kind = "code"
@@ -212,6 +216,12 @@ class HumanEvalTask(BaseTask):
                         entry_point=sample.meta["entry_point"], prelude=sample.meta["prompt"],
                         timeout_s=self.timeout_s, memory_mb=self.memory_mb,
                         isolation=self.isolation)
+        if res.status == "error":
+            # The sandbox itself failed (no cgroup, a setup error): the answer was never run,
+            # so it is neither right nor wrong. Raising makes it the sample's error row,
+            # counted against max_error_rate, instead of a wrong grade that skews accuracy,
+            # agent correctness and the calibration records built from them.
+            raise GradingUnavailable(f"the sandbox could not grade {sample.id}: {res.detail}")
         ok = res.status == "passed"
         detail = res.status if ok else f"{res.status}: {res.detail}; {res.stderr[-500:]}"
         return Grade(ok, {"pass@1": float(ok)}, detail)

@@ -75,3 +75,26 @@ def test_real_parser_output_is_graded(fixtures):
     obs = parse(text, task.parse_spec(s), "a")
     assert obs.valid
     assert task.grade(s, obs).correct
+
+
+def test_a_sandbox_that_cannot_run_the_tests_is_no_verdict(fixtures, monkeypatch):
+    """An environment fault (here: strict without a cgroup of its own) must not grade a
+    correct answer wrong: grading raises, which the scorer turns into the sample's error row."""
+    from df_ray.sandbox import policy
+    from df_ray.tasks.humaneval import GradingUnavailable
+
+    task = HumanEvalTask(isolation="strict")
+    s = next(x for x in task.load("test", source=str(fixtures / "humaneval.jsonl"))
+             + task.load("calibration", source=str(fixtures / "humaneval.jsonl"))
+             if x.id == "Fixture/1")
+    good = Observation(agent="a", answer="k",
+                       extracted="def double_all(xs):\n    return [2 * x for x in xs]\n")
+    monkeypatch.setenv("DF_RAY_SANDBOX_NO_CGROUP", "1")
+    policy.reset_cache()
+    try:
+        with pytest.raises(GradingUnavailable, match=r"Fixture/1.*cgroup"):
+            task.grade(s, good)
+    finally:
+        monkeypatch.delenv("DF_RAY_SANDBOX_NO_CGROUP")
+        policy.reset_cache()
+    assert task.grade(s, good).correct
