@@ -222,6 +222,9 @@ def _own_paths() -> dict[str, str]:
     return out
 
 
+_CREATE_ATTEMPTS = 5
+
+
 class Manager:
     """Creates the sandboxes' cgroups under one parent per hierarchy."""
 
@@ -246,21 +249,42 @@ class Manager:
         with self._lock:
             self._n += 1
             name = f"{os.getpid()}-{threading.get_ident() % 100000}-{self._n}"
-        dirs: dict[str, Path] = {}
-        try:
-            for role, parent in self.parents.items():
-                d = parent / name
-                if d not in dirs.values():
-                    d.mkdir(mode=0o755)
-                dirs[role] = d
-            cg = Cgroup(self.version, dirs, limits)
-            self._configure(cg)
-            return cg
-        except BaseException:
-            for d in dict.fromkeys(dirs.values()):
-                with contextlib.suppress(OSError):
-                    os.rmdir(d)
-            raise
+        for attempt in range(_CREATE_ATTEMPTS):
+            self._ensure_parents()
+            dirs: dict[str, Path] = {}
+            try:
+                for role, parent in self.parents.items():
+                    d = parent / name
+                    if d not in dirs.values():
+                        d.mkdir(mode=0o755)
+                    dirs[role] = d
+                cg = Cgroup(self.version, dirs, limits)
+                self._configure(cg)
+                return cg
+            except BaseException as e:
+                for d in dict.fromkeys(dirs.values()):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(d)
+                # Another process's exit removed an (empty) parent between the check and the
+                # mkdir: make it again.
+                if isinstance(e, FileNotFoundError) and attempt + 1 < _CREATE_ATTEMPTS:
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def _ensure_parents(self) -> None:
+        """Make again a parent that another evaluator process removed at its exit
+        (:meth:`close` removes a parent once it is empty, and every evaluator of one cgroup
+        shares it): without this, a long-lived evaluator could create no sandbox after a
+        short-lived neighbour, e.g. a ``df-ray`` subprocess, had exited."""
+        for d in dict.fromkeys(self.parents.values()):
+            if d.is_dir():
+                continue
+            d.mkdir(exist_ok=True)
+            if self.version == "v2":
+                enable = [c for c in REQUIRED if c not in _v2_subtree(d)]
+                if enable:
+                    _write(d / "cgroup.subtree_control", " ".join(f"+{c}" for c in enable))
 
     def _configure(self, cg: Cgroup) -> None:
         lim = cg.limits
