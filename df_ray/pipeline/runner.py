@@ -24,7 +24,12 @@ from typing import Any
 from df_ray.config import ConfigError, RunConfig, SweepConfig
 from df_ray.core import Calibration
 from df_ray.evaluation.calibration_files import check_calibration, fit_and_save, resolve_calibration
-from df_ray.evaluation.context import check_held_out, load_calibration_samples, load_samples
+from df_ray.evaluation.context import (
+    check_held_out,
+    load_calibration_samples,
+    load_samples,
+    samples_fingerprint,
+)
 from df_ray.evaluation.driver import record_from_dict
 from df_ray.pipeline.graph import MAX_BATCHES_IN_FLIGHT, stage_plan, stream_batches
 from df_ray.pipeline.lifecycle import EngineLifecycle, shared_backbones
@@ -116,13 +121,9 @@ def samples_key(cfg: RunConfig) -> tuple:
     return (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.data_revision)
 
 
-def dataset_fingerprint(samples: Sequence[Sample]) -> str:
-    """A hash of exactly the samples a configuration ran (ids, questions, golds, in order)."""
-    h = hashlib.sha256()
-    for s in samples:
-        h.update(json.dumps([s.id, s.question, s.gold], ensure_ascii=False).encode())
-        h.update(b"\x00")
-    return h.hexdigest()[:16]
+#: A hash of exactly the samples a configuration ran (ids, questions, golds, in order): the
+#: same fingerprint the calibration file records of its held-out samples.
+dataset_fingerprint = samples_fingerprint
 
 
 def provenance(cfg: RunConfig, samples: Sequence[Sample]) -> dict[str, str]:
