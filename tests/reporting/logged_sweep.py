@@ -28,12 +28,13 @@ McNemar against "df" (exact binomial on the discordant pairs):
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from df_ray.config import SweepConfig
+from df_ray.config import RunConfig, SweepConfig
 from df_ray.evaluation.metrics import MetricsAccumulator
 from df_ray.pipeline.runner import RESULT_SCHEMA
 from df_ray.tracking import Tracker
@@ -129,11 +130,20 @@ def make_logged_sweep(tmp_path: Path) -> tuple[str, str, SweepConfig]:
     client = MlflowClient(tracking_uri=uri)
     if client.get_experiment_by_name(EXPERIMENT) is None:  # keep artifacts out of the cwd
         client.create_experiment(EXPERIMENT, artifact_location=str(tmp_path / "artifacts"))
-    tracker = Tracker(uri, EXPERIMENT)
+    log_sweep(uri, EXPERIMENT, sweep, tmp_path / "results",
+              lambda cfg: sample_rows(cfg.name, cfg.method))
+    return uri, EXPERIMENT, sweep
+
+
+def log_sweep(uri: str, experiment: str, sweep: SweepConfig, results: Path,
+              rows_for: Callable[[RunConfig], list[dict]]) -> None:
+    """Log every configuration of ``sweep`` as the pipeline would: its rows (``rows_for``) in
+    ``results/<fingerprint>/samples.parquet`` and one MLflow run with their metrics."""
+    tracker = Tracker(uri, experiment)
     with tracker.sweep(sweep):
         for cfg in sweep.expand():
-            rows = sample_rows(cfg.name, cfg.method)
-            out = tmp_path / "results" / cfg.fingerprint()
+            rows = rows_for(cfg)
+            out = results / cfg.fingerprint()
             out.mkdir(parents=True, exist_ok=True)
             path = out / "samples.parquet"
             pq.write_table(pa.Table.from_pylist(rows, schema=RESULT_SCHEMA), path)
@@ -141,4 +151,3 @@ def make_logged_sweep(tmp_path: Path) -> tuple[str, str, SweepConfig]:
             for r in rows:
                 acc.add(r)
             tracker.log_run(cfg, {**acc.result(), "wall_time_s": 1.0}, path)
-    return uri, EXPERIMENT, sweep

@@ -19,17 +19,13 @@ from __future__ import annotations
 
 import json
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from df_ray.config import SweepConfig
-from df_ray.evaluation import MetricsAccumulator
-from df_ray.pipeline.runner import RESULT_SCHEMA
 from df_ray.reporting import build_report
 from df_ray.reporting.runs import collect_runs
 from df_ray.reporting.tables import build_table, seed_summary
-from df_ray.tracking import Tracker
+from tests.reporting.logged_sweep import log_sweep
 
 N = 10
 RIGHT = {("darkforest", 0): 8, ("darkforest", 1): 6, ("darkforest", 2): 7,
@@ -68,17 +64,7 @@ def logged(tmp_path_factory):
                         runs=[{"name": "darkforest"},
                               {"name": "single", "method": "single",
                                "method_args": {"agent": "a1"}}])
-    tracker = Tracker(uri, EXPERIMENT)
-    with tracker.sweep(sweep):
-        for cfg in sweep.expand():
-            rows = _rows(cfg.method, cfg.seed)
-            path = tmp / cfg.fingerprint() / "samples.parquet"
-            path.parent.mkdir(parents=True)
-            pq.write_table(pa.Table.from_pylist(rows, schema=RESULT_SCHEMA), path)
-            acc = MetricsAccumulator()
-            for r in rows:
-                acc.add(r)
-            tracker.log_run(cfg, {**acc.result(), "wall_time_s": 1.0}, path)
+    log_sweep(uri, EXPERIMENT, sweep, tmp, lambda cfg: _rows(cfg.method, cfg.seed))
     return tmp, uri
 
 

@@ -20,16 +20,12 @@ import json
 import math
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from df_ray.config import SweepConfig
-from df_ray.evaluation.metrics import MetricsAccumulator
-from df_ray.pipeline.runner import RESULT_SCHEMA
 from df_ray.reporting import build_report
 from df_ray.reporting.tables import TOKEN_RATIO_HEADING, paper_token_ratio
-from df_ray.tracking import Tracker
+from tests.reporting.logged_sweep import log_sweep
 
 EXPERIMENT = "token-ratio-test"
 TOKENS = {
@@ -80,18 +76,7 @@ def report(tmp_path_factory):
     }
     sweep = SweepConfig(name="ratio-sweep", base=base,
                         runs=[{"name": m, "method": m} for m in TOKENS])
-    tracker = Tracker(uri, EXPERIMENT)
-    with tracker.sweep(sweep):
-        for cfg in sweep.expand():
-            rows = _rows(cfg.method)
-            out = tmp / "results" / cfg.fingerprint()
-            out.mkdir(parents=True, exist_ok=True)
-            path = out / "samples.parquet"
-            pq.write_table(pa.Table.from_pylist(rows, schema=RESULT_SCHEMA), path)
-            acc = MetricsAccumulator()
-            for r in rows:
-                acc.add(r)
-            tracker.log_run(cfg, {**acc.result(), "wall_time_s": 1.0}, path)
+    log_sweep(uri, EXPERIMENT, sweep, tmp / "results", lambda cfg: _rows(cfg.method))
     paths = build_report(EXPERIMENT, uri, tmp / "report", n_boot=50)
     return tmp / "report", paths
 
