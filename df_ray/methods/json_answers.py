@@ -33,6 +33,7 @@ from dataclasses import replace
 from typing import Any
 
 from df_ray.core.parsing import canonicalize, parse
+from df_ray.core.parsing._text import brace_matches
 from df_ray.core.types import Observation, ParseSpec
 
 _FENCE_RE = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
@@ -52,17 +53,8 @@ def _loads(text: str) -> dict | None:
 
 def _first_balanced(text: str) -> dict | None:
     start = text.find("{")
-    if start < 0:
-        return None
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return _loads(text[start:i + 1])
-    return None
+    end = brace_matches(text).get(start) if start >= 0 else None
+    return _loads(text[start:end + 1]) if end is not None else None
 
 
 def find_json_lenient(text: str) -> dict | None:
