@@ -419,24 +419,25 @@ def test_cgroup_v1_without_a_cgroup2_hierarchy(fresh_plans):
 def test_a_neighbour_evaluator_exiting_leaves_this_one_its_cgroups():
     """Every evaluator in one cgroup shares the sandboxes' parent cgroup, and each removes it
     at exit once it is empty. A long-lived evaluator must still create sandboxes after a
-    short-lived neighbour (a ``df-ray`` subprocess) exited: today's answers would otherwise
-    all be 'error' (the regression: a sweep graded 12 of 50 correct answers as errors)."""
-    import sys
-
+    short-lived neighbour (a ``df-ray`` subprocess) exited: its answers would otherwise all be
+    'error' (the regression: a sweep graded 12 of 50 correct answers as errors). Parents of
+    the test's own, so that no other sandbox keeps them from being removed."""
     from df_ray.sandbox import cgroup
 
     if plan("strict").error:
         pytest.skip(plan("strict").error)
-    m = cgroup.manager()
-    assert _grade(CORRECT).status == "passed"
-    code = ("from df_ray.sandbox import run_tests\n"
-            f"r = run_tests({CORRECT!r}, tests={OK_TESTS!r}, entry_point='f', "
-            "isolation='strict')\nprint(r.status)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True)
-    assert out.stdout.split()[-1] == "passed", out.stderr[-2000:]
-    gone = [d for d in dict.fromkeys(m.parents.values()) if not d.is_dir()]
-    assert gone, "the neighbour's exit should have removed the shared (empty) parent"
-    res = _grade(CORRECT)
-    assert res.status == "passed", res
-    assert all(d.is_dir() for d in m.parents.values())
+    real = cgroup.manager()
+    own = {role: d / f"neighbour-test-{os.getpid()}" for role, d in real.parents.items()}
+    mine, neighbour = cgroup.Manager(real.version, own), cgroup.Manager(real.version, own)
+    cgroup._manager = mine
+    try:
+        assert _grade(CORRECT).status == "passed"  # makes the parents
+        assert all(d.is_dir() for d in own.values())
+        neighbour.close()  # what the neighbour's exit does: the empty parents go
+        assert not any(d.is_dir() for d in own.values())
+        res = _grade(CORRECT)
+        assert res.status == "passed", res
+        assert all(d.is_dir() for d in own.values())
+    finally:
+        cgroup._manager = real
+        mine.close()
