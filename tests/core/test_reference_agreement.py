@@ -66,20 +66,19 @@ def test_corpora_are_large_and_current() -> None:
         _rows("choice_mmlu_pro.jsonl")
 
 
-@pytest.mark.parametrize(("corpus", "n_options"), [("choice_mmlu_pro.jsonl", 10),
-                                                   ("choice_gpqa.jsonl", 4)])
-def test_choice_agrees_with_mmlu_pro_script_and_lm_eval(corpus: str, n_options: int) -> None:
+def _choice_differential(rows: list[dict], n_options_of) -> tuple[Counter, list]:
+    """Agreement of df_ray's choice reading with the MMLU-Pro script and lm-eval's filters."""
     lm = pytest.importorskip("tests.reference.lm_eval_filters",
                              reason="lm-eval is a test dependency (scripts/setup.sh)")
     stats: Counter = Counter()
     failures = []
-    rows = _rows(corpus)
     texts = [r["text"] for r in rows]
     lm_mmlu = lm.mmlu_pro_custom_extract(texts)
     lm_strict = lm.gpqa_strict_match(texts)
-    lm_flex = lm.gpqa_flexible_extract(texts, [r["options"] for r in rows])
+    lm_flex = lm.gpqa_flexible_extract(texts, [r.get("options", []) for r in rows])
     for i, r in enumerate(rows):
         text = r["text"]
+        n_options = n_options_of(r)
         obs = parse(text, ParseSpec("choice", n_options=n_options))
         ours = obs.answer
         official, level = mmlu_pro_official.extract_answer_with_level(text)
@@ -111,20 +110,29 @@ def test_choice_agrees_with_mmlu_pro_script_and_lm_eval(corpus: str, n_options: 
         if flex is not None:
             stats["lm_eval_gpqa_flexible(report only):" +
                   ("agree" if flex == ours else "differ")] += 1
+    return stats, failures
+
+
+@pytest.mark.parametrize(("corpus", "n_options"), [("choice_mmlu_pro.jsonl", 10),
+                                                   ("choice_gpqa.jsonl", 4)])
+def test_choice_agrees_with_mmlu_pro_script_and_lm_eval(corpus: str, n_options: int) -> None:
+    rows = _rows(corpus)
+    stats, failures = _choice_differential(rows, lambda r: n_options)
     _report(f"{corpus} ({len(rows)} outputs)", stats)
     assert not failures, failures[:5]
     # df_ray abstains on the guess only where the output has no answer marker at all
     assert stats["official_guess:df_ray_abstains"] <= 0.15 * len(rows)
 
 
-def test_math_agrees_with_math_verify() -> None:
+def _math_differential(rows: list[dict]) -> tuple[Counter, list]:
+    """Agreement of df_ray's math reading with math-verify's."""
     from math_verify import parse as mv_parse
     from math_verify import verify
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     stats: Counter = Counter()
     failures = []
-    for r in _rows("math.jsonl"):
+    for r in rows:
         ref = mv_parse(r["text"])
         # df_ray's one departure (math_kind.last_box_group): boxes with other text between
         # them are a self-correction, read as the last group (MATH's last_boxed_only_string),
@@ -141,13 +149,18 @@ def test_math_agrees_with_math_verify() -> None:
         if not obs.valid:
             stats["df_ray_refuses:" + obs.reason.split(":")[0]] += 1
             if not obs.reason.startswith("unbalanced braces"):
-                failures.append((r["phrasing"], ref, obs.reason, r["text"]))
+                failures.append((r["id"], ref, obs.reason, r["text"]))
             continue
         ours = mv_parse(f"${obs.extracted}$")
         same = bool(ours) and (verify(ref, ours) or verify(ours, ref))
         stats["agree" if same else "DIFFER"] += 1
         if not same:
-            failures.append((r["phrasing"], ref, obs.extracted, r["text"]))
+            failures.append((r["id"], ref, obs.extracted, r["text"]))
+    return stats, failures
+
+
+def test_math_agrees_with_math_verify() -> None:
+    stats, failures = _math_differential(_rows("math.jsonl"))
     _report("math.jsonl (math-verify)", stats)
     assert not failures, failures[:5]
 
