@@ -88,6 +88,9 @@ class AgentConfig(_Strict):
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(512, ge=1, le=32768)
+    #: Generate exactly max_tokens tokens, past the end of sequence (throughput
+    #: measurements: vllm and simulated backbones; other engines refuse such calls).
+    ignore_eos: bool = False
     seed: int = 0
     system_prompt: str | None = None
     #: What the agent's backbone is good at (a model card): GoA's node sampling shows it to
@@ -365,6 +368,9 @@ class RunConfig(_Strict):
         d = self.model_dump(mode="json", exclude={"tracking", "cache_root", "results_dir", "name",
                                                   "batch_size", "concurrency", "sandbox",
                                                   "max_error_rate"})
+        for a in [*d["agents"], *([d["coordinator"]] if d.get("coordinator") else [])]:
+            if not a.get("ignore_eos"):  # a field at its default hashes as before it existed
+                a.pop("ignore_eos", None)
         for spec in d["backbones"].values():  # how failures are policed changes no result
             for k in ("max_restarts", "restart_window_s"):
                 spec.pop(k, None)
@@ -387,6 +393,8 @@ class RunConfig(_Strict):
                          "prompt_format": spec.prompt_format, "temperature": a.temperature,
                          "top_p": a.top_p, "max_tokens": a.max_tokens,
                          "system_prompt": a.system_prompt}
+            if a.ignore_eos:
+                out[a.id]["ignore_eos"] = True
         return out
 
     def agent_ids(self) -> list[str]:

@@ -23,10 +23,24 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
+    """How a request is sampled. ``ignore_eos``: generate exactly ``max_tokens`` tokens,
+    past the end of sequence (throughput measurements); engines that cannot honour it
+    answer with an ``unsupported_sampling`` error (see :func:`unsupported_sampling`)."""
+
     temperature: float = 0.7
     top_p: float = 1.0
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    def to_dict(self) -> dict:
+        """The JSON form. A field added after the cache keys were first written is left out
+        at its default, so the requests made before it keep their keys."""
+        d: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p,
+                             "max_tokens": self.max_tokens, "stop": list(self.stop)}
+        if self.ignore_eos:
+            d["ignore_eos"] = True
+        return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +60,7 @@ class ChatRequest:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["messages"] = [{"role": m.role, "content": m.content} for m in self.messages]
-        d["sampling"]["stop"] = list(self.sampling.stop)
+        d["sampling"] = self.sampling.to_dict()
         if d["backbone"] is None:
             del d["backbone"]
         return d
@@ -55,6 +69,7 @@ class ChatRequest:
     def from_dict(cls, d: dict) -> ChatRequest:
         s = dict(d.get("sampling") or {})
         s["stop"] = tuple(s.get("stop") or ())
+        s["ignore_eos"] = bool(s.get("ignore_eos", False))
         return cls(
             model=d["model"],
             messages=tuple(Message(m["role"], m["content"]) for m in d["messages"]),
@@ -76,6 +91,10 @@ class ChatRequest:
 #: The error every engine gives a request whose prompt exceeds its context length (the
 #: engine refuses it without running it; such a call spends no tokens).
 CONTEXT_LENGTH_ERROR = "context_length_exceeded"
+
+#: The error an engine gives a request whose sampling it cannot honour (e.g. ``ignore_eos``
+#: on an engine that always stops at the end of sequence): final, never retried.
+UNSUPPORTED_SAMPLING_ERROR = "unsupported_sampling"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +119,17 @@ class Completion:
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+def unsupported_sampling(request: ChatRequest, engine: str) -> Completion | None:
+    """The refusal of a request asking for sampling that ``engine`` (its kind, for the
+    message) cannot honour, or None when it asks for none."""
+    if not request.sampling.ignore_eos:
+        return None
+    return Completion(text="", prompt_tokens=0, completion_tokens=0,
+                      error=f"{UNSUPPORTED_SAMPLING_ERROR}: the {engine} engine cannot "
+                      "ignore the end of sequence (ignore_eos); use a vllm or simulated "
+                      "backbone")
 
 
 def route(request: ChatRequest, backbones: Mapping[str, Any]) -> str:

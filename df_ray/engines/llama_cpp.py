@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.base import ChatRequest, Completion, unsupported_sampling
 from df_ray.engines.batching import generate_by_submit
 from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion_prompt
 from df_ray.engines.llama_build import select_llama_library
@@ -290,6 +290,9 @@ class EmbeddedEngine:
         return len(self.render(request)[0])
 
     def _one(self, request: ChatRequest) -> Completion:
+        refused = unsupported_sampling(request, "embedded")
+        if refused is not None:
+            return refused
         s = request.sampling
         tokens, extra_stop, criteria = self.render(request)
         if len(tokens) >= self.n_ctx:
@@ -354,7 +357,11 @@ class EmbeddedEngine:
 
     def _admit(self, request: ChatRequest, fut: Future) -> _Sequence | None:
         """The request as a sequence to decode, or None when it is answered already (a prompt
-        longer than the context)."""
+        longer than the context, or sampling it cannot honour)."""
+        refused = unsupported_sampling(request, "embedded")
+        if refused is not None:
+            fut.set_result(refused)
+            return None
         tokens, extra_stop, _criteria = self.render(request)
         # (_criteria stops on the end-of-turn token, which is end-of-generation already.)
         n = len(tokens)

@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.base import ChatRequest, Completion, unsupported_sampling
 from df_ray.engines.spec import EngineSpec
 
 CONTEXT_LENGTH_ERROR = "context_length_exceeded"
@@ -163,6 +163,11 @@ class OpenAIEngine:
         return body
 
     def _one(self, request: ChatRequest) -> Completion:
+        # Servers differ (OpenAI's API has no ignore_eos, some servers drop unknown fields):
+        # a measurement that needs exact lengths must not get a silently shorter answer.
+        refused = unsupported_sampling(request, "openai")
+        if refused is not None:
+            return refused
         url = f"{self.base_url}/chat/completions"
         body = self._body(request)
         last: str = ""

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.base import ChatRequest, Completion, unsupported_sampling
 
 Responder = Callable[[ChatRequest], str]
 
@@ -336,6 +336,9 @@ class ScriptedEngine:
             time.sleep(self.hang_s)
         if self.latency_s:
             time.sleep(self.latency_s)
+        refused = unsupported_sampling(request, "scripted")
+        if refused is not None:
+            return refused
         n_prompt = self.prompt_tokens(request)
         if self.max_prompt_tokens is not None and n_prompt > self.max_prompt_tokens:
             return Completion(

@@ -8,7 +8,7 @@ the next step (continuous batching). Completion lengths vary as real ones do: ea
 length is drawn, by a hash of the request (so the same request always has the same length),
 from a log-normal distribution of mean ``mean_tokens`` and shape ``sigma`` (long-tailed),
 never more than the request's ``max_tokens`` and never fewer than the answer's own words
-(whitespace tokens). The text is the ``majority`` scripted
+(whitespace tokens); a request with ``ignore_eos`` is ``max_tokens`` long. The text is the ``majority`` scripted
 responder's answer (a seeded ``\\boxed{}`` answer with a confidence) padded to that length,
 so methods parse and grade it.
 
@@ -47,7 +47,10 @@ DEFAULTS: dict[str, Any] = {"capacity": SIMULATED_DEFAULT_CAPACITY, "step_s": 0.
 
 
 def draw_length(request: ChatRequest, mean_tokens: float, sigma: float) -> int:
-    """A request's completion length: log-normal (mean ``mean_tokens``), by its hash."""
+    """A request's completion length: log-normal (mean ``mean_tokens``), by its hash;
+    ``max_tokens`` for a request that ignores the end of sequence."""
+    if request.sampling.ignore_eos:
+        return max(1, request.sampling.max_tokens)
     h = hashlib.sha256(request.key().encode()).digest()
     u = (int.from_bytes(h[:8], "big") + 0.5) / 2.0**64
     mu = math.log(mean_tokens) - sigma * sigma / 2.0

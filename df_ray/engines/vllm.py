@@ -212,13 +212,9 @@ class VLLMEngine:
         stop = list(s.stop)
         if self.prompt_format == "completion":
             stop += list(COMPLETION_STOPS)
+        params = {**self.sampling_defaults, "temperature": s.temperature, "top_p": s.top_p,
+                  "max_tokens": s.max_tokens, "stop": stop or None, "seed": request.seed}
+        if s.ignore_eos:
+            params["ignore_eos"] = True
         return self._vllm.SamplingParams(
-            n=1,
-            output_kind=self._vllm.sampling_params.RequestOutputKind.FINAL_ONLY,
-            **self.sampling_defaults,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            max_tokens=s.max_tokens,
-            stop=stop or None,
-            seed=request.seed,
-        )
+            n=1, output_kind=self._vllm.sampling_params.RequestOutputKind.FINAL_ONLY, **params)

@@ -16,6 +16,7 @@ what is allowed. A method that weighs agents by held-out reliability says so wit
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -121,7 +122,8 @@ def agent_view(cfg: Any, agent_id: str) -> AgentView:
     spec = cfg.backbones[a.backbone]
     return AgentView(id=a.id, model=spec.model, revision=spec.revision,
                      sampling=SamplingParams(temperature=a.temperature, top_p=a.top_p,
-                                             max_tokens=a.max_tokens),
+                                             max_tokens=a.max_tokens,
+                                             ignore_eos=a.ignore_eos),
                      seed=a.seed, system_prompt=a.system_prompt,
                      description=getattr(a, "description", None), backbone=a.backbone)
 
@@ -157,8 +159,7 @@ class MethodContext:
         msgs.append(Message("user", user))
         sampling = agent.sampling
         if temperature is not None:
-            sampling = SamplingParams(temperature=temperature, top_p=sampling.top_p,
-                                      max_tokens=sampling.max_tokens, stop=sampling.stop)
+            sampling = dataclasses.replace(sampling, temperature=temperature)
         return ChatRequest(model=agent.model, revision=agent.revision, messages=tuple(msgs),
                            sampling=sampling,
                            seed=derive_seed(agent.seed, sample.id, slot, self.run_seed),

@@ -358,6 +358,8 @@ def chat_completion_fields(request: ChatRequest) -> dict[str, Any]:
     }
     if s.stop:
         out["stop"] = list(s.stop)
+    if s.ignore_eos:  # vLLM's OpenAI protocol extension
+        out["ignore_eos"] = True
     return out
 
 

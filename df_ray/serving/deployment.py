@@ -121,7 +121,8 @@ def openai_to_request(body: dict[str, Any], model: str) -> ChatRequest:
     sampling = SamplingParams(temperature=float(body.get("temperature", 0.7)),
                               top_p=float(body.get("top_p", 1.0)),
                               max_tokens=int(body.get("max_tokens") or 512),
-                              stop=tuple(str(s) for s in stop))
+                              stop=tuple(str(s) for s in stop),
+                              ignore_eos=bool(body.get("ignore_eos", False)))
     return ChatRequest(model=model, messages=tuple(Message(str(m["role"]), str(m["content"]))
                                                    for m in msgs),
                        sampling=sampling, seed=int(body.get("seed") or 0))

@@ -97,11 +97,13 @@ def engine(tiny_llama):
     eng.close()
 
 
-def chat(prompt: str, *, seed: int = 0, temperature: float = 0.8, max_tokens: int = 8):
+def chat(prompt: str, *, seed: int = 0, temperature: float = 0.8, max_tokens: int = 8,
+         ignore_eos: bool = False):
     return ChatRequest(
         model="tiny",
         messages=(Message("system", "hello world"), Message("user", prompt)),
-        sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens),
+        sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens,
+                                ignore_eos=ignore_eos),
         seed=seed,
     )
 
@@ -164,17 +166,18 @@ def test_requests_submitted_while_a_long_one_runs_finish_before_it(tiny_llama):
     the submit/finish times), instead of waiting for it."""
     spec = EngineSpec(kind="vllm", model=tiny_llama, dtype="float32", max_model_len=256,
                       num_gpus=0, engine_args={"enforce_eager": True, "max_num_seqs": 8,
-                                               "distributed_executor_backend": "uni",
-                                               "sampling": {"ignore_eos": True}})
+                                               "distributed_executor_backend": "uni"})
     eng = IsolatedEngine(spec)
     try:
         order, times, lengths = eng.run(
-            _long_then_short, chat("the cat sat", seed=1, max_tokens=200),
-            chat("hello", seed=2, max_tokens=1),
-            [chat(f"a dog ran {i}", seed=3 + i, max_tokens=4) for i in range(3)])
+            _long_then_short, chat("the cat sat", seed=1, max_tokens=200, ignore_eos=True),
+            chat("hello", seed=2, max_tokens=1, ignore_eos=True),
+            [chat(f"a dog ran {i}", seed=3 + i, max_tokens=4, ignore_eos=True)
+             for i in range(3)])
     finally:
         eng.close()
-    assert lengths == [4, 4, 4, 200]  # ignore_eos: every request runs to its max_tokens
+    # the requests' ignore_eos reaches vLLM: every request runs to its max_tokens
+    assert lengths == [4, 4, 4, 200]
     assert order[0] == "probe" and order[-1] == "long"
     assert sorted(order[1:4]) == ["s0", "s1", "s2"]
     for s in ("s0", "s1", "s2"):
