@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    SerializeAsAny,
     ValidationError,
     field_validator,
     model_validator,
@@ -170,7 +171,9 @@ class RunConfig(_Strict):
     method: str = "darkforest"
     #: The method's settings, checked against its ``Args`` (``df_ray.methods``).
     method_args: dict[str, Any] = Field(default_factory=dict, validate_default=True)
-    backbones: dict[str, EngineSpec] = Field(default_factory=dict)
+    #: Each backbone's spec is its kind's class (``df_ray.engines.spec``), dumped with its
+    #: own fields.
+    backbones: dict[str, SerializeAsAny[EngineSpec]] = Field(default_factory=dict)
     agents: list[AgentConfig] = Field(min_length=1)
     coordinator: AgentConfig | None = None
     calibration: CalibrationSettings = CalibrationSettings()
@@ -371,9 +374,7 @@ class RunConfig(_Strict):
         for a in [*d["agents"], *([d["coordinator"]] if d.get("coordinator") else [])]:
             if not a.get("ignore_eos"):  # a field at its default hashes as before it existed
                 a.pop("ignore_eos", None)
-        for spec in d["backbones"].values():  # how failures are policed changes no result
-            for k in ("max_restarts", "restart_window_s"):
-                spec.pop(k, None)
+        d["backbones"] = {n: s.fingerprint_fields() for n, s in self.backbones.items()}
         # where files live changes no result: the same sweep from another DF_RAY_HOME (or
         # directory) is the same configuration; an explicit file counts by its name only
         cal = d.get("calibration") or {}

@@ -1,15 +1,15 @@
 """Engines: chat requests in, texts and token counts out.
 
-``make_engine(spec)`` builds one from an :class:`EngineSpec`; heavy backends (llama.cpp, vLLM,
-httpx) are imported only when their kind is asked for.
+``make_engine(spec)`` builds one from a backbone's spec (``make_spec(kind=..., ...)``, the
+class its kind declares); heavy backends (llama.cpp, vLLM) are imported only when an engine is
+built.
 """
 
 from __future__ import annotations
 
-import importlib
-
 from df_ray.engines.base import ChatRequest, Completion, Engine, Message, SamplingParams
-from df_ray.engines.spec import EMBEDDED_MODELS, ENGINE_KINDS, EngineSpec
+from df_ray.engines.models import EMBEDDED_MODELS
+from df_ray.engines.spec import ENGINE_KINDS, EngineSpec, engine_class, make_spec, spec_class
 
 __all__ = [
     "EMBEDDED_MODELS",
@@ -21,14 +21,15 @@ __all__ = [
     "Message",
     "SamplingParams",
     "make_engine",
+    "make_spec",
+    "spec_class",
 ]
 
 
 def make_engine(spec: EngineSpec | dict) -> Engine:
-    """A live engine for ``spec`` (a dict is validated into an EngineSpec first): the class
-    its kind names in ``ENGINE_KINDS``, built with ``from_spec`` (or the spec itself)."""
+    """A live engine for ``spec`` (a dict is validated into its kind's spec first): the
+    class its kind names in ``ENGINE_KINDS``, built with ``from_spec`` (or the spec itself)."""
     if not isinstance(spec, EngineSpec):
         spec = EngineSpec.model_validate(spec)
-    module, name = ENGINE_KINDS[spec.kind].split(":")
-    cls = getattr(importlib.import_module(module), name)
+    cls = engine_class(spec.kind)
     return cls.from_spec(spec) if hasattr(cls, "from_spec") else cls(spec)

@@ -2,7 +2,7 @@
 
 A misspelt engine argument (``latncy_s``) would otherwise surface only when the engine is
 constructed, inside its Ray actor, after the run has started. Each kind's accepted names are
-read from the engine itself: the scripted engine's and ``llama_cpp.Llama``'s constructor
+read from the engine itself (its spec's ``accepted_engine_args``): the scripted engine's and ``llama_cpp.Llama``'s constructor
 signatures, the OpenAI client's allowed options, and vLLM's ``EngineArgs`` fields (when vLLM
 is installed here; on a driver without it the check is left to the engine). A served
 backbone takes no engine arguments from the job.
@@ -10,17 +10,16 @@ backbone takes no engine arguments from the job.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import importlib.util
 import inspect
 from collections.abc import Callable
 
-#: Arguments df_ray's embedded engine reads itself before the rest go to llama_cpp.Llama.
-EMBEDDED_OWN = frozenset({"sampling", "n_parallel"})
+from df_ray.engines.spec import spec_class
 
 
-def _params(fn: Callable) -> set[str] | None:
+def signature_params(fn: Callable) -> set[str] | None:
+    """The keyword parameters of ``fn``; None when it takes any (``**kwargs``) or has no
+    signature to read."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -33,35 +32,10 @@ def _params(fn: Callable) -> set[str] | None:
 
 
 def accepted_engine_args(kind: str) -> set[str] | None:
-    """The ``engine_args`` names an engine kind accepts; None when they cannot be known here
-    (the engine's package is not installed on this machine)."""
-    if kind == "scripted":
-        from df_ray.engines.scripted import ScriptedEngine
-
-        names = _params(ScriptedEngine.__init__)
-        return None if names is None else names - {"model", "responder"}
-    if kind == "openai":
-        from df_ray.engines.openai_http import _ALLOWED_ARGS
-
-        return set(_ALLOWED_ARGS)
-    if kind == "embedded":
-        if importlib.util.find_spec("llama_cpp") is None:
-            return None
-        from llama_cpp import Llama
-
-        names = _params(Llama.__init__)
-        return None if names is None else (names - {"model_path"}) | EMBEDDED_OWN
-    if kind == "vllm":
-        if importlib.util.find_spec("vllm") is None:
-            return None
-        try:
-            from vllm.engine.arg_utils import EngineArgs
-        except Exception:
-            return None
-        return {f.name for f in dataclasses.fields(EngineArgs)} - {"model"}
-    if kind == "serve":
-        return set()
-    return None
+    """The ``engine_args`` names an engine kind accepts (its spec says:
+    ``EngineSpec.accepted_engine_args``); None when they cannot be known here (the engine's
+    package is not installed on this machine)."""
+    return spec_class(kind).accepted_engine_args()
 
 
 def check_engine_args(backbone: str, spec) -> str | None:
@@ -79,7 +53,7 @@ def check_engine_args(backbone: str, spec) -> str | None:
     for name in unknown:
         near = difflib.get_close_matches(name, sorted(accepted), n=1)
         hints.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
-    if spec.kind == "serve":
+    if spec.served:
         return (f"backbones.{backbone}.engine_args: a served backbone takes no engine "
                 f"arguments from the job (got {', '.join(hints)}); set them where the service "
                 "is deployed (df-ray serve)")

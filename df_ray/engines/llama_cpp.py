@@ -67,12 +67,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, field_validator
+
 from df_ray.engines.base import ChatRequest, Completion, unsupported_sampling
 from df_ray.engines.batching import generate_by_submit
 from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion_prompt
 from df_ray.engines.llama_build import select_llama_library
-from df_ray.engines.models import CHUNKED_MODELS, chunked_model_path, model_cache_dir
-from df_ray.engines.spec import EMBEDDED_DEFAULT_PARALLEL, EngineSpec
+from df_ray.engines.models import (
+    CHUNKED_MODELS,
+    EMBEDDED_MODELS,
+    chunked_model_path,
+    model_cache_dir,
+)
+from df_ray.engines.spec import EngineSpec
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +183,55 @@ NEUTRAL_SAMPLING: dict[str, Any] = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 
 #: Sequences one engine decodes together unless ``engine_args: {n_parallel: N}`` (or the spec's
 #: ``max_batch_size``) says otherwise. Each holds a KV cache stream of ``n_ctx`` tokens
 #: (SmolLM2-135M: about 23 KB a token).
-DEFAULT_PARALLEL = EMBEDDED_DEFAULT_PARALLEL
+DEFAULT_PARALLEL = 8
+
+#: Arguments the embedded engine reads itself before the rest go to ``llama_cpp.Llama``.
+OWN_ENGINE_ARGS = frozenset({"sampling", "n_parallel"})
+
+
+class LlamaCppSpec(EngineSpec):
+    """An embedded backbone: a packaged GGUF model on llama.cpp's CPU threads."""
+
+    #: llama.cpp threads (None = 1; a replica reserves as many CPUs, see resolved_num_cpus).
+    n_threads: int | None = Field(default=None, ge=1)
+    #: Context window in tokens.
+    n_ctx: int = Field(default=2048, ge=16)
+
+    @field_validator("model")
+    @classmethod
+    def _packaged(cls, v: str) -> str:
+        if v not in EMBEDDED_MODELS:
+            raise ValueError(f"embedded model must be one of {', '.join(EMBEDDED_MODELS)}; got "
+                             f"{v!r} (use kind 'vllm' or 'openai' for other models)")
+        return v
+
+    @property
+    def resolved_num_cpus(self) -> float:
+        """One CPU per llama.cpp thread: its threads spin-wait, and an oversubscribed CPU
+        makes them crawl (observed: 10x slower and more with 2 threads under a load of 40 on
+        2 cores)."""
+        return float(self.n_threads or 1)
+
+    def ray_resources(self) -> dict[str, float]:
+        return {"num_gpus": self.resolved_num_gpus, "num_cpus": self.resolved_num_cpus}
+
+    @property
+    def capacity(self) -> int:
+        return int(self.engine_args.get("n_parallel") or self.max_batch_size
+                   or DEFAULT_PARALLEL)
+
+    @classmethod
+    def accepted_engine_args(cls) -> set[str] | None:
+        """``llama_cpp.Llama``'s constructor parameters and the engine's own, where
+        llama-cpp-python is installed here (its signature is read, its library not loaded)."""
+        if importlib.util.find_spec("llama_cpp") is None:
+            return None
+        from llama_cpp import Llama
+
+        from df_ray.engines.args import signature_params
+
+        names = signature_params(Llama.__init__)
+        return None if names is None else (names - {"model_path"}) | OWN_ENGINE_ARGS
 
 
 class EmbeddedEngine:
@@ -188,7 +243,9 @@ class EmbeddedEngine:
     ``engine_args`` go to ``llama_cpp.Llama`` except ``sampling`` (see ``NEUTRAL_SAMPLING``).
     """
 
-    def __init__(self, spec: EngineSpec) -> None:
+    Spec = LlamaCppSpec
+
+    def __init__(self, spec: LlamaCppSpec) -> None:
         try:
             from llama_cpp import Llama
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter

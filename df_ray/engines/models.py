@@ -99,6 +99,15 @@ CHUNKED_MODELS: dict[str, ChunkedGGUF] = {
 }
 
 
+#: Models the embedded (llama.cpp) engine can run, each shipped in a PyPI package.
+EMBEDDED_MODELS: tuple[str, ...] = (
+    "smollm2-135m-instruct",
+    "gemma3-270m",
+    "qwen25-coder-0.5b-instruct",
+    "qwen25-coder-1.5b-instruct",
+)
+
+
 def model_cache_dir() -> Path:
     """Where assembled models live: ``$DF_RAY_MODEL_CACHE``, else ``~/.cache/df_ray/models``."""
     env = os.environ.get("DF_RAY_MODEL_CACHE")

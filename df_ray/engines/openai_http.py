@@ -12,7 +12,7 @@ Token counts come from the response's ``usage``. ``count_tokens`` uses the serve
 falls back to an approximation of one token per 4 characters (``approximate_tokens``), and
 ``tokenize_available`` is False.
 
-``EngineSpec.engine_args`` options: ``max_retries`` (4), ``backoff_s`` (0.5, doubled per retry,
+``engine_args`` options: ``max_retries`` (4), ``backoff_s`` (0.5, doubled per retry,
 capped at 8 s), ``concurrency`` (``max_batch_size``), ``extra_body`` (merged into every request
 body, e.g. ``{"top_k": 20}``), ``tokenize_url`` (override the tokenize endpoint).
 """
@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+from pydantic import field_validator, model_validator
 
 from df_ray.engines.base import ChatRequest, Completion, unsupported_sampling
 from df_ray.engines.spec import EngineSpec
@@ -50,13 +51,43 @@ def approximate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
+class OpenAISpec(EngineSpec):
+    """A backbone behind an OpenAI-compatible server."""
+
+    #: Base URL of the server, e.g. http://host:8000/v1
+    base_url: str
+    #: Environment variable holding the API key (unset variable = no auth header).
+    api_key_env: str = "OPENAI_API_KEY"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _needs_url(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("base_url"):
+            raise ValueError("engine kind 'openai' requires base_url (e.g. "
+                             "'http://localhost:8000/v1')")
+        return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {v!r}")
+        return v
+
+    @classmethod
+    def accepted_engine_args(cls) -> set[str] | None:
+        return set(_ALLOWED_ARGS)
+
+
 class OpenAIEngine:
     """Client for an OpenAI-compatible chat completions server (see module docstring)."""
+
+    Spec = OpenAISpec
 
     #: count_tokens may run while generate() is in progress (a pure function / an HTTP call).
     concurrent_tokenize = True
 
-    def __init__(self, spec: EngineSpec) -> None:
+    def __init__(self, spec: OpenAISpec) -> None:
         if not spec.base_url:
             raise ValueError("OpenAIEngine needs spec.base_url")
         unknown = set(spec.engine_args) - _ALLOWED_ARGS

@@ -5,7 +5,7 @@ tokens with a whitespace tokenizer, records every request it served in ``calls``
 faults (raise / hang / kill the process on the Nth request; an ``error`` completion when the
 prompt exceeds a context length) for reliability tests.
 
-Builtin responders, selectable by name from a YAML config (``EngineSpec.script``):
+Builtin responders, selectable by name from a YAML config (``ScriptedSpec.script``):
 
 ``echo``
     the last user message, verbatim.
@@ -37,7 +37,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from pydantic import Field, field_validator
+
 from df_ray.engines.base import ChatRequest, Completion, unsupported_sampling
+from df_ray.engines.spec import EngineSpec
 
 Responder = Callable[[ChatRequest], str]
 
@@ -174,6 +177,31 @@ def resolve_responder(name: str) -> Responder:
 # --------------------------------------------------------------------------- engine
 
 
+class ScriptedSpec(EngineSpec):
+    """A scripted backbone: a responder instead of a model."""
+
+    #: A builtin responder name ("echo", "majority", "from_file:<path.jsonl>", ...) or
+    #: "package.module:callable" (a Callable[[ChatRequest], str]). None: "echo".
+    script: str | None = None
+    #: The context length: a longer prompt is answered with a context-length error.
+    max_model_len: int | None = Field(default=None, ge=1)
+
+    @field_validator("script")
+    @classmethod
+    def _named(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("scripted engine: script must be a non-empty responder name")
+        return v
+
+    @classmethod
+    def accepted_engine_args(cls) -> set[str] | None:
+        """The engine's constructor parameters, but the two the spec gives."""
+        from df_ray.engines.args import signature_params
+
+        names = signature_params(ScriptedEngine.__init__)
+        return None if names is None else names - {"model", "responder"}
+
+
 class ScriptedEngine:
     """Deterministic engine. Faults are keyed by the 1-based index of the request over the
     engine's lifetime (``len(calls)`` after it is recorded).
@@ -268,8 +296,10 @@ class ScriptedEngine:
         if raise_on_start is not None and self._fault_armed():
             raise InjectedFault(raise_on_start)
 
+    Spec = ScriptedSpec
+
     @classmethod
-    def from_spec(cls, spec) -> ScriptedEngine:
+    def from_spec(cls, spec: ScriptedSpec) -> ScriptedEngine:
         """The engine of an EngineSpec of kind ``scripted``."""
         kwargs = dict(spec.engine_args)
         if spec.max_model_len is not None:

@@ -39,11 +39,21 @@ from typing import Any
 
 from df_ray.engines.base import ChatRequest, Completion
 from df_ray.engines.batching import generate_by_submit
-from df_ray.engines.spec import SIMULATED_DEFAULT_CAPACITY
+from df_ray.engines.spec import EngineSpec
 
+#: Sequences the engine runs at once by default.
+DEFAULT_CAPACITY = 64
 #: engine_args the engine takes, with their defaults.
-DEFAULTS: dict[str, Any] = {"capacity": SIMULATED_DEFAULT_CAPACITY, "step_s": 0.02, "mean_tokens": 70.0, "sigma": 1.0,
-                            "responder": "majority"}
+DEFAULTS: dict[str, Any] = {"capacity": DEFAULT_CAPACITY, "step_s": 0.02, "mean_tokens": 70.0,
+                            "sigma": 1.0, "responder": "majority"}
+
+
+class SimulatedSpec(EngineSpec):
+    """A simulated backbone: its settings are its ``engine_args`` (:data:`DEFAULTS`)."""
+
+    @property
+    def capacity(self) -> int:
+        return int(self.engine_args.get("capacity") or self.max_batch_size or DEFAULT_CAPACITY)
 
 
 def draw_length(request: ChatRequest, mean_tokens: float, sigma: float) -> int:
@@ -87,8 +97,9 @@ class SimulatedEngine:
     """The simulated continuous-batching engine (see the module docstring)."""
 
     concurrent_tokenize = True
+    Spec = SimulatedSpec
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: SimulatedSpec) -> None:
         from df_ray.engines.scripted import resolve_responder
 
         args = dict(spec.engine_args)

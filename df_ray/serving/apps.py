@@ -111,7 +111,7 @@ def load_pool(path: str | Path) -> tuple[dict[str, EngineSpec], ServeOptions]:
     if unknown:
         raise ConfigError(f"{p}: serve.backbones names unknown backbones {unknown}; "
                           f"defined: {sorted(backbones)}")
-    served = sorted(n for n, s in backbones.items() if s.kind == "serve")
+    served = sorted(n for n, s in backbones.items() if s.served)
     if served:
         raise ConfigError(f"{p}: backbones {served} are of kind 'serve' (already a deployed "
                           "service); df-ray serve deploys engines (vllm, embedded, scripted, "
@@ -159,19 +159,11 @@ def engine_app(name: str, spec: EngineSpec, opts: ReplicaOptions):
 def llm_config_dict(name: str, spec: EngineSpec, opts: ReplicaOptions) -> dict[str, Any]:
     """The ``ray.serve.llm.LLMConfig`` fields of a vLLM backbone: the engine arguments of the
     job-owned vLLM engine, one replica per GPU (times tensor parallelism), autoscaling bounds."""
-    if spec.kind != "vllm":
+    if not spec.serve_llm:
         raise ValueError(f"backbone {name!r}: only vllm backbones go through ray.serve.llm")
-    engine_kwargs: dict[str, Any] = {
-        "dtype": spec.dtype,
-        "tensor_parallel_size": spec.tensor_parallel_size,
-        "gpu_memory_utilization": spec.gpu_memory_utilization,
-    }
-    if spec.max_model_len is not None:
-        engine_kwargs["max_model_len"] = spec.max_model_len
+    engine_kwargs: dict[str, Any] = spec.engine_kwargs()
     if spec.revision:
         engine_kwargs["revision"] = spec.revision
-    if spec.max_batch_size is not None:
-        engine_kwargs["max_num_seqs"] = spec.max_batch_size
     engine_kwargs.update(spec.engine_args)
     max_r = max(spec.replicas, opts.max_replicas or spec.replicas)
     deployment: dict[str, Any] = {
@@ -208,7 +200,7 @@ def llm_deployment_name(model: str) -> str:
 
 
 def build_app(name: str, spec: EngineSpec, opts: ReplicaOptions):
-    return vllm_app(name, spec, opts) if spec.kind == "vllm" else engine_app(name, spec, opts)
+    return vllm_app(name, spec, opts) if spec.serve_llm else engine_app(name, spec, opts)
 
 
 # --------------------------------------------------------------------------- operating

@@ -10,9 +10,51 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import field_validator
+
 from df_ray.config import ConfigError
 from df_ray.engines.base import ChatRequest, Completion
-from df_ray.engines.spec import EngineSpec
+from df_ray.engines.spec import ENGINE_KINDS, EngineSpec, one_of, spec_class
+
+
+class ServeSpec(EngineSpec):
+    """A backbone deployed with ``df-ray serve``: the service's replicas hold its GPUs and
+    CPUs, so a job reserves nothing for it and passes it no engine arguments."""
+
+    served = True
+
+    #: The Ray Serve application of the backbone (None: the backbone's own name in the
+    #: config).
+    app: str | None = None
+    #: The engine kind behind the service (None = not checked). Calibration files match
+    #: agents by engine kind and model, so a served vllm backbone with ``engine: vllm`` finds
+    #: the files fitted with job-owned vLLM engines, and vice versa.
+    engine: str | None = None
+
+    @field_validator("engine")
+    @classmethod
+    def _an_engine_kind(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        kinds = [k for k in ENGINE_KINDS if not _is_served(k)]
+        if v not in kinds:
+            raise ValueError(f"engine must be one of {one_of(kinds)}, not {v!r}")
+        return v
+
+    @property
+    def identity_kind(self) -> str:
+        return self.engine or self.kind
+
+    @classmethod
+    def accepted_engine_args(cls) -> set[str] | None:
+        return set()
+
+
+def _is_served(kind: str) -> bool:
+    try:
+        return spec_class(kind).served
+    except Exception:  # a kind whose module does not import cannot be behind a service
+        return True
 
 
 class ServedEngine:
@@ -20,8 +62,9 @@ class ServedEngine:
     ``spec.model``)."""
 
     concurrent_tokenize = True
+    Spec = ServeSpec
 
-    def __init__(self, spec: EngineSpec, retries: int = 2) -> None:
+    def __init__(self, spec: ServeSpec, retries: int = 2) -> None:
         from df_ray.serving.client import ServeClient, resolve_served
 
         self.spec = spec

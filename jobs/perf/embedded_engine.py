@@ -79,10 +79,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from df_ray.engines.base import ChatRequest, Message, SamplingParams
     from df_ray.engines.llama_cpp import NEUTRAL_SAMPLING, EmbeddedEngine
-    from df_ray.engines.spec import EngineSpec
+    from df_ray.engines.spec import make_spec
 
-    spec = EngineSpec(kind="embedded", model=args.model, n_threads=args.threads, n_ctx=2048,
-                      engine_args={"n_parallel": 1})
+    spec = make_spec(kind="embedded", model=args.model, n_threads=args.threads, n_ctx=2048,
+                     engine_args={"n_parallel": 1})
     engine = EmbeddedEngine(spec)
     raw = Llama(model_path=str(engine.model_file), n_ctx=2048, n_threads=args.threads,
                 n_threads_batch=args.threads, seed=0, verbose=False, n_gpu_layers=0)
@@ -177,7 +177,7 @@ def batched(args) -> int:
     header("embedded engine, batched: df_ray vs llama.cpp's llama-batched-bench vs sequential")
     from df_ray.engines.base import ChatRequest, Message, SamplingParams
     from df_ray.engines.llama_cpp import EmbeddedEngine
-    from df_ray.engines.spec import EngineSpec
+    from df_ray.engines.spec import EngineSpec, make_spec
 
     binary = args.reference
     if binary is None and not args.no_reference:
@@ -188,9 +188,9 @@ def batched(args) -> int:
     tg = args.max_tokens
 
     def spec(n_parallel: int) -> EngineSpec:
-        return EngineSpec(kind="embedded", model=args.model, n_threads=args.threads, n_ctx=2048,
-                          engine_args={"n_parallel": n_parallel,
-                                       "flash_attn": args.flash_attn == "on"})
+        return make_spec(kind="embedded", model=args.model, n_threads=args.threads, n_ctx=2048,
+                         engine_args={"n_parallel": n_parallel,
+                                      "flash_attn": args.flash_attn == "on"})
 
     seq_engine = EmbeddedEngine(spec(1))
     engines = {b: EmbeddedEngine(spec(b)) for b in sizes}

@@ -13,7 +13,7 @@ from df_ray.engines.base import ChatRequest, Message, SamplingParams
 from df_ray.engines.batching import Replica
 from df_ray.engines.scripted import ScriptedEngine
 from df_ray.engines.simulated import SimulatedEngine, draw_length, offline_time
-from df_ray.engines.spec import EngineSpec
+from df_ray.engines.spec import make_spec
 
 
 def req(text: str, seed: int = 0, model: str = "m", max_tokens: int = 512) -> ChatRequest:
@@ -107,7 +107,7 @@ def test_a_request_that_raises_does_not_fail_its_batch_mates():
 
 
 def sim(**engine_args) -> SimulatedEngine:
-    return SimulatedEngine(EngineSpec(kind="simulated", model="m", engine_args=engine_args))
+    return SimulatedEngine(make_spec(kind="simulated", model="m", engine_args=engine_args))
 
 
 def test_simulated_engine_admits_new_requests_while_a_long_one_runs():

@@ -13,7 +13,7 @@ pytest.importorskip(
     "llama_cpp", reason="llama-cpp-python is not installed (see .ci/install-embedded.sh)"
 )
 
-from df_ray.engines import ChatRequest, Engine, EngineSpec, Message, SamplingParams
+from df_ray.engines import ChatRequest, Engine, EngineSpec, Message, SamplingParams, make_spec
 from df_ray.engines.completion_prompt import render_completion_prompt
 from df_ray.engines.llama_cpp import model_path
 from tests.engines.isolated import IsolatedEngine
@@ -41,14 +41,14 @@ def make_engine(spec: EngineSpec) -> IsolatedEngine:
 
 @pytest.fixture(scope="module")
 def smol():
-    eng = make_engine(EngineSpec(kind="embedded", model=SMOL, n_threads=1))
+    eng = make_engine(make_spec(kind="embedded", model=SMOL, n_threads=1))
     yield eng
     eng.close()
 
 
 @pytest.fixture(scope="module")
 def gemma():
-    eng = make_engine(EngineSpec(kind="embedded", model=GEMMA, n_threads=1))
+    eng = make_engine(make_spec(kind="embedded", model=GEMMA, n_threads=1))
     yield eng
     eng.close()
 
@@ -131,7 +131,7 @@ def test_stop_and_max_tokens(smol):
 
 
 def test_context_length_is_an_error_completion():
-    eng = make_engine(EngineSpec(kind="embedded", model=SMOL, n_ctx=64, n_threads=1))
+    eng = make_engine(make_spec(kind="embedded", model=SMOL, n_ctx=64, n_threads=1))
     assert eng.n_ctx == 256  # llama.cpp pads the context to a multiple of 256
     long = ask(SMOL, "word " * 400, max_tokens=8)
     ok, bad = eng.generate([ask(SMOL, "Hi", max_tokens=4), long])
@@ -142,4 +142,4 @@ def test_context_length_is_an_error_completion():
 
 def test_chat_format_requires_a_template():
     with pytest.raises(ValueError, match="no chat template"):
-        make_engine(EngineSpec(kind="embedded", model=GEMMA, prompt_format="chat", n_threads=1))
+        make_engine(make_spec(kind="embedded", model=GEMMA, prompt_format="chat", n_threads=1))

@@ -14,7 +14,7 @@ pytest.importorskip(
 
 import time
 
-from df_ray.engines import ChatRequest, EngineSpec, Message, SamplingParams
+from df_ray.engines import ChatRequest, Message, SamplingParams, make_spec
 from tests.engines.isolated import IsolatedEngine
 
 pytestmark = [pytest.mark.embedded, pytest.mark.slow]
@@ -48,7 +48,7 @@ def ask(model, prompt, *, seed=0, temperature=0.0, max_tokens=24, stop=()):
 
 def engine(model, n_parallel, **kw) -> IsolatedEngine:
     return IsolatedEngine(
-        EngineSpec(
+        make_spec(
             kind="embedded", model=model, n_threads=1, engine_args={"n_parallel": n_parallel}, **kw
         ),
         timeout_s=1800,  # one generate call on a loaded 2-core machine

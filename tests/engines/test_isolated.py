@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from df_ray.engines import ChatRequest, EngineSpec, Message
+from df_ray.engines import ChatRequest, Message, make_spec
 from tests.engines.isolated import EngineProcessDied, IsolatedEngine
 
 
@@ -16,8 +16,8 @@ def ask(text: str) -> ChatRequest:
 @pytest.mark.parametrize("sig, words", [("SIGILL", "Illegal instruction"),
                                         ("SIGSEGV", "Segmentation fault")])
 def test_a_signal_in_the_engine_fails_the_call_with_its_name(sig, words):
-    eng = IsolatedEngine(EngineSpec(kind="scripted", model="m", script="echo",
-                                    engine_args={"signal_on_call": 2, "signal_name": sig}))
+    eng = IsolatedEngine(make_spec(kind="scripted", model="m", script="echo",
+                                   engine_args={"signal_on_call": 2, "signal_name": sig}))
     try:
         assert eng.generate([ask("hello there")])[0].text == "hello there"
         assert eng.prompt_tokens(ask("one two three")) == 3
@@ -33,5 +33,5 @@ def test_a_signal_in_the_engine_fails_the_call_with_its_name(sig, words):
 
 def test_start_errors_come_back_as_themselves():
     with pytest.raises(KeyError, match="SIGNOPE"):
-        IsolatedEngine(EngineSpec(kind="scripted", model="m", engine_args={
+        IsolatedEngine(make_spec(kind="scripted", model="m", engine_args={
             "signal_name": "SIGNOPE"}))

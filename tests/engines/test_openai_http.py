@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("httpx", reason="httpx is not installed (pip install 'df_ray[system]')")
 
-from df_ray.engines import ChatRequest, EngineSpec, Message, SamplingParams, make_engine
+from df_ray.engines import ChatRequest, Message, SamplingParams, make_engine, make_spec
 from df_ray.engines.openai_http import EngineError, OpenAIEngine, approximate_tokens
 
 
@@ -132,7 +132,7 @@ def server():
 
 def engine(server: FakeServer, **engine_args) -> OpenAIEngine:
     args = {"backoff_s": 0.01, **engine_args}
-    spec = EngineSpec(
+    spec = make_spec(
         kind="openai",
         model="served-model",
         base_url=server.base_url,
@@ -222,7 +222,7 @@ def test_gives_up_after_bounded_retries(server):
 
 
 def test_connection_refused_raises():
-    spec = EngineSpec(
+    spec = make_spec(
         kind="openai",
         model="m",
         base_url="http://127.0.0.1:9/v1",
@@ -243,7 +243,7 @@ def test_context_length_400_is_an_error_completion(server):
 
 
 def test_other_4xx_raises(server):
-    spec = EngineSpec(kind="openai", model="no-such-model", base_url=server.base_url)
+    spec = make_spec(kind="openai", model="no-such-model", base_url=server.base_url)
     with pytest.raises(EngineError, match="404"):
         make_engine(spec).generate([req("x")])
 

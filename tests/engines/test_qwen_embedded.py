@@ -12,7 +12,7 @@ pytest.importorskip(
     "llama_cpp", reason="llama-cpp-python is not installed (see scripts/setup.sh)"
 )
 
-from df_ray.engines import ChatRequest, EngineSpec, Message, SamplingParams
+from df_ray.engines import ChatRequest, Message, SamplingParams, make_spec
 from tests.engines.isolated import IsolatedEngine
 
 pytestmark = [pytest.mark.embedded]
@@ -21,7 +21,7 @@ QWEN05 = "qwen25-coder-0.5b-instruct"
 
 
 def test_qwen_05b_answers_a_chat_request():
-    eng = IsolatedEngine(EngineSpec(kind="embedded", model=QWEN05, n_threads=1, n_ctx=512))
+    eng = IsolatedEngine(make_spec(kind="embedded", model=QWEN05, n_threads=1, n_ctx=512))
     try:
         assert eng.prompt_format == "chat"  # the GGUF's own chat template
         req = ChatRequest(

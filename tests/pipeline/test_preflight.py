@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from df_ray.cli import main
-from df_ray.engines import EngineSpec
+from df_ray.engines import make_spec
 from df_ray.pipeline.engine_pool import resource_problems
 from tests.helpers import base_config, write_mmlu_goa, write_sweep
 
-VLLM = EngineSpec(kind="vllm", model="Qwen/Qwen2.5-7B-Instruct", replicas=2)
+VLLM = make_spec(kind="vllm", model="Qwen/Qwen2.5-7B-Instruct", replicas=2)
 CPU_NODE = {"CPU": 8.0, "memory": 1e10}
 
 
@@ -31,12 +31,12 @@ def test_replicas_that_fit_one_by_one_but_not_together():
 
 
 def test_an_embedded_backbone_needs_its_threads_on_one_node():
-    emb = EngineSpec(kind="embedded", model="smollm2-135m-instruct", n_threads=4)
+    emb = make_spec(kind="embedded", model="smollm2-135m-instruct", n_threads=4)
     (msg,) = resource_problems({"smol": emb}, [{"CPU": 2.0}, {"CPU": 2.0}])
     assert "asks for 0 GPUs and 4 CPUs per replica (x1)" in msg
     assert resource_problems({"smol": emb}, [{"CPU": 4.0}]) == []
     # scripted and served backbones ask for nothing
-    assert resource_problems({"s": EngineSpec(kind="scripted", model="m")}, []) == []
+    assert resource_problems({"s": make_spec(kind="scripted", model="m")}, []) == []
 
 
 @pytest.mark.slow

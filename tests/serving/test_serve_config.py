@@ -11,7 +11,7 @@ import yaml
 
 from df_ray.config import ConfigError, RunConfig
 from df_ray.engines.base import ChatRequest, Completion, Message, SamplingParams
-from df_ray.engines.spec import EngineSpec
+from df_ray.engines.spec import make_spec
 from df_ray.serving import ENGINE_DEPLOYMENT
 from df_ray.serving.apps import (
     ReplicaOptions,
@@ -24,9 +24,9 @@ from df_ray.serving.apps import (
 from df_ray.serving.client import chat_completion_fields, from_chat_completion
 from df_ray.serving.deployment import completion_to_openai, openai_to_request
 
-VLLM = EngineSpec(kind="vllm", model="Qwen/Qwen2.5-7B-Instruct", dtype="bfloat16",
-                  max_model_len=8192, replicas=2, max_batch_size=64, revision="abc123",
-                  engine_args={"enable_prefix_caching": True})
+VLLM = make_spec(kind="vllm", model="Qwen/Qwen2.5-7B-Instruct", dtype="bfloat16",
+                 max_model_len=8192, replicas=2, max_batch_size=64, revision="abc123",
+                 engine_args={"enable_prefix_caching": True})
 
 
 def req(text: str, seed: int = 0, model: str = "m") -> ChatRequest:
@@ -37,12 +37,13 @@ def req(text: str, seed: int = 0, model: str = "m") -> ChatRequest:
 
 
 def test_serve_kind_names_a_deployed_backbone():
-    s = EngineSpec(kind="serve", model="Qwen/Qwen2.5-7B-Instruct", app="qwen")
+    s = make_spec(kind="serve", model="Qwen/Qwen2.5-7B-Instruct", app="qwen")
     assert s.resolved_num_gpus == 0.0  # the service holds the GPUs, not the job
     assert s.identity_kind == "serve"
-    assert EngineSpec(kind="serve", model="m", engine="vllm").identity_kind == "vllm"
-    with pytest.raises(ValueError, match="only valid for kind 'serve'"):
-        EngineSpec(kind="scripted", model="m", app="x")
+    assert make_spec(kind="serve", model="m", engine="vllm").identity_kind == "vllm"
+    with pytest.raises(ValueError, match=r"app is not a setting of kind 'scripted' \(it is a "
+                       r"setting of kind 'serve'\)"):
+        make_spec(kind="scripted", model="m", app="x")
     cfg = RunConfig.model_validate({
         "benchmark": "gpqa", "backbones": {"q": {"kind": "serve", "model": "m"}},
         "agents": [{"id": "a", "backbone": "q"}], "coordinator": {"id": "c", "backbone": "q"}})
@@ -68,7 +69,7 @@ def test_vllm_backbone_becomes_an_llm_config():
     assert (auto["min_replicas"], auto["max_replicas"]) == (2, 2)
     assert llm_deployment_name("Qwen/Qwen2.5-7B-Instruct") == "LLMServer:Qwen--Qwen2_5-7B-Instruct"
     with pytest.raises(ValueError):
-        llm_config_dict("s", EngineSpec(kind="scripted", model="m"), ReplicaOptions())
+        llm_config_dict("s", make_spec(kind="scripted", model="m"), ReplicaOptions())
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
@@ -81,12 +82,12 @@ def test_llm_config_is_accepted_by_ray_serve_llm():
 
 
 def test_engine_deployment_options():
-    emb = EngineSpec(kind="embedded", model="smollm2-135m-instruct", n_threads=2, replicas=1)
+    emb = make_spec(kind="embedded", model="smollm2-135m-instruct", n_threads=2, replicas=1)
     o = deployment_options("e", emb, ReplicaOptions())
     assert o["name"] == ENGINE_DEPLOYMENT and o["num_replicas"] == 1
     assert o["ray_actor_options"] == {"num_cpus": 2.0, "num_gpus": 0.0}
     assert o["max_ongoing_requests"] >= 8 * emb.capacity
-    s = EngineSpec(kind="scripted", model="m", replicas=2, max_batch_size=8)
+    s = make_spec(kind="scripted", model="m", replicas=2, max_batch_size=8)
     o = deployment_options("s", s, ReplicaOptions(num_cpus=0, resources={"gpu_slot": 1},
                                                    max_replicas=5))
     assert o["ray_actor_options"] == {"num_cpus": 0, "num_gpus": 0.0,
@@ -185,8 +186,8 @@ def test_a_sweep_uses_the_service_by_backbone_name(tmp_path):
             "z": {"kind": "scripted", "model": "m"}}}]}))
     sweep = load_with_overrides(str(f), [], None, served=True)
     x, y = sweep.expand()
-    assert x.backbones["q"] == EngineSpec(kind="serve", model="Qwen/Q", revision="r1",
-                                          max_batch_size=48, app="q", engine="vllm")
+    assert x.backbones["q"] == make_spec(kind="serve", model="Qwen/Q", revision="r1",
+                                         max_batch_size=48, app="q", engine="vllm")
     assert y.backbones["z"].kind == "serve" and y.backbones["z"].app == "z"
     # served and job-owned agents are the same agents to calibration files
     owned = load_with_overrides(str(f), [], None).expand()[0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from df_ray.config import ConfigError
-from df_ray.engines.spec import EngineSpec
+from df_ray.engines.spec import make_spec
 from df_ray.pipeline.runner import Runner, shared_backbones
 from df_ray.serving.apps import ServeOptions, deploy, status, stop
 from tests.helpers import PIPELINE_SCRIPT, pipeline_config, pipeline_samples, run_pipeline
@@ -20,9 +20,9 @@ pytestmark = pytest.mark.slow
 def service(ray_local):
     from ray import serve
 
-    backbones = {f"b{i}": EngineSpec(kind="scripted", model=f"m{i}", script=PIPELINE_SCRIPT)
+    backbones = {f"b{i}": make_spec(kind="scripted", model=f"m{i}", script=PIPELINE_SCRIPT)
                  for i in (1, 2, 3)}
-    backbones["bc"] = EngineSpec(kind="scripted", model="mc", script=PIPELINE_SCRIPT)
+    backbones["bc"] = make_spec(kind="scripted", model="mc", script=PIPELINE_SCRIPT)
     deploy(backbones, ServeOptions(num_cpus=0), proxy_location="Disabled", say=lambda m: None)
     yield backbones
     stop(list(backbones), say=lambda m: None)
@@ -73,13 +73,13 @@ def test_served_backbones_give_the_job_owned_results(service, tmp_path):
 def test_a_missing_or_mismatched_application_fails_before_anything_runs(service, tmp_path):
     cfg = served_config(tmp_path)
     bad = cfg.model_copy(update={"backbones": {**cfg.backbones,
-                                               "b1": EngineSpec(kind="serve", model="m1",
-                                                                app="nope")}})
+                                               "b1": make_spec(kind="serve", model="m1",
+                                                               app="nope")}})
     with pytest.raises(ConfigError, match="no Serve application 'nope'"):
         Runner(shared_backbones([bad]), tracker=None, progress=lambda m: None).pool  # noqa: B018
     wrong = cfg.model_copy(update={"backbones": {**cfg.backbones,
-                                                 "b1": EngineSpec(kind="serve", model="m2",
-                                                                  app="b1")}})
+                                                 "b1": make_spec(kind="serve", model="m2",
+                                                                 app="b1")}})
     with pytest.raises(ConfigError, match="serves model 'm1'"):
         Runner(shared_backbones([wrong]), tracker=None, progress=lambda m: None).pool  # noqa: B018
 
@@ -116,7 +116,7 @@ def test_a_replica_that_dies_in_its_smoke_generation_is_named_by_its_signal(serv
     from df_ray.pipeline import faults
 
     marker = tmp_path / "fired"
-    crashy = {"crashy": EngineSpec(kind="scripted", model="mx", script=PIPELINE_SCRIPT, engine_args={
+    crashy = {"crashy": make_spec(kind="scripted", model="mx", script=PIPELINE_SCRIPT, engine_args={
         "signal_on_start": True, "fault_marker": str(marker)})}
     try:
         deploy(crashy, ServeOptions(num_cpus=0), proxy_location="Disabled", say=lambda m: None)
