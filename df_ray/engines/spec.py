@@ -175,9 +175,10 @@ class EngineSpec(BaseModel):
                 where = (f"it is a setting of kind {one_of(others)}" if others
                          else "no engine kind has it")
                 mine = [f for f in own.model_fields if f not in EngineSpec.model_fields]
+                has = (f"has {one_of(mine).replace(' or ', ' and ')} of its own" if mine
+                       else "has no settings of its own")
                 raise ValueError(f"{key} is not a setting of kind {kind!r} ({where}); kind "
-                                 f"{kind!r} has {', '.join(mine) or 'no settings'} of its own, "
-                                 "beside those every kind has")
+                                 f"{kind!r} {has}, besides those every kind has")
         return handler(data)
 
     # -- what the pipeline and the serving layer ask a spec

@@ -94,7 +94,7 @@ class ServingPool:
 
     def __init__(self, backbones: Mapping[str, EngineSpec]) -> None:
         self.specs = dict(backbones)
-        owned = {n: s for n, s in self.specs.items() if s.kind != "serve"}
+        owned = {n: s for n, s in self.specs.items() if not s.served}
         self.owned = None
         if owned:
             from df_ray.pipeline.engine_pool import EnginePool
@@ -102,7 +102,7 @@ class ServingPool:
             self.owned = EnginePool(owned)
         self.handles: dict[str, list[Any]] = dict(self.owned.handles) if self.owned else {}
         for name, spec in self.specs.items():
-            if spec.kind == "serve":
+            if spec.served:
                 self.handles[name] = [resolve_served(name, spec)]
 
     def wait_ready(self, timeout_s: float = 900) -> None:

@@ -68,7 +68,7 @@ def test_from_yaml():
         ({"kind": "vllm", "model": "m", "n_threads": 2},
          r"n_threads is not a setting of kind 'vllm' \(it is a setting of kind 'embedded'\)"),
         ({"kind": "vllm", "model": "m", "base_url": "http://x/v1"},
-         "base_url is not a setting of kind 'vllm'.*dtype, max_model_len"),
+         "base_url is not a setting of kind 'vllm'.*'dtype', 'max_model_len'"),
         ({"kind": "scripted", "model": "m", "script": " "}, "non-empty responder name"),
         ({"kind": "serve", "model": "m", "engine": "serve"},
          "engine must be one of 'embedded', 'vllm', 'openai', 'scripted' or 'simulated'"),
@@ -99,3 +99,37 @@ def test_make_engine_openai_rejects_unknown_args():
         make_engine(
             {"kind": "openai", "model": "m", "base_url": "http://x/v1", "engine_args": {"x": 1}}
         )
+
+
+def test_every_kind_declares_its_spec_beside_its_engine():
+    from df_ray.engines import ENGINE_KINDS, spec_class
+
+    names = {k: spec_class(k).__name__ for k in ENGINE_KINDS}
+    assert names == {"embedded": "LlamaCppSpec", "vllm": "VLLMSpec", "openai": "OpenAISpec",
+                     "scripted": "ScriptedSpec", "simulated": "SimulatedSpec",
+                     "serve": "ServeSpec"}
+    for k in ENGINE_KINDS:
+        assert spec_class(k).__module__ == ENGINE_KINDS[k].split(":")[0]
+    with pytest.raises(TypeError, match="make_spec"):
+        EngineSpec(kind="vllm", model="m")
+
+
+def test_a_spec_of_every_kind_imports_no_backend():
+    """Validating specs (a driver, df-ray validate) imports neither vLLM nor llama.cpp."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from df_ray.engines import make_spec\n"
+        "for f in [dict(kind='vllm', model='m', tensor_parallel_size=2),\n"
+        "          dict(kind='embedded', model='gemma3-270m', n_threads=2),\n"
+        "          dict(kind='openai', model='m', base_url='http://x/v1'),\n"
+        "          dict(kind='scripted', model='m'), dict(kind='simulated', model='m'),\n"
+        "          dict(kind='serve', model='m', engine='vllm')]:\n"
+        "    make_spec(**f).ray_resources()\n"
+        "print(sorted(m for m in ('vllm', 'llama_cpp', 'torch', 'ray') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, check=True)
+    assert out.stdout.strip() == "[]", out.stderr
