@@ -48,6 +48,14 @@ CASES = [
     ("Confidence: 0.95.", 0.95),
     ("Confidence: 1e309", 1.0),
     ("Confidence: nan", 0.5),
+    # in LaTeX, as Qwen2.5-Coder-0.5B-Instruct writes it (tests/fixtures/reference_corpus)
+    ("Confidence: \\(\\boxed{0.99}\\)", 0.99),
+    ("is \\(\\boxed{12}\\). Confidence: \\(\\frac{4}{5}\\).", 0.8),
+    ("Confidence: $\\dfrac{3}{4}$", 0.75),
+    ("Confidence: 90\\%", 0.9),
+    ("Confidence: \\[ 0.8 \\]", 0.8),
+    ("Confidence: \\(\\frac{7}{2}\\)", 1.0),
+    ("Confidence: \\(\\boxed{\\frac{\\pi}{2}}\\)", 0.5),  # an answer, not a number
 ]
 
 

@@ -156,6 +156,20 @@ def test_confidence_is_read() -> None:
     assert parse("\\boxed{2}", M).confidence == 0.5
 
 
+@pytest.mark.parametrize(("text", "answer", "confidence"), [
+    # real Qwen2.5-Coder-0.5B-Instruct endings (tests/fixtures/reference_corpus/real_math.jsonl)
+    ("is \\(\\boxed{5\\sqrt{11}}\\). Confidence: \\(\\boxed{0.9}\\).", "5\\sqrt{11}", 0.9),
+    ("Therefore, the smallest such integer is 6. Confidence: 0.5.", "6", 0.5),
+    ("\\[\n\\boxed{5050}\n\\]\n\nConfidence: \\(\\boxed{0.99}\\)", "5050", 0.99),
+])
+def test_a_confidence_is_never_the_answer(text: str, answer: str, confidence: float) -> None:
+    """A confidence on its own line or after the answer on the answer's line, boxed or not,
+    is not read as the answer (the references read it: docs/benchmarks.md)."""
+    obs = parse(text, M)
+    assert obs.extracted == answer
+    assert obs.confidence == pytest.approx(confidence)
+
+
 def test_works_off_the_main_thread() -> None:
     results: list[str | None] = []
 

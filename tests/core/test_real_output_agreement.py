@@ -10,7 +10,7 @@ under df_ray's prompts, rebuilt from generation caches by ``real_outputs.py`` th
 
 References: the same as ``test_reference_agreement.py`` (MMLU-Pro script, lm-eval's filters,
 math-verify), plus MATH's own ``last_boxed_only_string``/``is_equiv`` and GoA's HumanEval
-extraction (``tests/reference/goa_humaneval.py``). Every disagreement falls in a named,
+extraction (``tests/reference/goa_extraction.py``). Every disagreement falls in a named,
 documented class (the corpus README's table lists each one and the rule df_ray follows);
 any other is a failure. Run with ``-s`` to see the figures.
 """
@@ -23,26 +23,91 @@ from collections import Counter
 import pytest
 
 from df_ray.core.parsing import parse
-from df_ray.core.parsing._text import fenced_blocks
+from df_ray.core.parsing._text import box_positions, fenced_blocks, strip_confidence_lines
 from df_ray.core.parsing.code_kind import defines, normalize_code
+from df_ray.core.parsing.math_kind import last_box_group
 from df_ray.core.types import ParseSpec
 from tests.core.test_reference_agreement import (
     CORPUS,
+    _math_differential,
     _report,
     _rows,
 )
-from tests.reference import goa_humaneval
+from tests.reference import goa_extraction
+
+QWEN, SMOL = "qwen25-coder-0.5b-instruct", "smollm2-135m-instruct"
 
 
-@pytest.mark.parametrize(("name", "least"), [("real_humaneval.jsonl", 80)])
-def test_real_corpus_holds_answers_not_questions(name: str, least: int) -> None:
-    """Each corpus has real rows of both models, with no question text in them."""
+@pytest.mark.parametrize(("name", "least", "models"), [
+    ("real_humaneval.jsonl", 80, {QWEN, SMOL}),
+    ("real_math.jsonl", 25, {QWEN}),
+])
+def test_real_corpus_holds_answers_not_questions(name: str, least: int, models: set) -> None:
+    """Each corpus has real rows of its models, and no question text."""
     rows = _rows(name)
     assert len(rows) >= least
     assert len({r["id"] for r in rows}) == len(rows)
     assert all(set(r) == {"id", "model", "agent", "sample", "benchmark", "spec", "gold",
                           "text", "key"} for r in rows)
-    assert {r["model"] for r in rows} == {"qwen25-coder-0.5b-instruct", "smollm2-135m-instruct"}
+    assert {r["model"] for r in rows} == models
+
+
+def test_real_math_agrees_with_math_verify() -> None:
+    rows = _rows("real_math.jsonl")
+    stats, failures = _math_differential(rows, confidence_class=True)
+    _report(f"real_math.jsonl ({len(rows)} outputs, math-verify)", stats)
+    assert not failures, failures[:5]
+
+
+def _same_math(a: str, b: str) -> bool:
+    from math_verify import parse as mv_parse
+    from math_verify import verify
+
+    x, y = mv_parse(f"${a}$"), mv_parse(f"${b}$")
+    return bool(x) and bool(y) and (verify(x, y) or verify(y, x))
+
+
+def _hendrycks_differential(rows: list[dict]) -> tuple[Counter, list]:
+    """Agreement of df_ray's math reading with MATH's own last-box extraction."""
+    from tests.reference import hendrycks_math
+
+    stats: Counter = Counter()
+    failures = []
+    for r in rows:
+        text = r["text"]
+        ref = hendrycks_math.extract(text)
+        obs = parse(text, ParseSpec("math"))
+        if ref is None:
+            stats["reference_none:" + (f"df_ray_reads_{obs.rule}" if obs.valid else "none")] += 1
+            continue
+        if not obs.valid:
+            stats["df_ray_refuses:" + obs.reason.split(":")[0]] += 1
+            failures.append((r["id"], ref, obs.reason, text[-300:]))
+            continue
+        if hendrycks_math.is_equiv(ref, obs.extracted) or _same_math(ref, obs.extracted):
+            stats["agree"] += 1
+            continue
+        body = strip_confidence_lines(text)
+        if body != text:  # the last box is the reported confidence's
+            plain = hendrycks_math.extract(body)
+            if plain is None or hendrycks_math.is_equiv(plain, obs.extracted) \
+                    or _same_math(plain, obs.extracted):
+                stats["reference_reads_the_confidence" + ("" if plain else ":then_none")] += 1
+                continue
+        group = last_box_group(strip_confidence_lines(text))
+        if group is not None and len(box_positions(text[group[0]:group[1]])) > 1:
+            stats["adjacent_boxes:df_ray_reads_the_group"] += 1
+            continue
+        stats["DIFFER"] += 1
+        failures.append((r["id"], ref, obs.extracted, text[-300:]))
+    return stats, failures
+
+
+def test_real_math_agrees_with_the_math_reference_last_box() -> None:
+    rows = _rows("real_math.jsonl")
+    stats, failures = _hendrycks_differential(rows)
+    _report(f"real_math.jsonl ({len(rows)} outputs, MATH last_boxed_only_string)", stats)
+    assert not failures, failures[:5]
 
 
 def _python_blocks(text: str) -> int:
@@ -51,13 +116,13 @@ def _python_blocks(text: str) -> int:
 
 
 def _without_dropped_lines(code: str) -> str:
-    return "\n".join(ln for ln in code.split("\n") if not goa_humaneval.drops_line(ln)).strip()
+    return "\n".join(ln for ln in code.split("\n") if not goa_extraction.drops_line(ln)).strip()
 
 
 def _code_class(text: str, entry_point: str) -> str:
     """How df_ray's program compares with GoA's extraction of the same answer."""
     obs = parse(text, ParseSpec("code", entry_point=entry_point))
-    ref = goa_humaneval.extract_completion(text)
+    ref = goa_extraction.extract_completion(text)
     ref_key = normalize_code(ref)
     ref_ok = ref_key is not None and defines(ref, entry_point)
     ours = obs.extracted if obs.valid else None

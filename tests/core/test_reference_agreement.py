@@ -124,8 +124,11 @@ def test_choice_agrees_with_mmlu_pro_script_and_lm_eval(corpus: str, n_options: 
     assert stats["official_guess:df_ray_abstains"] <= 0.15 * len(rows)
 
 
-def _math_differential(rows: list[dict]) -> tuple[Counter, list]:
-    """Agreement of df_ray's math reading with math-verify's."""
+def _math_differential(rows: list[dict], *, confidence_class: bool = False
+                       ) -> tuple[Counter, list]:
+    """Agreement of df_ray's math reading with math-verify's. ``confidence_class``: an
+    output where math-verify reads the reported confidence (``Confidence: \\(\\boxed{0.9}\\)``)
+    and, without it, what df_ray reads is counted as such instead of failing."""
     from math_verify import parse as mv_parse
     from math_verify import verify
 
@@ -152,7 +155,14 @@ def _math_differential(rows: list[dict]) -> tuple[Counter, list]:
                 failures.append((r["id"], ref, obs.reason, r["text"]))
             continue
         ours = mv_parse(f"${obs.extracted}$")
-        same = bool(ours) and (verify(ref, ours) or verify(ours, ref))
+        # the same text is the same answer (verify can fail on an equation with units)
+        same = (len(ref) > 1 and ref[1] == obs.extracted) or (
+            bool(ours) and (verify(ref, ours) or verify(ours, ref)))
+        if not same and confidence_class and body != r["text"]:
+            plain = mv_parse(body)
+            if plain and ours and (verify(plain, ours) or verify(ours, plain)):
+                stats["reference_reads_the_confidence"] += 1
+                continue
         stats["agree" if same else "DIFFER"] += 1
         if not same:
             failures.append((r["id"], ref, obs.extracted, r["text"]))

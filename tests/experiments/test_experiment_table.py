@@ -20,7 +20,7 @@ CONFIGS = ROOT / "jobs" / "configs"
 FIXTURES = ROOT / "tests" / "fixtures"
 #: Sweep files that are not an experiment of the paper: a cluster example, and the
 #: laptop-scale run of Table 1's HumanEval protocol with small real models.
-NOT_PAPER = {"cluster_example", "cpu_humaneval"}
+NOT_PAPER = {"cluster_example", "cpu_humaneval", "cpu_parser_probe"}
 
 FIXTURE_SOURCES = {"math": "math500.jsonl", "humaneval": "humaneval.jsonl",
                    "mmlu_pro": "mmlu_pro.json", "gpqa": ".", "finqa": "finqa",

@@ -22,6 +22,19 @@ _CONF_NUM_RE = re.compile(
 )
 
 
+_CONF_FRAC_RE = re.compile(r"\\d?frac\s*\{\s*(" + _NUM + r")\s*\}\s*\{\s*(" + _NUM + r")\s*\}")
+_CONF_WRAPPER_RE = re.compile(r"\\[()\[\]]|\\(?:boxed|text|mathrm|textbf)\s*\{|[{}$]")
+
+
+def _unlatex_confidence(value: str) -> str:
+    """A confidence value as written in LaTeX, as plain text: ``\\(\\boxed{0.9}\\)`` -> ``0.9``,
+    ``\\(\\frac{4}{5}\\)`` -> ``4/5``, ``90\\%`` -> ``90%`` (real instruct models write them so)."""
+    if "\\" not in value and "$" not in value:
+        return value
+    value = _CONF_FRAC_RE.sub(r"\1/\2", value.replace("\\%", "%"))
+    return _CONF_WRAPPER_RE.sub("", value)
+
+
 def extract_confidence(text: str) -> float:
     """The self-reported confidence in [0, 1] from the LAST confidence line; 0.5 when absent.
 
@@ -29,6 +42,7 @@ def extract_confidence(text: str) -> float:
     markdown such as ``**Confidence:** 0.7``). The value is read as:
 
     - a fraction: ``8/10`` -> 0.8, ``4 out of 5`` -> 0.8, ``3 in 4`` -> 0.75;
+    - any of these in LaTeX: ``\\(\\boxed{0.9}\\)``, ``$\\frac{4}{5}$``, ``90\\%``;
     - a percentage: ``80%``, ``80 percent`` -> 0.8;
     - a plain number: in [0, 1] as is (``0.8``); in (1, 100] as a percentage (``85`` -> 0.85);
     - anything else (words such as ``high`` or ``very confident``, a missing value) -> 0.5,
@@ -44,8 +58,8 @@ def extract_confidence(text: str) -> float:
         matches = list(_CONF_INLINE_RE.finditer(squeeze(text)))
         if not matches:
             return 0.5
-        value_text = matches[-1].group(1)
-        m = _CONF_NUM_RE.match(value_text[:200])
+        value_text = _unlatex_confidence(matches[-1].group(1)[:200])
+        m = _CONF_NUM_RE.match(value_text)
         if not m:
             return 0.5
         value = float(m.group(1))
@@ -64,6 +78,13 @@ def extract_confidence(text: str) -> float:
 
 
 _CONF_LINE_RE = re.compile(r"(?i)^[\s#>*_\-]*+(?:self[- ]?reported\s+)?confidence\b.*$")
+#: A confidence reported after the answer on the same line ("... is \\(\\boxed{5}\\).
+#: Confidence: \\(\\boxed{0.9}\\)."): ``Confidence:`` right after a sentence's or a formula's
+#: end, read to the end of the line.
+_CONF_CLAUSE_RE = re.compile(
+    r"(?i)(?<=[.!?;)\]$])[^\S\n]*+[*_]*+confidence(?:[^\S\n]++(?:level|score))?[*_]*+"
+    r"[^\S\n]*+[:=：]"
+)
 
 
 def squeeze(text: str) -> str:
@@ -77,10 +98,17 @@ def squeeze(text: str) -> str:
 
 
 def strip_confidence_lines(text: str) -> str:
-    """The text without lines that report a confidence (so their digits are not answers)."""
+    """The text without the confidence it reports, whole lines and clauses after an answer on
+    its line (so their digits and boxes are not answers)."""
     if "onfidence" not in text and "ONFIDENCE" not in text:
         return text
-    return "\n".join(line for line in text.split("\n") if not _CONF_LINE_RE.match(line))
+    out = []
+    for line in text.split("\n"):
+        if _CONF_LINE_RE.match(line):
+            continue
+        clause = _CONF_CLAUSE_RE.search(line)
+        out.append(line[:clause.start()] if clause else line)
+    return "\n".join(out)
 
 
 def brace_matches(text: str) -> dict[int, int]:

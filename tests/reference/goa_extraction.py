@@ -1,6 +1,11 @@
-"""Graph-of-Agents' HumanEval completion extraction, the rule the DarkForest paper's code
-scores were read with, restated here (UNITES-Lab/GoA ``utils.py``,
-``extract_human_eval_completion``, MIT License).
+"""Graph-of-Agents' answer extraction, the rules the DarkForest paper's scores were read with,
+restated here (UNITES-Lab/GoA ``utils.py``, MIT License).
+
+Multiple choice (``get_alphabet_choice``): the last letter among the first ``n`` capitals
+that a ``)`` follows, else the last of those capitals anywhere in the text (inside words
+too: no word boundary).
+
+HumanEval (``extract_human_eval_completion``):
 
 GoA first looks for an answer inside JSON (its agents may answer as a JSON object); df_ray's
 prompts ask for a fenced block, and the corpora hold no JSON answers, so only the steps that
@@ -39,6 +44,12 @@ def extract_completion(text: str) -> str:
     kept = [ln for ln in code.split("\n")
             if not ln.strip().startswith("print(") and not _TEST_CASES.match(ln.strip())]
     return "\n".join(kept).strip()
+
+
+def alphabet_choice(text: str, n_options: int) -> str | None:
+    letters = "".join(chr(65 + i) for i in range(n_options))
+    found = re.findall(f"([{letters}])\\)", text) or re.findall(f"([{letters}])", text)
+    return found[-1] if found else None
 
 
 def drops_line(line: str) -> bool:
