@@ -159,12 +159,17 @@ def format_results(results) -> str:
             f"{m.get('tokens_per_sample', 0) * n:,.0f}",
             f"{m.get('tokens_per_sample', 0):.0f}", f"{m.get('llm_calls_per_sample', 0):.2f}",
             f"{m.get('fresh_calls', 0):.0f}", f"{100 * m.get('truncation_rate', 0):.0f}%",
-            f"{100 * m.get('trusted_rate', 0):.0f}%",
-            f"{100 * m.get('override_rate', 0):.0f}%", f"{m.get('wall_time_s', 0):.1f}",
+            _percent(m.get("trusted_rate")), _percent(m.get("override_rate")),
+            f"{m.get('wall_time_s', 0):.1f}",
         ])
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True))  # noqa: E731
     return "\n".join([line(cols), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _percent(v: float | None) -> str:
+    """A share as a percentage; "-" for a metric the method has not got (absent or NaN)."""
+    return "-" if v is None or math.isnan(v) else f"{100 * v:.0f}%"
 
 
 def format_answers(results, max_samples: int = 5, max_configs: int = 3) -> str:

@@ -170,7 +170,7 @@ def _counter(engines: Mapping[str, Any]) -> Callable[[str, str], int]:
 def _run(name: str, driver: Driver, samples: Sequence[Sample]) -> Evaluation:
     rows = driver.run(list(samples))
     finished = driver.outcomes(rows)
-    acc = MetricsAccumulator()
+    acc = MetricsAccumulator(type(driver.members[0].method).metrics)
     for _, _, r in finished:
         acc.add(r.to_dict())
     return Evaluation(name=name, states=[states[0] for states in rows],

@@ -217,7 +217,8 @@ class Driver:
         for states in rows:
             for m, (member, st) in enumerate(zip(self.members, states, strict=True)):
                 outcome = member.method.finish(st, member.ctx)
-                out.append((m, outcome, score_outcome(st, outcome, member.ctx)))
+                out.append((m, outcome, score_outcome(st, outcome, member.ctx,
+                                                      type(member.method).result_columns)))
         return out
 
     def calibration_records(self, rows: Sequence[Row]) -> list[tuple[int, CalibrationRecord]]:

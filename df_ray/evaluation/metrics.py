@@ -14,13 +14,9 @@ Definitions (per sample, averaged over samples unless noted):
   (finish_reason ``length``): over all calls, and per agent id (``truncation_rate.<agent>``,
   the coordinator's too); truncated_calls: their number (total).
 - reachability: share of samples where at least one agent's independent answer was right.
-- trusted_rate: share where the guardrail trusted z*.
-- override_rate: share where the guardrail overrode a coordinator that disagreed with z*.
-  correct_override_rate: overrides where z* was right and the coordinator wrong;
-  wrong_override_rate: overrides where z* was wrong and the coordinator right (both shares of
-  all samples). With a lazy coordinator no override can be observed.
-- coordinator_agreement: among samples whose coordinator was called and a belief existed, the
-  share where its answer equalled z*.
+
+A method's own metrics (``Method.metrics``, e.g. DarkForest's trusted and override rates in
+``df_ray.methods.darkforest``) are computed over its rows beside these.
 """
 
 from __future__ import annotations
@@ -32,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from df_ray.evaluation.scoring import SUMMED
+from df_ray.methods.result_columns import RowMean, RowMeans
 
 #: Distinct call errors a configuration keeps for its failure message.
 FIRST_ERRORS = 3
@@ -39,27 +36,25 @@ FIRST_ERRORS = 3
 
 @dataclass
 class MetricsAccumulator:
-    """The run metrics of rows added one by one; also the calls counted and the first
-    distinct call errors (``first_errors``, each with the agent that got it)."""
+    """The run metrics of rows added one by one (the generic ones and a method's
+    ``metrics``); also the calls counted and the first distinct call errors
+    (``first_errors``, each with the agent that got it)."""
 
+    metrics: Mapping[str, RowMean] = field(default_factory=dict)
     n: int = 0
     correct: int = 0
     score_sums: dict[str, float] = field(default_factory=dict)
     sums: dict[str, float] = field(default_factory=dict)
-    trusted: int = 0
-    overridden: int = 0
-    correct_override: int = 0
-    wrong_override: int = 0
     reach: int = 0
-    coord_called: int = 0
-    coord_agree: int = 0
-    coord_agree_n: int = 0
     errors_samples: int = 0
     #: agent id -> [answered calls, truncated calls]
     truncation: dict[str, list[int]] = field(default_factory=dict)
     calls: int = 0
     failed_calls: int = 0
     first_errors: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.own = RowMeans(self.metrics)
 
     def add(self, row: Mapping[str, Any]) -> None:
         self.n += 1
@@ -76,7 +71,6 @@ class MetricsAccumulator:
             t = self.truncation.setdefault(agent, [0, 0])
             t[0] += int(answered)
             t[1] += int(cut)
-        self.trusted += bool(row["trusted"])
         self.reach += bool(row["any_agent_correct"])
         self.calls += int(row["n_calls"] or 0)
         if row["n_errors"]:
@@ -84,18 +78,7 @@ class MetricsAccumulator:
             self.failed_calls += int(row["n_errors"])
             if len(self.first_errors) < FIRST_ERRORS:
                 self._keep_errors(row["detail"])
-        if row["coordinator_called"]:
-            self.coord_called += 1
-        if row.get("coordinator_agrees") is not None:
-            self.coord_agree_n += 1
-            self.coord_agree += bool(row["coordinator_agrees"])
-        if row["overridden"]:
-            self.overridden += 1
-            cc = row.get("coordinator_correct")
-            if row["correct"] and cc is False:
-                self.correct_override += 1
-            elif not row["correct"] and cc is True:
-                self.wrong_override += 1
+        self.own.add(row)
 
     def _keep_errors(self, detail: Any) -> None:
         if isinstance(detail, str):
@@ -129,14 +112,12 @@ class MetricsAccumulator:
             "refused_calls": self.sums.get("n_refused", 0.0),
             "samples_with_errors": float(self.errors_samples),
             "reachability": self.reach / n,
-            "trusted_rate": self.trusted / n,
-            "override_rate": self.overridden / n,
-            "correct_override_rate": self.correct_override / n,
-            "wrong_override_rate": self.wrong_override / n,
-            "coordinator_call_rate": self.coord_called / n,
-            "coordinator_agreement": (self.coord_agree / self.coord_agree_n
-                                      if self.coord_agree_n else float("nan")),
         }
+        own = self.own.result()
+        clash = sorted(set(own) & set(out))
+        if clash:
+            raise ValueError(f"method metrics {clash} are generic metrics; name them otherwise")
+        out.update(own)
         for k, v in self.score_sums.items():
             out[k] = v / n
         answered = sum(a for a, _ in self.truncation.values())

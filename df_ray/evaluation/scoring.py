@@ -1,14 +1,17 @@
 """Scoring: a finished sample becomes one graded ``ResultRow``.
 
-``ResultRow`` is the one schema of a graded sample: the pipeline's result columns, the
-Parquet schema of ``samples.parquet`` (``arrow_schema``) and the per-sample values the run
-metrics add up (``SUMMED``) are all derived from its fields.
+``ResultRow`` is the schema of a graded sample: its generic columns, which every method's
+rows have, are its fields; the pipeline's result columns, the Parquet schema of
+``samples.parquet`` (``arrow_schema``) and the per-sample values the run metrics add up
+(``SUMMED``) are derived from them. A method's own columns (``Method.result_columns``)
+follow in ``method_columns`` (df_ray.methods.result_columns).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from df_ray.core.types import Observation
@@ -27,14 +30,6 @@ class ResultRow:
     correct: bool = _col("bool", doc="the benchmark's headline metric")
     scores: str = _col("string", doc="JSON: every metric the benchmark reports")
     final_answer: str | None = _col("string")
-    decision_source: str | None = _col("string", doc="guardrail, coordinator or belief")
-    trusted: bool = _col("bool")
-    overridden: bool = _col("bool")
-    coordinator_called: bool = _col("bool")
-    coordinator_answer: str | None = _col("string")
-    coordinator_correct: bool | None = _col("bool")
-    top_answer: str | None = _col("string", doc="the belief's z*")
-    coordinator_agrees: bool | None = _col("bool")
     any_agent_correct: bool = _col("bool", doc="candidate reachability")
     n_calls: int = _col("int64", summed=True)
     n_fresh_calls: int = _col("int64", summed=True)
@@ -50,24 +45,38 @@ class ResultRow:
     total_tokens: int = _col("int64", summed=True)
     t_cross: int = _col("int64", summed=True)
     detail: str = _col("string", doc="JSON: observations, grades, the outcome's extra, calls")
+    #: The method's own columns (``Method.result_columns``), every declared one (None: null).
+    method_columns: dict[str, Any] = field(default_factory=dict, metadata={"arrow": None})
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The generic columns, then the method's."""
+        return {**{k: getattr(self, k) for k in RESULT_COLUMNS}, **self.method_columns}
 
 
-#: The result columns, in order.
-RESULT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ResultRow))
+#: The generic result columns, in order.
+RESULT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ResultRow) if f.metadata["arrow"])
 #: The integer columns the run metrics sum over samples.
-SUMMED: tuple[str, ...] = tuple(f.name for f in fields(ResultRow) if f.metadata["summed"])
+SUMMED: tuple[str, ...] = tuple(f.name for f in fields(ResultRow)
+                                if f.metadata["arrow"] and f.metadata["summed"])
 
 
-def arrow_schema(extra: tuple[tuple[str, str], ...] = ()):
-    """The Parquet schema of result rows (plus ``extra`` (name, kind) columns)."""
+def arrow_schema(method_columns: Mapping[str, str] | None = None):
+    """The Parquet schema of result rows: the generic columns, then ``method_columns``
+    (a method's ``result_columns``: name -> Arrow type name)."""
     import pyarrow as pa
 
-    kinds = {"string": pa.string(), "bool": pa.bool_(), "int64": pa.int64()}
-    return pa.schema([(f.name, kinds[f.metadata["arrow"]]) for f in fields(ResultRow)]
-                     + [(name, kinds[kind]) for name, kind in extra])
+    generic = [f for f in fields(ResultRow) if f.metadata["arrow"]]
+    clash = sorted(set(method_columns or {}) & {f.name for f in generic})
+    if clash:
+        raise ValueError(f"result_columns {clash} are generic columns; name them otherwise")
+    out = [(f.name, pa.type_for_alias(f.metadata["arrow"])) for f in generic]
+    for name, kind in (method_columns or {}).items():
+        try:
+            out.append((name, pa.type_for_alias(kind)))
+        except ValueError:
+            raise ValueError(f"result column {name!r}: {kind!r} is not an Arrow type name "
+                             "(e.g. bool, string, int64, double)") from None
+    return pa.schema(out)
 
 
 #: The role of the pseudo-call a sample error is counted as (see :func:`error_row`).
@@ -88,24 +97,27 @@ def score(state: SampleState, method: Method, ctx: MethodContext) -> ResultRow:
 
     Never raises for one sample's fault: a sample whose method (an earlier ``plan``, or
     ``finish``), a parser or the grader raised becomes its error row (:func:`error_row`)."""
+    declared = type(method).result_columns
     if state.error is not None:
-        return error_row(state, ctx, state.error)
+        return error_row(state, ctx, state.error, declared)
     try:
         outcome = method.finish(state, ctx)
     except MethodArgsError:  # the configuration's fault: it stops the run
         raise
     except Exception as e:
-        return error_row(state, ctx, describe_exception("finish", e))
+        return error_row(state, ctx, describe_exception("finish", e), declared)
     try:
-        return score_outcome(state, outcome, ctx)
+        return score_outcome(state, outcome, ctx, declared)
     except Exception as e:
-        return error_row(state, ctx, describe_exception("grade", e))
+        return error_row(state, ctx, describe_exception("grade", e), declared)
 
 
-def error_row(state: SampleState, ctx: MethodContext, error: str) -> ResultRow:
+def error_row(state: SampleState, ctx: MethodContext, error: str,
+              declared: Mapping[str, str] | None = None) -> ResultRow:
     """The row of a sample that raised: not correct, no answer, its calls and tokens as they
     were, and the error counted as one failed call (role ``sample``), so that it shows in
-    ``failed_calls`` and ``samples_with_errors`` and counts against ``max_error_rate``."""
+    ``failed_calls`` and ``samples_with_errors`` and counts against ``max_error_rate``; the
+    method's ``declared`` columns null."""
     try:
         scores = dict(ctx.task.grade(state.sample, None).scores)
     except Exception:
@@ -124,9 +136,7 @@ def error_row(state: SampleState, ctx: MethodContext, error: str) -> ResultRow:
               "extra": {"sample_error": error}, "calls": calls}
     return ResultRow(
         sample_id=state.sample.id, correct=False, scores=json.dumps(scores), final_answer=None,
-        decision_source=None, trusted=False, overridden=False, coordinator_called=False,
-        coordinator_answer=None, coordinator_correct=None, top_answer=None,
-        coordinator_agrees=None, any_agent_correct=False,
+        any_agent_correct=False,
         n_calls=len(state.calls) + 1,
         n_fresh_calls=sum(1 for c in state.calls if not c.cached and c.error is None),
         n_errors=sum(1 for c in state.calls if c.error) + 1,
@@ -135,10 +145,16 @@ def error_row(state: SampleState, ctx: MethodContext, error: str) -> ResultRow:
         truncation=json.dumps(truncation_by_agent(state.calls), sort_keys=True),
         agent_tokens=tokens["agent"], coordinator_tokens=tokens["coordinator"],
         other_tokens=tokens["other"], total_tokens=sum(tokens.values()), t_cross=0,
-        detail=json.dumps(detail, default=str))
+        detail=json.dumps(detail, default=str),
+        method_columns=dict.fromkeys(declared or ()))
 
 
-def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> ResultRow:
+def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext,
+                  declared: Mapping[str, str] | None = None) -> ResultRow:
+    """Grade a finished sample: the final answer, each agent's independent answer and the
+    coordinator's; token and call accounting; the method's columns (``outcome.columns``,
+    and the grade of each of ``outcome.graded``), every ``declared`` one present (null when
+    the outcome leaves it out) and no other."""
     task = ctx.task
     sample = state.sample
     grades: dict[Any, Any] = {}
@@ -156,15 +172,16 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> R
                      for o in outcome.agent_observations if o.valid}
     agent_grade_detail = {o.agent: grade_obs(o).detail
                           for o in outcome.agent_observations if o.valid}
-    d = outcome.decision
     coord = outcome.coordinator
-    coord_answer = coord.answer if coord is not None and coord.valid else None
-    coord_correct = None
-    if coord_answer is not None:
-        coord_correct = bool(grade_obs(coord).correct)
-    elif outcome.coordinator_called:
-        coord_correct = False
-    top = outcome.top_answer
+    own = {**outcome.columns,
+           **{k: None if o is None else bool(grade_obs(o).correct)
+              for k, o in outcome.graded.items()}}
+    if declared is not None:
+        undeclared = sorted(set(own) - set(declared))
+        if undeclared:
+            raise ValueError(f"Outcome columns {undeclared} are not in the method's "
+                             "result_columns")
+        own = {k: own.get(k) for k in declared}
     tokens = {"agent": 0, "coordinator": 0, "other": 0}
     for c in state.calls:
         tokens[c.role if c.role in tokens else "other"] += spent_tokens([c])
@@ -187,15 +204,6 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> R
         correct=bool(final_grade.correct),
         scores=json.dumps(final_grade.scores),
         final_answer=outcome.final.answer if outcome.final else None,
-        decision_source=d.source if d else None,
-        trusted=bool(d.trusted) if d else False,
-        overridden=bool(d.overridden) if d else False,
-        coordinator_called=bool(outcome.coordinator_called),
-        coordinator_answer=coord_answer,
-        coordinator_correct=coord_correct,
-        top_answer=top,
-        coordinator_agrees=((coord_answer == top)
-                            if (outcome.coordinator_called and top is not None) else None),
         any_agent_correct=any(agent_correct.values()),
         n_calls=len(state.calls),
         n_fresh_calls=sum(1 for c in state.calls if not c.cached and c.error is None),
@@ -209,6 +217,7 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext) -> R
         total_tokens=sum(tokens.values()),
         t_cross=int(outcome.t_cross),
         detail=json.dumps(detail, default=str),
+        method_columns=own,
     )
 
 

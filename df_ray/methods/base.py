@@ -27,8 +27,9 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origi
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from df_ray.core.parsing import parse
-from df_ray.core.types import Decision, Observation
+from df_ray.core.types import Observation
 from df_ray.engines.base import ChatRequest, Message, SamplingParams
+from df_ray.methods.result_columns import RowMean
 from df_ray.tasks.base import Sample, Task
 
 
@@ -183,21 +184,21 @@ class Outcome:
 
     ``final`` is the answer to grade (None: no valid answer); ``agent_observations`` are the
     independent first-round answers (candidate reachability is measured on them);
-    ``decision`` is DarkForest's decision (None for other methods); ``coordinator`` the
-    coordinator's parsed answer when one was called (``coordinator_called``), valid or not;
-    ``top_answer`` the belief's top candidate z* (methods with a belief); ``t_cross`` the
-    evidence tokens shown to the coordinator; ``extra`` any further JSON-ready per-sample
-    fields worth keeping (the belief's clusters, votes...).
+    ``coordinator`` the coordinator's parsed answer when one was called, valid or not;
+    ``t_cross`` the evidence tokens shown to the coordinator; ``extra`` any further
+    JSON-ready per-sample fields worth keeping in the row's ``detail`` (the belief's
+    clusters, votes...). ``columns`` holds the values of the method's ``result_columns``,
+    ``graded`` the observations whose grade is one of them (None: not graded, a null):
+    a declared column left out of both is null.
     """
 
     final: Observation | None
     agent_observations: list[Observation] = field(default_factory=list)
-    decision: Decision | None = None
     coordinator: Observation | None = None
-    coordinator_called: bool = False
-    top_answer: str | None = None
     t_cross: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    columns: dict[str, Any] = field(default_factory=dict)
+    graded: dict[str, Observation | None] = field(default_factory=dict)
 
 
 class MethodArgs(BaseModel):
@@ -285,6 +286,12 @@ class Method(ABC):
     moved_config_keys: ClassVar[dict[str, str]] = {}
     #: Whether a configuration of this method must name a coordinator agent.
     needs_coordinator: ClassVar[bool] = False
+    #: The method's own columns of ``samples.parquet`` (name -> Arrow type name), after the
+    #: generic ones; ``finish`` fills them (``Outcome.columns`` / ``Outcome.graded``).
+    result_columns: ClassVar[dict[str, str]] = {}
+    #: The method's own metrics over its rows (name -> RowMean), logged beside the generic
+    #: ones (df_ray.methods.result_columns).
+    metrics: ClassVar[dict[str, RowMean]] = {}
 
     def __init__(self, args: MethodArgs | dict[str, Any] | None = None, **kwargs: Any) -> None:
         if args is not None and kwargs:

@@ -10,10 +10,22 @@ answer is z*, T_cross and the coordinator's tokens are 0. n + 1 calls per sample
 
 The coordinator sees the whole task (``problem_statement``: FinQA's table and program
 language, LegalBench's instruction and labels, a question's options), then the evidence.
+
+Its result columns (``result_columns``) record each sample's decision; its metrics, shares
+of all samples unless noted:
+- trusted_rate: the guardrail trusted z*.
+- override_rate: the guardrail overrode a coordinator that disagreed with z*.
+  correct_override_rate: overrides where z* was right and the coordinator wrong;
+  wrong_override_rate: overrides where z* was wrong and the coordinator right. With a lazy
+  coordinator no override can be observed.
+- coordinator_call_rate: the coordinator was called.
+- coordinator_agreement: among samples whose coordinator was called and a belief existed, the
+  share where its answer equalled z* (NaN when there was none).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any, ClassVar, Literal
 
@@ -32,6 +44,7 @@ from df_ray.core.disclosure import POLICIES
 from df_ray.core.types import Belief, Observation
 from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.prompt_templates import coordinator_prompt
+from df_ray.methods.result_columns import RowMean
 from df_ray.tasks.base import problem_statement
 
 Disclosure = Literal[POLICIES]  # type: ignore[valid-type]
@@ -58,6 +71,18 @@ def observations_from_state(state: SampleState, ctx: MethodContext, round: int =
         else:
             out.append(parse(rec.text, spec, agent=rec.agent))
     return out
+
+
+def correct_override(row: Mapping[str, Any]) -> bool:
+    """An override where z* was right and the coordinator wrong."""
+    return bool(row.get("overridden") and row["correct"]
+                and row.get("coordinator_correct") is False)
+
+
+def wrong_override(row: Mapping[str, Any]) -> bool:
+    """An override where z* was wrong and the coordinator right."""
+    return bool(row.get("overridden") and not row["correct"]
+                and row.get("coordinator_correct") is True)
 
 
 def belief_to_dict(b: Belief) -> dict[str, Any]:
@@ -91,6 +116,25 @@ class DarkForest(Method):
         "ablation": "ablation", "gamma": "gamma", "belief_only": "belief_only"}
 
     needs_coordinator = True
+
+    result_columns: ClassVar[dict[str, str]] = {
+        "decision_source": "string",    # guardrail, coordinator or belief
+        "trusted": "bool",              # the guardrail trusted z*
+        "overridden": "bool",           # ... over a coordinator that disagreed
+        "coordinator_called": "bool",
+        "coordinator_answer": "string",  # its canonical answer (null: none valid)
+        "coordinator_correct": "bool",   # null when it was not called
+        "top_answer": "string",          # the belief's z*
+        "coordinator_agrees": "bool",    # its answer is z* (null: not called, or no z*)
+    }
+    metrics: ClassVar[dict[str, RowMean]] = {
+        "trusted_rate": RowMean("trusted"),
+        "override_rate": RowMean("overridden"),
+        "correct_override_rate": RowMean(correct_override),
+        "wrong_override_rate": RowMean(wrong_override),
+        "coordinator_call_rate": RowMean("coordinator_called"),
+        "coordinator_agreement": RowMean("coordinator_agrees", among="coordinator_agrees"),
+    }
 
     @property
     def rounds(self) -> int:
@@ -161,15 +205,21 @@ class DarkForest(Method):
                 final = coord
             else:
                 final = _representative(obs, decision.final) or coord
+        top = belief.top.answer if belief.top else None
+        called = bool(coord_obs)
         return Outcome(
             final=final,
             agent_observations=obs,
-            decision=decision,
             coordinator=coord,
-            coordinator_called=bool(coord_obs),
-            top_answer=belief.top.answer if belief.top else None,
             t_cross=int(state.data.get("t_cross", 0)),
             extra={"belief": belief_to_dict(belief)},
+            columns={"decision_source": decision.source, "trusted": bool(decision.trusted),
+                     "overridden": bool(decision.overridden), "coordinator_called": called,
+                     "coordinator_answer": coord_answer, "top_answer": top,
+                     "coordinator_agrees": (coord_answer == top)
+                     if called and top is not None else None},
+            # a coordinator called without a valid answer is graded wrong
+            graded={"coordinator_correct": coord if called else None},
         )
 
     def max_calls_per_sample(self, ctx: MethodContext) -> int:

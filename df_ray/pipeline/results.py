@@ -6,11 +6,19 @@ goes into ``samples.parquet.sha256`` beside it and into the MLflow run (tag
 file that fails is refused with the path and what to do, never read. A writer killed before
 its rename leaves a ``.samples-<host>~<pid>-*.parquet.tmp``; the next writer of the same
 configuration removes those of dead writers.
+
+Schema: the generic ``ResultRow`` columns, then the columns of the configuration's method
+(``Method.result_columns``), so that the configurations of a fused pipeline each get a file
+of their own method's schema. A rerun never reads an earlier ``samples.parquet`` back: a
+configuration not finished in MLflow is run again (its calls come from the generation
+cache) and its file replaced whole, so a file of an older schema is simply rewritten;
+readers (reports, ``df-ray answers``) select columns by name.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import socket
 import time
@@ -23,9 +31,18 @@ import pyarrow.parquet as pq
 from df_ray.config import RunConfig
 from df_ray.evaluation.metrics import MetricsAccumulator
 from df_ray.evaluation.scoring import arrow_schema
+from df_ray.methods import method_class
 
-#: The Parquet schema of ``samples.parquet`` (the ``ResultRow`` fields).
+#: The generic columns of ``samples.parquet`` (the ``ResultRow`` fields), every method's.
 RESULT_SCHEMA = arrow_schema()
+#: The stage's output column that carries a row's method columns (a JSON object).
+METHOD_COLUMNS = "method_columns"
+
+
+def results_schema(cfg: RunConfig) -> pa.Schema:
+    """The schema of a configuration's ``samples.parquet``: the generic columns, then its
+    method's."""
+    return arrow_schema(method_class(cfg.method).result_columns)
 
 
 class ResultsFile:
@@ -40,15 +57,24 @@ class ResultsFile:
         # Each writer its own temporary file: concurrent runs of one configuration never
         # truncate each other's (the last rename wins, and every renamed file is whole).
         self.tmp = self.dir / f".samples-{_writer_tag()}-{uuid.uuid4().hex[:12]}.parquet.tmp"
-        self.acc = MetricsAccumulator()
+        self.schema = results_schema(cfg)
+        self.acc = MetricsAccumulator(method_class(cfg.method).metrics)
         self.writer: pq.ParquetWriter | None = None
 
     def add(self, table: pa.Table) -> None:
-        for row in table.to_pylist():
-            self.acc.add(row)
+        """Add stage output rows of this configuration (the generic columns and
+        ``method_columns``, the method's as JSON)."""
+        own = ([json.loads(v) if v else {} for v in table.column(METHOD_COLUMNS).to_pylist()]
+               if METHOD_COLUMNS in table.column_names else [{}] * table.num_rows)
+        for row, extra in zip(table.to_pylist(), own, strict=True):
+            self.acc.add({**row, **extra})
         table = table.select(RESULT_SCHEMA.names).cast(RESULT_SCHEMA)
+        for name in self.schema.names[len(RESULT_SCHEMA):]:
+            table = table.append_column(
+                self.schema.field(name),
+                pa.array([e.get(name) for e in own], type=self.schema.field(name).type))
         if self.writer is None:
-            self.writer = pq.ParquetWriter(self.tmp, RESULT_SCHEMA, write_page_checksum=True)
+            self.writer = pq.ParquetWriter(self.tmp, self.schema, write_page_checksum=True)
         self.writer.write_table(table)
 
     def close(self) -> None:
@@ -59,7 +85,7 @@ class ResultsFile:
     def commit(self) -> Path:
         path = self.dir / "samples.parquet"
         if not self.tmp.exists():  # no sample at all: an empty, well-formed file
-            pq.write_table(RESULT_SCHEMA.empty_table(), self.tmp, write_page_checksum=True)
+            pq.write_table(self.schema.empty_table(), self.tmp, write_page_checksum=True)
         digest = file_sha256(self.tmp)
         side_tmp = self.dir / f".samples-{_writer_tag()}-{uuid.uuid4().hex[:12]}.sha256.tmp"
         side_tmp.write_text(digest + "\n")

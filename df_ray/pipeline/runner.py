@@ -293,21 +293,22 @@ class Runner:
         return self.run_many([cfg], samples, sweep=sweep)[0]
 
     def run_many(self, cfgs: Sequence[RunConfig], samples: Sequence[Sample],
-                 sweep: str = "sweep") -> list[RunResult]:
+                 sweep: str = "sweep", metric_names: Sequence[str] = ()) -> list[RunResult]:
         """Run configurations that share their samples and cache root through one pipeline.
 
         Each configuration keeps its own results file and MLflow run, written once all its
         samples are graded; finished ones are skipped. With a tracker the configurations are
         claimed first (``Tracker.claim``): a concurrent run of the same sweep waits here, then
-        skips what the other finished."""
+        skips what the other finished. ``metric_names`` (the metrics of the sweep's methods)
+        are logged NaN by a configuration whose method has not got them."""
         if len({c.cache_root for c in cfgs}) > 1:
             raise ValueError("run_many: the configurations must share one cache root")
         claim = getattr(self.tracker, "claim", None)
         with (claim(cfgs, say=self.say) if claim is not None else _nullcontext()):
-            return self._run_many(cfgs, samples, sweep)
+            return self._run_many(cfgs, samples, sweep, metric_names)
 
     def _run_many(self, cfgs: Sequence[RunConfig], samples: Sequence[Sample],
-                  sweep: str) -> list[RunResult]:
+                  sweep: str, metric_names: Sequence[str] = ()) -> list[RunResult]:
         out: dict[int, RunResult] = {}
         todo: list[int] = []
         for i, cfg in enumerate(cfgs):
@@ -374,6 +375,8 @@ class Runner:
                 # every agent named, NaN for one the method never called: the configurations
                 # of a sweep carry the same metric names
                 metrics.setdefault(f"truncation_rate.{a}", float("nan"))
+            for k in metric_names:  # another method's metric, NaN here (same names)
+                metrics.setdefault(k, float("nan"))
             metrics["worker_deaths"] = float(len(deaths))
             errors = list(f.acc.first_errors)
             failure = judge(cfg, metrics, errors)
@@ -431,13 +434,14 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
 
         check_resources(backbones)
     runner = Runner(backbones, tracker=tracker, progress=progress)
+    metric_names = method_metric_names(configs)
     results = []
     try:
         ctx = tracker.sweep(sweep) if tracker is not None else _nullcontext()
         with ctx:
             for group in pipeline_groups(configs, fuse=sweep.fuse):
                 results += runner.run_many(group, loaded[samples_key(group[0])],
-                                           sweep=sweep.name)
+                                           sweep=sweep.name, metric_names=metric_names)
             failed = [r.config.name for r in results if r.failure]
             if failed and tracker is not None:
                 tracker.mark_sweep_failed(f"{len(failed)} configuration(s) FAILED: "
@@ -445,6 +449,17 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
     finally:
         runner.shutdown()
     return results
+
+
+def method_metric_names(configs: Sequence[RunConfig]) -> list[str]:
+    """The metrics the methods of ``configs`` declare (``Method.metrics``): every
+    configuration of a sweep logs them all, NaN those of another method."""
+    from df_ray.methods import method_class
+
+    names: dict[str, None] = {}
+    for cfg in configs:
+        names.update(dict.fromkeys(method_class(cfg.method).metrics))
+    return list(names)
 
 
 def pipeline_groups(configs: Sequence[RunConfig], fuse: bool = True) -> list[list[RunConfig]]:

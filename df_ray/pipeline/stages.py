@@ -22,6 +22,7 @@ from df_ray.pipeline import faults, lifeline
 from df_ray.pipeline.cache import GenerationCache
 from df_ray.pipeline.engine_pool import EngineClient, make_client
 from df_ray.pipeline.lifecycle import shared_backbones
+from df_ray.pipeline.results import METHOD_COLUMNS
 from df_ray.pipeline.rows import decode_sample
 
 #: How often the stage re-lists the cache root for other writers' parts (seconds).
@@ -45,7 +46,8 @@ def token_counter(cfg: RunConfig, client: EngineClient):
 class EvaluationStage:
     """Runs a batch of samples through every round of every configuration the pipeline
     carries (same samples, same cache root), then grades it: one output row per (sample,
-    configuration), the ``ResultRow`` columns plus ``config`` (its index) and ``busy_s``; in
+    configuration), the generic ``ResultRow`` columns plus ``method_columns`` (the method's
+    own, a JSON object), ``config`` (its index) and ``busy_s``; in
     a calibration pass ``sample_id``, ``record`` (JSON) and ``config``.
 
     One stage for all rounds, not one per round: a batch in flight mostly waits on engines,
@@ -84,8 +86,12 @@ class EvaluationStage:
                     "config": [m for m, _ in recs],
                     "tokens": [spent_tokens(st.calls) for st in states],
                     "n_calls": [len(st.calls) for st in states]}
-        out = [(m, r.to_dict()) for m, r in self.driver.finish(rows, busy=busy)]
-        cols: dict[str, Any] = {k: [r[k] for _, r in out] for k in RESULT_COLUMNS}
+        out = self.driver.finish(rows, busy=busy)
+        cols: dict[str, Any] = {k: [getattr(r, k) for _, r in out] for k in RESULT_COLUMNS}
+        # Each configuration's method has columns of its own: they cross as JSON, one
+        # object per row, so that every batch has one schema whatever methods it carries
+        # (the results file gives them their Arrow types).
+        cols[METHOD_COLUMNS] = [json.dumps(r.method_columns) for _, r in out]
         cols["config"] = [m for m, _ in out]
         # The stage time each (sample, configuration) took, for its own wall-time share
         # (df_ray.pipeline.runner.own_wall_times); finish() yields rows in row-major order.

@@ -14,7 +14,9 @@ from df_ray.config import METHODS, RunConfig
 from df_ray.engines.scripted import ScriptedEngine
 from df_ray.evaluation import Driver, Member, MetricsAccumulator, ResultRow, arrow_schema
 from df_ray.evaluation.scoring import RESULT_COLUMNS, SUMMED
+from df_ray.methods import method_class
 from df_ray.methods.base import SampleState
+from df_ray.methods.darkforest import DarkForest
 from tests.helpers import driver_config, make_sample
 from tests.methods.responders import respond
 
@@ -78,8 +80,18 @@ def test_a_state_survives_its_json_form():
 
 
 def test_result_row_is_the_one_schema():
-    assert tuple(f.name for f in fields(ResultRow)) == RESULT_COLUMNS
+    assert tuple(f.name for f in fields(ResultRow) if f.name != "method_columns") == \
+        RESULT_COLUMNS
     assert arrow_schema().names == list(RESULT_COLUMNS)
+    # a method's own columns follow the generic ones, with their declared types
+    own = arrow_schema(DarkForest.result_columns)
+    assert own.names == [*RESULT_COLUMNS, *DarkForest.result_columns]
+    assert str(own.field("trusted").type) == "bool"
+    assert str(own.field("top_answer").type) == "string"
+    with pytest.raises(ValueError, match="generic columns"):
+        arrow_schema({"correct": "bool"})
+    with pytest.raises(ValueError, match="not an Arrow type name"):
+        arrow_schema({"x": "boolean-ish"})
     acc = MetricsAccumulator()
     driver = Driver(_members(["darkforest"]), ScriptedEngine("scripted", respond))
     for _, r in driver.finish(driver.run(SAMPLES)):
@@ -88,6 +100,17 @@ def test_result_row_is_the_one_schema():
     assert m["n_samples"] == 3 and m["accuracy"] == 1.0
     assert m["llm_calls_per_sample"] == 4 and set(SUMMED) <= set(RESULT_COLUMNS)
     assert (m["llm_calls"], m["failed_calls"], acc.first_errors) == (12, 0, [])
+
+
+@pytest.mark.parametrize("name", [m for m in METHODS if m != "darkforest"])
+def test_a_method_without_columns_of_its_own_has_only_the_generic_ones(name):
+    assert not method_class(name).result_columns and not method_class(name).metrics
+    driver = Driver(_members([name]), ScriptedEngine("scripted", respond))
+    for _, r in driver.finish(driver.run(SAMPLES[:1])):
+        assert r.method_columns == {} and tuple(r.to_dict()) == RESULT_COLUMNS
+    acc = MetricsAccumulator()
+    acc.add(r.to_dict())
+    assert not {"trusted_rate", "override_rate", "coordinator_agreement"} & set(acc.result())
 
 
 def test_the_accumulator_counts_calls_and_keeps_the_first_errors():
@@ -117,8 +140,13 @@ def test_outcome_carries_coordinator_and_top_answer():
     driver = Driver(_members(["darkforest"]), ScriptedEngine("scripted", respond))
     ((_, outcome, row),) = driver.outcomes(driver.run(SAMPLES[:1]))
     assert outcome.coordinator is not None and outcome.coordinator.answer == "B"
-    assert outcome.coordinator_called and outcome.top_answer == "B"
-    assert (row.coordinator_answer, row.top_answer, row.coordinator_agrees) == ("B", "B", True)
+    assert outcome.columns["coordinator_called"] and outcome.columns["top_answer"] == "B"
+    own = row.method_columns
+    assert (own["coordinator_answer"], own["top_answer"], own["coordinator_agrees"]) == \
+        ("B", "B", True)
+    assert own["coordinator_correct"] is True and own["decision_source"] == "guardrail"
+    assert tuple(own) == tuple(DarkForest.result_columns)  # every declared one, in order
+    assert tuple(row.to_dict()) == (*RESULT_COLUMNS, *DarkForest.result_columns)
     assert "coordinator_called" not in outcome.extra
 
 
@@ -155,8 +183,10 @@ def test_evaluate_a_config_in_process(tmp_path):
     ev = df_ray.evaluate(cfg)
     assert len(ev.rows) == 2 and ev.metrics["n_samples"] == 2
     assert all(r.final_answer == "B" for r in ev.rows)
-    assert ev.outcomes[0].decision is not None and ev.outcomes[0].decision.trusted
-    assert all(not r.coordinator_called for r in ev.rows)  # lazy: trusted, no coordinator call
+    assert ev.outcomes[0].columns["trusted"] and ev.metrics["trusted_rate"] == 1.0
+    # lazy: trusted, no coordinator call
+    assert all(r.method_columns["coordinator_called"] is False for r in ev.rows)
+    assert all(r.method_columns["coordinator_correct"] is None for r in ev.rows)
 
 
 def test_evaluate_the_pieces_in_process():

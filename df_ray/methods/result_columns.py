@@ -1,0 +1,76 @@
+"""A method's own result columns and the metrics over them.
+
+Every row of ``samples.parquet`` has the generic columns (``df_ray.evaluation.scoring``:
+the sample, its answer and grade, calls, tokens, errors). A method adds its own: it declares
+``result_columns`` (column -> Arrow type name: ``"bool"``, ``"string"``, ``"int64"``,
+``"double"``...) and fills them per sample in ``finish`` (``Outcome.columns``; a bool column
+that is the grade of an observation goes in ``Outcome.graded``, and the scorer grades it).
+Its ``metrics`` (metric name -> :class:`RowMean`) are computed over its rows beside the generic
+ones and logged to MLflow under those names. This is Inspect's ``@scorer(metrics=...)`` and
+lm-evaluation-harness's per-task ``process_results`` plus ``metric_list`` aggregations, for
+a method instead of a scorer: per-sample values, then an aggregation over samples declared
+beside them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: A per-row value or predicate over a row's columns (generic and the method's).
+RowFunction = Callable[[Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RowMean:
+    """The mean of ``value`` over a configuration's rows.
+
+    ``value`` is a column name or a function of the row; None and False count 0, True 1.
+    Without ``among`` every row counts (a sample error row too, whose method columns are
+    null). With ``among`` (a column name: the rows where it is not null; or a predicate) only
+    those rows count, and the metric is NaN when none does."""
+
+    value: str | RowFunction
+    among: str | RowFunction | None = None
+
+    def value_of(self, row: Mapping[str, Any]) -> float:
+        v = row.get(self.value) if isinstance(self.value, str) else self.value(row)
+        return float(v) if v is not None else 0.0
+
+    def counts(self, row: Mapping[str, Any]) -> bool:
+        if self.among is None:
+            return True
+        if isinstance(self.among, str):
+            return row.get(self.among) is not None
+        return bool(self.among(row))
+
+
+@dataclass
+class RowMeans:
+    """The running sums of a method's metrics (``add`` row by row, then ``result``)."""
+
+    metrics: Mapping[str, RowMean]
+    n: int = 0
+
+    def __post_init__(self) -> None:
+        self.sums = dict.fromkeys(self.metrics, 0.0)
+        self.counted = dict.fromkeys(self.metrics, 0)
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        self.n += 1
+        for name, m in self.metrics.items():
+            if m.counts(row):
+                self.counted[name] += 1
+                self.sums[name] += m.value_of(row)
+
+    def result(self) -> dict[str, float]:
+        out = {}
+        for name, m in self.metrics.items():
+            if m.among is None:
+                out[name] = self.sums[name] / max(self.n, 1)
+            else:
+                k = self.counted[name]
+                out[name] = self.sums[name] / k if k else math.nan
+        return out
