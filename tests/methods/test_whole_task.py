@@ -35,7 +35,7 @@ def test_belief_only_makes_no_coordinator_call(run_method):
     assert run.calls(role="coordinator") == []
     assert run.n_calls() == 3
     assert run.outcome.t_cross == 0
-    assert run.outcome.coordinator_called is False
+    assert run.outcome.columns["coordinator_called"] is False
     assert run.outcome.final is not None and run.outcome.final.answer == "B"  # z*: tie -> a1
     coordinator_tokens = sum(c.prompt_tokens + c.completion_tokens
                              for c in run.state.calls if c.role == "coordinator")

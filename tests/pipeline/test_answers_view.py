@@ -3,14 +3,13 @@ the guardrail decided and whether it overruled the coordinator (the demo's table
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from df_ray.cli import _decision_lines
 from df_ray.engines.scripted import ScriptedEngine
 from df_ray.evaluation import Driver, Member, arrow_schema
+from df_ray.methods.darkforest import DarkForest
 from df_ray.pipeline.outcome import agent_answers
 from tests.helpers import Script, answer, driver_config, make_sample
 
@@ -18,9 +17,9 @@ from tests.helpers import Script, answer, driver_config, make_sample
 def results_file(tmp_path, script: Script, samples) -> str:
     driver = Driver([Member.from_config(driver_config())], ScriptedEngine("scripted", script))
     rows = [r for _, r in driver.finish(driver.run(samples))]
-    schema = arrow_schema()
+    schema = arrow_schema(DarkForest.result_columns)
     path = tmp_path / "samples.parquet"
-    pq.write_table(pa.Table.from_pylist([asdict(r) for r in rows], schema=schema), path)
+    pq.write_table(pa.Table.from_pylist([r.to_dict() for r in rows], schema=schema), path)
     return str(path)
 
 

@@ -93,8 +93,9 @@ def _samples(n: int = 6) -> list[Sample]:
 def _row(sample_id: str) -> dict:
     row = {name: None for name in RESULT_SCHEMA.names}
     row.update(sample_id=sample_id, correct=True, scores=json.dumps({"acc": 1.0}),
-               final_answer="A", decision_source="guardrail", trusted=True, overridden=False,
-               coordinator_called=True, any_agent_correct=True, detail="{}")
+               final_answer="A", any_agent_correct=True, detail="{}",
+               method_columns=json.dumps({"decision_source": "guardrail", "trusted": True,
+                                          "overridden": False, "coordinator_called": True}))
     for k in ("n_calls", "n_fresh_calls", "n_errors", "agent_tokens", "coordinator_tokens",
               "other_tokens", "total_tokens", "t_cross"):
         row[k] = 0
@@ -108,7 +109,7 @@ def _fake_stream(barrier: threading.Barrier | None = None):
             rows = [{**_row(s.id), "config": k} for s in samples[i:i + 2]
                     for k in range(len(members))]
             yield pa.Table.from_pylist(rows, schema=RESULT_SCHEMA.append(
-                pa.field("config", pa.int64())))
+                pa.field("method_columns", pa.string())).append(pa.field("config", pa.int64())))
             if barrier is not None:
                 barrier.wait(timeout=30)
     return stream

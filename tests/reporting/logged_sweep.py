@@ -28,6 +28,7 @@ McNemar against "df" (exact binomial on the discordant pairs):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,7 +37,9 @@ import pyarrow.parquet as pq
 
 from df_ray.config import RunConfig, SweepConfig
 from df_ray.evaluation.metrics import MetricsAccumulator
-from df_ray.pipeline.runner import RESULT_SCHEMA
+from df_ray.methods import method_class
+from df_ray.pipeline.results import results_schema
+from df_ray.pipeline.runner import method_metric_names
 from df_ray.tracking import Tracker
 
 N = 20
@@ -105,19 +108,21 @@ def sample_rows(name: str, method: str) -> list[dict]:
         n_calls = 4 if is_df else (1 if method == "single" else 3)
         agent_tokens = 100 * min(n_calls, 3)
         coord_tokens = 80 if is_df else 0
-        rows.append({
+        row = {
             "sample_id": sid, "correct": correct, "scores": json.dumps({"acc": float(correct)}),
-            "final_answer": final, "decision_source": ("guardrail" if overridden else
-                                                       "coordinator") if is_df else method,
-            "trusted": overridden, "overridden": overridden, "coordinator_called": is_df,
-            "coordinator_answer": coord_answer, "coordinator_correct": coord_correct,
-            "top_answer": final if is_df else None,
-            "coordinator_agrees": (coord_answer == final) if is_df else None,
-            "any_agent_correct": correct or i == 19, "n_calls": n_calls, "n_fresh_calls": 0,
-            "n_errors": 0, "agent_tokens": agent_tokens, "coordinator_tokens": coord_tokens,
-            "other_tokens": 0, "total_tokens": agent_tokens + coord_tokens,
-            "t_cross": 40 if is_df else 0, "detail": json.dumps(detail),
-        })
+            "final_answer": final, "any_agent_correct": correct or i == 19, "n_calls": n_calls,
+            "n_fresh_calls": 0, "n_errors": 0, "agent_tokens": agent_tokens,
+            "coordinator_tokens": coord_tokens, "other_tokens": 0,
+            "total_tokens": agent_tokens + coord_tokens, "t_cross": 40 if is_df else 0,
+            "detail": json.dumps(detail),
+        }
+        if is_df:  # DarkForest's own columns
+            row.update({
+                "decision_source": "guardrail" if overridden else "coordinator",
+                "trusted": overridden, "overridden": overridden, "coordinator_called": True,
+                "coordinator_answer": coord_answer, "coordinator_correct": coord_correct,
+                "top_answer": final, "coordinator_agrees": coord_answer == final})
+        rows.append(row)
     return rows
 
 
@@ -138,16 +143,20 @@ def make_logged_sweep(tmp_path: Path) -> tuple[str, str, SweepConfig]:
 def log_sweep(uri: str, experiment: str, sweep: SweepConfig, results: Path,
               rows_for: Callable[[RunConfig], list[dict]]) -> None:
     """Log every configuration of ``sweep`` as the pipeline would: its rows (``rows_for``) in
-    ``results/<fingerprint>/samples.parquet`` and one MLflow run with their metrics."""
+    ``results/<fingerprint>/samples.parquet`` (the generic columns and its method's) and one
+    MLflow run with their metrics (those of the sweep's other methods NaN)."""
     tracker = Tracker(uri, experiment)
+    configs = sweep.expand()
+    names = method_metric_names(configs)
     with tracker.sweep(sweep):
-        for cfg in sweep.expand():
+        for cfg in configs:
             rows = rows_for(cfg)
             out = results / cfg.fingerprint()
             out.mkdir(parents=True, exist_ok=True)
             path = out / "samples.parquet"
-            pq.write_table(pa.Table.from_pylist(rows, schema=RESULT_SCHEMA), path)
-            acc = MetricsAccumulator()
+            pq.write_table(pa.Table.from_pylist(rows, schema=results_schema(cfg)), path)
+            acc = MetricsAccumulator(method_class(cfg.method).metrics)
             for r in rows:
                 acc.add(r)
-            tracker.log_run(cfg, {**acc.result(), "wall_time_s": 1.0}, path)
+            metrics = {**dict.fromkeys(names, math.nan), **acc.result(), "wall_time_s": 1.0}
+            tracker.log_run(cfg, metrics, path)
