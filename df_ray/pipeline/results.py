@@ -32,11 +32,10 @@ from df_ray.config import RunConfig
 from df_ray.evaluation.metrics import MetricsAccumulator
 from df_ray.evaluation.scoring import arrow_schema
 from df_ray.methods import method_class
+from df_ray.pipeline.rows import METHOD_COLUMNS
 
 #: The generic columns of ``samples.parquet`` (the ``ResultRow`` fields), every method's.
 RESULT_SCHEMA = arrow_schema()
-#: The stage's output column that carries a row's method columns (a JSON object).
-METHOD_COLUMNS = "method_columns"
 
 
 def results_schema(cfg: RunConfig) -> pa.Schema:

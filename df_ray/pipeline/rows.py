@@ -1,10 +1,17 @@
-"""The pipeline's rows: each carries its sample once, as JSON (the stage decodes it)."""
+"""The pipeline's rows: each input row carries its sample once, as JSON (the stage decodes
+it); each output row is one graded (sample, configuration)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from typing import Any
 
+from df_ray.evaluation.scoring import RESULT_COLUMNS, ResultRow
 from df_ray.tasks.base import Sample
+
+#: The output column that carries a row's method columns (a JSON object).
+METHOD_COLUMNS = "method_columns"
 
 
 def encode_sample(sample: Sample) -> str:
@@ -14,3 +21,14 @@ def encode_sample(sample: Sample) -> str:
 
 def decode_sample(sample: str) -> Sample:
     return Sample(**json.loads(sample))
+
+
+def encode_results(graded: Sequence[tuple[int, ResultRow]]) -> dict[str, list[Any]]:
+    """(configuration index, graded row) pairs as output columns: the generic ``ResultRow``
+    columns, ``method_columns`` and ``config``. Each configuration's method has columns of its
+    own: they cross as JSON, one object per row, so that every batch has one schema whatever
+    methods it carries (the configuration's results file gives them their Arrow types)."""
+    cols: dict[str, list[Any]] = {k: [getattr(r, k) for _, r in graded] for k in RESULT_COLUMNS}
+    cols[METHOD_COLUMNS] = [json.dumps(r.method_columns) for _, r in graded]
+    cols["config"] = [m for m, _ in graded]
+    return cols

@@ -17,13 +17,12 @@ from typing import Any
 from df_ray.config import RunConfig
 from df_ray.core import Calibration
 from df_ray.evaluation.driver import Driver, Member, record_to_dict
-from df_ray.evaluation.scoring import RESULT_COLUMNS, spent_tokens
+from df_ray.evaluation.scoring import spent_tokens
 from df_ray.pipeline import faults, lifeline
 from df_ray.pipeline.cache import GenerationCache
 from df_ray.pipeline.engine_pool import EngineClient, make_client
 from df_ray.pipeline.lifecycle import shared_backbones
-from df_ray.pipeline.results import METHOD_COLUMNS
-from df_ray.pipeline.rows import decode_sample
+from df_ray.pipeline.rows import decode_sample, encode_results
 
 #: How often the stage re-lists the cache root for other writers' parts (seconds).
 REFRESH_INTERVAL_S = 5.0
@@ -86,13 +85,7 @@ class EvaluationStage:
                     "config": [m for m, _ in recs],
                     "tokens": [spent_tokens(st.calls) for st in states],
                     "n_calls": [len(st.calls) for st in states]}
-        out = self.driver.finish(rows, busy=busy)
-        cols: dict[str, Any] = {k: [getattr(r, k) for _, r in out] for k in RESULT_COLUMNS}
-        # Each configuration's method has columns of its own: they cross as JSON, one
-        # object per row, so that every batch has one schema whatever methods it carries
-        # (the results file gives them their Arrow types).
-        cols[METHOD_COLUMNS] = [json.dumps(r.method_columns) for _, r in out]
-        cols["config"] = [m for m, _ in out]
+        cols: dict[str, Any] = encode_results(self.driver.finish(rows, busy=busy))
         # The stage time each (sample, configuration) took, for its own wall-time share
         # (df_ray.pipeline.runner.own_wall_times); finish() yields rows in row-major order.
         cols["busy_s"] = [busy[i][m] for i in range(len(rows)) for m in range(len(self.members))]

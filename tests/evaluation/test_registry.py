@@ -12,16 +12,19 @@ from df_ray.methods import REGISTRY, method_class
 from tests.helpers import driver_config, make_sample
 
 TOY = '''
-"""A toy method: the chosen agent's independent answer."""
+"""A toy method: the chosen agent's independent answer; a column and a metric of its own."""
 
 from pydantic import Field
 
 from df_ray.methods.base import Method, MethodArgs, Outcome
 from df_ray.methods.common import independent_calls, independent_observations
+from df_ray.methods.result_columns import RowMean
 
 
 class Toy(Method):
     name = "toy"
+    result_columns = {"unanimous": "bool"}  # every agent gave the chosen answer
+    metrics = {"unanimous_rate": RowMean("unanimous")}
 
     class Args(MethodArgs):
         pick: int = Field(0, strict=True, ge=0, le=2, description="whose answer is final")
@@ -36,7 +39,9 @@ class Toy(Method):
     def finish(self, state, ctx):
         obs = independent_observations(state, ctx)
         chosen = obs[self.args.pick]
-        return Outcome(final=chosen if chosen.valid else None, agent_observations=obs)
+        unanimous = chosen.valid and all(o.answer == chosen.answer for o in obs)
+        return Outcome(final=chosen if chosen.valid else None, agent_observations=obs,
+                       columns={"unanimous": unanimous})
 '''
 
 
@@ -60,8 +65,57 @@ def test_a_toy_method_is_one_module_and_one_line(toy):
     engines = {a: ScriptedEngine(m, script) for a, m in (("a1", "m1"), ("a2", "m2"), ("a3", "m3"))}
     ev = df_ray.evaluate((cfg.build_method(), "mmlu_pro", engines), [make_sample()])
     assert ev.rows[0].final_answer == "B" and ev.rows[0].correct
+    assert ev.rows[0].method_columns == {"unanimous": False}
+    assert ev.metrics["unanimous_rate"] == 0.0 and "trusted_rate" not in ev.metrics
     with pytest.raises(ValueError, match=r"method 'toy'.*pick"):
         driver_config(method=toy, coordinator=False, method_args={"pick": 7})
+
+
+def test_a_toy_methods_column_and_metric_reach_samples_parquet_and_mlflow(toy, tmp_path):
+    """The toy and a method without columns of its own, fused in one driver: each
+    configuration's samples.parquet has the generic columns plus its method's, and its MLflow
+    run the method's metrics beside the generic ones."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from mlflow.tracking import MlflowClient
+
+    from df_ray.engines.scripted import ScriptedEngine
+    from df_ray.evaluation import Driver, Member
+    from df_ray.evaluation.scoring import RESULT_COLUMNS
+    from df_ray.pipeline.results import ResultsFile, read_results
+    from df_ray.pipeline.rows import encode_results
+    from df_ray.tracking import Tracker, metric_name
+    from tests.helpers import Script, answer
+
+    where = {"results_dir": str(tmp_path / "results"), "cache_root": str(tmp_path / "cache")}
+    cfgs = [driver_config(method=toy, coordinator=False, name="toy", **where),
+            driver_config(method="single", coordinator=False, name="single", **where)]
+    # q1: every agent says B (unanimous); q2: a2 says C
+    script = Script({("a2", "independent"): lambda req: answer(
+        "C" if "q2" in str(req.messages) else "B")}, default=answer("B"))
+    samples = [make_sample("q1"), make_sample("q2", question="q2: " + make_sample().question)]
+    driver = Driver([Member.from_config(c) for c in cfgs], ScriptedEngine("scripted", script))
+    table = pa.table(encode_results(driver.finish(driver.run(samples))))
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    MlflowClient(tracking_uri=uri).create_experiment("toy", str(tmp_path / "artifacts"))
+    tracker = Tracker(uri, "toy")
+    logged = {}
+    for k, cfg in enumerate(cfgs):
+        out = ResultsFile(cfg, "toy-sweep")
+        out.add(table.filter(pc.equal(table["config"], k)))
+        out.close()
+        path = out.commit()
+        run_id = tracker.log_run(cfg, out.acc.result(), path)
+        logged[cfg.name] = (read_results(path), tracker.client.get_run(run_id).data.metrics)
+    toy_rows, toy_metrics = logged["toy"]
+    assert toy_rows.column_names == [*RESULT_COLUMNS, "unanimous"]
+    assert str(toy_rows.schema.field("unanimous").type) == "bool"
+    assert toy_rows.column("unanimous").to_pylist() == [True, False]
+    assert toy_metrics[metric_name("unanimous_rate")] == 0.5
+    assert toy_metrics["accuracy"] == 1.0 and "trusted_rate" not in toy_metrics
+    single_rows, single_metrics = logged["single"]
+    assert single_rows.column_names == list(RESULT_COLUMNS)  # no column of another method
+    assert not {"unanimous_rate", "trusted_rate", "override_rate"} & set(single_metrics)
 
 
 # One bad method_args per method: (method, args, the field the message must name).

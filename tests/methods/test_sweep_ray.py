@@ -7,9 +7,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from df_ray.config import METHODS, SweepConfig
+from df_ray.evaluation.scoring import RESULT_COLUMNS
+from df_ray.methods import method_class
 from tests.helpers import uncalibrated
 
 pytestmark = pytest.mark.slow
@@ -88,6 +91,14 @@ def test_every_method_runs_in_one_sweep(ray_local, tmp_path):
         assert logged[r.config.method] == {metric_name(k) for k in r.metrics}, r.config.method
         assert logged[r.config.method] == logged["darkforest"], r.config.method
     assert "coordinator_agreement" in logged["darkforest"]
+    # Each configuration's samples.parquet: the generic columns, then its own method's only
+    # (the fused pipeline carried them all); a method's own metric is NaN for the others.
+    for r in results:
+        own = list(method_class(r.config.method).result_columns)
+        assert pq.read_schema(r.samples_path).names == [*RESULT_COLUMNS, *own], r.config.method
+        assert (r.config.method == "darkforest") == bool(own)
+        assert math.isnan(r.metrics["trusted_rate"]) == (r.config.method != "darkforest")
+    assert by["darkforest"]["trusted_rate"] == 1.0  # every agent answers B
     # Each configuration's wall time is its own share of the fused pipeline's, not the
     # group's: they add up to it, and a configuration whose calls were all paid by another
     # costs less than the one that paid them.
@@ -121,4 +132,5 @@ def test_a_fused_sweep_equals_a_sequential_one(ray_local, tmp_path):
         [r.metrics["fresh_calls"] for r in sequential]
     for a, b in zip(fused, sequential, strict=True):
         for k in ("accuracy", "llm_calls_per_sample", "tokens_per_sample", "trusted_rate"):
-            assert a.metrics[k] == pytest.approx(b.metrics[k]), (a.config.name, k)
+            # NaN for a method without the metric (trusted_rate): NaN in both
+            assert a.metrics[k] == pytest.approx(b.metrics[k], nan_ok=True), (a.config.name, k)
