@@ -4,7 +4,8 @@ The tracker (``df_ray.tracking``) logs one run per configuration, tagged ``df_ra
 configuration``, ``df_ray.fingerprint``, ``df_ray.method`` and ``df_ray.benchmark``, with the
 flattened config as parameters (JSON-encoded values, strings as is), the metrics of
 ``df_ray.evaluation.metrics`` and the per-sample table ``samples.parquet`` as an artifact
-(schema: the fields of ``df_ray.evaluation.scoring.ResultRow``).
+(schema: the generic fields of ``df_ray.evaluation.scoring.ResultRow``, then the columns
+of the configuration's method, ``Method.result_columns``).
 """
 
 from __future__ import annotations

@@ -249,3 +249,45 @@ def test_the_method_and_the_task_are_built_once_per_configuration(monkeypatch):
     lazy = cfg.model_copy(update={"method_args": {**cfg.method_args, "lazy": True}})
     assert lazy.build_method().args.lazy and not cfg.build_method().args.lazy
     assert pickle.loads(pickle.dumps(cfg))._built == {}
+
+
+def test_a_results_file_of_an_older_schema_is_rewritten_not_read(tmp_path):
+    """Before methods declared their own columns every row had DarkForest's. A rerun that
+    finds such a samples.parquet does not read it: the configuration runs again (its calls
+    from the generation cache) and the file is replaced whole, in the new schema; until
+    then readers, which select columns by name, still read the old one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from df_ray.engines.scripted import ScriptedEngine
+    from df_ray.evaluation import Driver, Member, arrow_schema
+    from df_ray.evaluation.scoring import RESULT_COLUMNS
+    from df_ray.methods.darkforest import DarkForest
+    from df_ray.pipeline.outcome import agent_answers
+    from df_ray.pipeline.results import ResultsFile, file_sha256, read_results, results_path
+    from df_ray.pipeline.rows import encode_results
+    from tests.helpers import Script, answer
+
+    cfg = driver_config(method="single", coordinator=False, name="single",
+                        results_dir=str(tmp_path / "results"))
+    driver = Driver([Member.from_config(cfg)], ScriptedEngine("scripted", Script(
+        default=answer("B"))))
+    graded = driver.finish(driver.run([make_sample("q1")]))
+    old = results_path(cfg, "sweep") / "samples.parquet"
+    old.parent.mkdir(parents=True)
+    row = {**graded[0][1].to_dict(), "trusted": False, "overridden": False,
+           "coordinator_called": False}
+    pq.write_table(pa.Table.from_pylist(
+        [row], schema=arrow_schema(DarkForest.result_columns)), old)
+    old.with_name("samples.parquet.sha256").write_text(file_sha256(old) + "\n")
+    assert "trusted" in read_results(old).column_names
+    assert agent_answers(str(old))[0]["final"] == "B"
+
+    out = ResultsFile(cfg, "sweep")
+    out.add(pa.table(encode_results(graded)))
+    out.close()
+    path = out.commit()
+    assert path == old
+    table = read_results(path)  # the digest beside it is the new file's
+    assert table.column_names == list(RESULT_COLUMNS)
+    assert table.column("final_answer").to_pylist() == ["B"]
