@@ -12,7 +12,7 @@ Schema: the generic ``ResultRow`` columns, then the columns of the configuration
 of their own method's schema. A rerun never reads an earlier ``samples.parquet`` back: a
 configuration not finished in MLflow is run again (its calls come from the generation
 cache) and its file replaced whole, so a file of an older schema is simply rewritten;
-readers (reports, ``df-ray answers``) select columns by name.
+readers (``df-ray report``, the answers a small run prints) select columns by name.
 """
 
 from __future__ import annotations
