@@ -114,7 +114,7 @@ class EngineSpec(BaseModel):
     #: such a backbone again, and the job passes it no engine arguments.
     served: ClassVar[bool] = False
     #: Deployed by ``df-ray serve`` through ``ray.serve.llm`` (an OpenAI-compatible vLLM
-    #: app) instead of df_ray's own EngineServer deployment.
+    #: app, from the spec's ``engine_kwargs()``) instead of df_ray's own EngineServer.
     serve_llm: ClassVar[bool] = False
 
     kind: EngineKind
