@@ -2,19 +2,24 @@
 requests, three ways, one run.
 
   (a) pipeline : df_ray's full pipeline (`Runner`: the Ray Data stage, EngineActor replicas on
-                 vLLM's async engine, a cold generation cache) running the ``single`` method, one
-                 call per sample;
+                 vLLM's async engine, a cold generation cache) running ``self_consistency``
+                 with one answer per agent: one call per agent per sample;
   (b) offline  : one ``vllm.LLM.generate`` over every one of those requests (their token ids
                  as df_ray renders them, their sampling and seed): the engine's own bound;
   (c) ray.data.llm : ``build_processor(vLLMEngineProcessorConfig(...))`` over the same prompts
                  and sampling, where it runs (on CPU it may not: the script says why).
 
-Completion lengths vary as real ones do. On CPU (no ``--model``) the model is a tiny random
-Llama built here whose vocabulary has ``--vocab`` words: each step samples the end of sequence
-with probability about 1/vocab, so lengths are geometric (long-tailed, mean about the vocab
-size), capped by ``--max-tokens``. With ``--model`` they are the model's own. Nothing ignores
-the end of sequence, so the three ways make the same calls but may not produce exactly the
-same tokens (vLLM's batch composition differs); each way's tokens/s counts its own.
+Completion lengths vary as real ones do. ``--lengths lognormal`` (the default): every request
+has its own ``max_tokens``, long-tailed (log-normal, mean ``--mean-tokens``, shape
+``--sigma``, at most ``--max-tokens``), and ignores the end of sequence (``ignore_eos``), so
+the three ways generate exactly the same number of tokens. The pipeline's calls get them from
+``--agents`` agents on the one backbone, agent i's ``max_tokens`` the (i + 1/2)/agents
+quantile of that distribution; every sample asks every agent once. ``--lengths eos``:
+lengths end at the model's sampled end of sequence (the tiny model's vocabulary has
+``--vocab`` words, so each step ends with probability about 1/vocab: geometric lengths of
+mean about the vocab size, capped by ``--max-tokens``; with ``--model`` the model's own);
+the ways then make the same calls but may not produce exactly the same tokens (vLLM's batch
+composition differs).
 
 Printed per way: generated tokens, wall time (engines started before the clock), tokens/s;
 for (a) also over the engines' window (the first request handed to an engine to the last
@@ -90,6 +95,21 @@ def tiny_llama(out: Path, vocab: int) -> str:
     return str(out)
 
 
+def agent_lengths(args) -> list[int]:
+    """Each agent's ``max_tokens``: for ``lognormal``, the (i + 1/2)/n quantiles of a
+    log-normal of mean ``mean_tokens`` and shape ``sigma``, capped at ``max_tokens``."""
+    import math
+    import statistics
+
+    if args.lengths == "eos":
+        return [args.max_tokens]
+    mu = math.log(args.mean_tokens) - args.sigma ** 2 / 2
+    q = statistics.NormalDist()
+    return [max(1, min(args.max_tokens,
+                       round(math.exp(mu + args.sigma * q.inv_cdf((i + 0.5) / args.agents)))))
+            for i in range(args.agents)]
+
+
 def run_config(tmp: str, args, model: str, engine_args: dict):
     from df_ray.config import RunConfig
 
@@ -97,12 +117,14 @@ def run_config(tmp: str, args, model: str, engine_args: dict):
     spec = {"kind": "vllm", "model": model, "dtype": "bfloat16" if gpu else "float32",
             "max_model_len": args.max_model_len, "replicas": args.replicas,
             "num_gpus": 1 if gpu else 0, "engine_args": engine_args}
+    ignore_eos = args.lengths == "lognormal"
     return RunConfig.model_validate({
-        "name": "throughput", "benchmark": "math", "method": "single",
-        "method_args": {"agent": "a1"},
+        "name": "throughput", "benchmark": "math", "method": "self_consistency",
+        "method_args": {"samples": 1},
         "backbones": {"b1": spec},
-        "agents": [{"id": "a1", "backbone": "b1", "temperature": 1.0,
-                    "max_tokens": args.max_tokens}],
+        "agents": [{"id": f"a{i:02d}", "backbone": "b1", "temperature": 1.0, "seed": i,
+                    "max_tokens": n, "ignore_eos": ignore_eos}
+                   for i, n in enumerate(agent_lengths(args))],
         "batch_size": args.batch_size,
         "cache_root": f"{tmp}/cache", "results_dir": f"{tmp}/results",
         "tracking": {"uri": f"sqlite:///{tmp}/mlflow.db", "experiment": "perf"},
@@ -196,7 +218,8 @@ def way_offline(args, model: str, engine_args: dict, requests) -> dict:
     tok = llm.get_tokenizer()
     prompts = [vllm.TokensPrompt(prompt_token_ids=render(tok, r)) for r in requests]
     params = [vllm.SamplingParams(n=1, temperature=r.sampling.temperature, top_p=r.sampling.top_p,
-                                  max_tokens=r.sampling.max_tokens, seed=r.seed)
+                                  max_tokens=r.sampling.max_tokens, seed=r.seed,
+                                  ignore_eos=r.sampling.ignore_eos)
               for r in requests]
     llm.generate(prompts[:4], params[:4], use_tqdm=False)  # warm-up, as (a)'s smoke test
     cpu0 = cpu_seconds()
@@ -223,7 +246,8 @@ def way_ray_data_llm(args, model: str, engine_args: dict, requests) -> dict:
     rows = [{"i": i, "prompt": tok.decode(render(tok, r)),
              "sampling_params": {"temperature": r.sampling.temperature,
                                  "top_p": r.sampling.top_p,
-                                 "max_tokens": r.sampling.max_tokens, "seed": r.seed}}
+                                 "max_tokens": r.sampling.max_tokens, "seed": r.seed,
+                                 "ignore_eos": r.sampling.ignore_eos}}
             for i, r in enumerate(requests)]
     kw = {k: v for k, v in engine_args.items() if k != "distributed_executor_backend"}
     kw.update(dtype="bfloat16" if gpu else "float32", max_model_len=args.max_model_len)
@@ -247,7 +271,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="a local model directory (default: a tiny random Llama)")
     ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
-    ap.add_argument("--requests", type=int, default=512)
+    ap.add_argument("--requests", type=int, default=512,
+                    help="calls (rounded down to a multiple of --agents)")
+    ap.add_argument("--lengths", choices=["lognormal", "eos"], default="lognormal",
+                    help="per-request max_tokens, long-tailed, with ignore_eos (default); or "
+                    "lengths ending at the model's end of sequence")
+    ap.add_argument("--mean-tokens", type=float, default=70.0, help="lognormal: mean length")
+    ap.add_argument("--sigma", type=float, default=1.0, help="lognormal: shape")
+    ap.add_argument("--agents", type=int, default=16,
+                    help="lognormal: agents, i.e. distinct max_tokens (each sample asks each)")
     ap.add_argument("--max-tokens", type=int, default=224)
     ap.add_argument("--max-model-len", type=int, default=512)
     ap.add_argument("--vocab", type=int, default=70,
@@ -280,55 +312,71 @@ def main(argv: list[str] | None = None) -> int:
                        "max_num_seqs": seqs, "max_num_batched_tokens": seqs * args.max_model_len}
     elif args.max_num_seqs:
         engine_args["max_num_seqs"] = args.max_num_seqs
-    samples = math_samples(args.requests, prefix="t")
+    if args.lengths == "eos":
+        args.agents = 1
+    samples = math_samples(max(1, args.requests // args.agents), prefix="t")
     cfg = run_config(tmp, args, model, engine_args)
     requests = planned_requests(cfg, samples)
+    lengths = [r.sampling.max_tokens for r in requests]
+    workload = (f"max_tokens per request log-normal (mean {args.mean_tokens:g}, shape "
+                f"{args.sigma:g}, {args.agents} quantiles {min(lengths)}-{max(lengths)}, "
+                f"mean {sum(lengths) / len(lengths):.1f}), ignore_eos"
+                if args.lengths == "lognormal" else
+                f"max_tokens {args.max_tokens}, lengths end at the model's end of sequence")
+    tiny = not args.model
     print(f"# vLLM {vllm.__version__}, {args.device}, model "
-          f"{'tiny random Llama, vocab ' + str(args.vocab) if not args.model else model}, "
-          f"{len(requests)} requests, max_tokens {args.max_tokens} (lengths end at the model's "
-          f"end of sequence), replicas {args.replicas}, engine_args {engine_args}", flush=True)
+          f"{'tiny random Llama, vocab ' + str(args.vocab) if tiny else model}, "
+          f"{len(requests)} requests, {workload}, replicas {args.replicas}, "
+          f"engine_args {engine_args}", flush=True)
     got: dict[str, dict] = {}
     if "b" in args.ways:
-        got["b"] = way_offline(args, model, engine_args, requests)
+        got["b"] = report("b", way_offline(args, model, engine_args, requests))
     from df_ray.pipeline.runner import init_ray
 
     init_ray()
     if "a" in args.ways:
-        got["a"] = way_pipeline(cfg, samples)
+        got["a"] = report("a", way_pipeline(cfg, samples))
     if "c" in args.ways:
         try:
             got["c"] = way_ray_data_llm(args, model, engine_args, requests)
         except Exception as e:
             first = (str(e).strip().splitlines() or [""])[0][:300]
             got["c"] = {"error": f"{type(e).__name__}: {first}"}
-    names = {"a": "(a) df_ray pipeline", "b": "(b) vLLM offline", "c": "(c) ray.data.llm"}
-    for k in ("a", "b", "c"):
-        if k not in got:
-            continue
-        g = got[k]
-        if "error" in g:
-            print(f"{names[k]:22} did not run: {g['error']}")
-            continue
-        g["rate"] = g["tokens"] / g["wall"]
-        extra = ""
-        if k == "a":
-            g["win_rate"] = g["tokens"] / g["window"]
-            extra = (f"  (engines' window {g['window']:.2f} s: {g['win_rate']:.1f} tokens/s; "
-                     f"requests in engine {g['in_engine']:.1f} of capacity {g['capacity']}"
-                     f", failed calls {g['failed']:g})")
-        print(f"{names[k]:22} {g['tokens']:>7} tokens {g['wall']:>7.2f} s "
-              f"{g['rate']:>9.1f} tokens/s{extra}", flush=True)
-        if "cpu" in g:  # where the CPU went (the engine computes on the same cores on CPU)
-            print(f"{'':22} CPU seconds: " + ", ".join(
-                f"{r} {v:.1f}" for r, v in sorted(g["cpu"].items(), key=lambda x: -x[1])
-                if v >= 0.05), flush=True)
+        report("c", got["c"])
+    if args.lengths == "lognormal":
+        print(f"# tokens asked (ignore_eos: every way generates exactly these): "
+              f"{sum(lengths)}", flush=True)
     for x, y in (("a", "b"), ("a", "c")):
         if "rate" in got.get(x, {}) and "rate" in got.get(y, {}):
             print(f"# ({x})/({y}) tokens/s: {got[x]['rate'] / got[y]['rate']:.2f} end to end "
                   f"(the pipeline's start and drain included), "
-                  f"{got[x]['win_rate'] / got[y]['rate']:.2f} over the engines' window")
+                  f"{got[x]['win_rate'] / got[y]['rate']:.2f} over the engines' window",
+                  flush=True)
     return 0
 
+
+NAMES = {"a": "(a) df_ray pipeline", "b": "(b) vLLM offline", "c": "(c) ray.data.llm"}
+
+
+def report(k: str, g: dict) -> dict:
+    """Print one way's figures as soon as it has run (a later way may not finish)."""
+    if "error" in g:
+        print(f"{NAMES[k]:22} did not run: {g['error']}", flush=True)
+        return g
+    g["rate"] = g["tokens"] / g["wall"]
+    extra = ""
+    if k == "a":
+        g["win_rate"] = g["tokens"] / g["window"]
+        extra = (f"  (engines' window {g['window']:.2f} s: {g['win_rate']:.1f} tokens/s; "
+                 f"requests in engine {g['in_engine']:.1f} of capacity {g['capacity']}"
+                 f", failed calls {g['failed']:g})")
+    print(f"{NAMES[k]:22} {g['tokens']:>7} tokens {g['wall']:>7.2f} s "
+          f"{g['rate']:>9.1f} tokens/s{extra}", flush=True)
+    if "cpu" in g:  # where the CPU went (the engine computes on the same cores on CPU)
+        print(f"{'':22} CPU seconds: " + ", ".join(
+            f"{r} {v:.1f}" for r, v in sorted(g["cpu"].items(), key=lambda x: -x[1])
+            if v >= 0.05), flush=True)
+    return g
 
 if __name__ == "__main__":
     sys.exit(main())
