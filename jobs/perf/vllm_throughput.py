@@ -151,21 +151,40 @@ def planned_requests(cfg, samples):
 
 def cpu_seconds() -> dict[str, float]:
     """CPU seconds so far of this process and its descendants (the local Ray cluster, the
-    engines' processes), by role."""
+    engines' processes), by role. A process without a role of its own takes its nearest
+    ancestor's engine role: vLLM's model worker, a child of the engine core, is the engine."""
     import psutil
+
+    def own_role(p) -> str | None:
+        name = " ".join(p.cmdline()[:1]) or p.name()
+        if "EngineCore" in name or "EngineCore" in p.name():
+            return "engine core"
+        if "EngineActor" in name:
+            return "engine actor"
+        if "MapWorker" in name or "EvaluationStage" in name:
+            return "stage"
+        return None
 
     out: dict[str, float] = {}
     me = psutil.Process()
-    for p in [me, *me.children(recursive=True)]:
+    procs = [me, *me.children(recursive=True)]
+    roles: dict[int, str | None] = {}
+    for p in procs:
+        try:
+            roles[p.pid] = own_role(p)
+        except psutil.Error:
+            roles[p.pid] = None
+    for p in procs:
         try:
             t = p.cpu_times()
-            name = " ".join(p.cmdline()[:1]) or p.name()
+            role, q = roles.get(p.pid), p
+            while role is None and q.pid != me.pid and (q := q.parent()) is not None:
+                role = "engine core" if roles.get(q.pid) == "engine core" else None
+                if q.pid not in roles:
+                    break
         except psutil.Error:
             continue
-        role = ("engine core" if "EngineCore" in name or "EngineCore" in p.name() else
-                "engine actor" if "EngineActor" in name else
-                "stage" if "MapWorker" in name or "EvaluationStage" in name else
-                "driver" if p.pid == me.pid else "Ray and other")
+        role = role or ("driver" if p.pid == me.pid else "Ray and other")
         out[role] = out.get(role, 0.0) + t.user + t.system
     return out
 
@@ -182,9 +201,9 @@ def way_pipeline(cfg, samples) -> dict:
         pool = runner.pool  # engines up before the clock starts
         before = pool.stats()
         cpu0 = cpu_seconds()
-        t = time.perf_counter()
+        t, t0 = time.perf_counter(), time.time()
         res = runner.run(cfg, samples)
-        wall = time.perf_counter() - t
+        wall, t1 = time.perf_counter() - t, time.time()
         cpu = cpu_delta(cpu0, cpu_seconds())
         after = pool.stats()
     finally:
@@ -194,9 +213,11 @@ def way_pipeline(cfg, samples) -> dict:
         s["completion_tokens"] for s in before)
     area = sum(s["busy_area_s"] for s in after) - sum(s["busy_area_s"] for s in before)
     # The engines' window: the first request handed to an engine to the last answer.
-    window = (max(s["last_at"] for s in after if s["last_at"])
-              - min(s["first_at"] for s in after if s["first_at"]))
+    first = min(s["first_at"] for s in after if s["first_at"])
+    last = max(s["last_at"] for s in after if s["last_at"])
+    window = last - first
     return {"tokens": tokens, "wall": wall, "window": window, "in_engine": area / window,
+            "start": first - t0, "drain": t1 - last,
             "cpu": cpu,
             "capacity": sum(s["capacity"] for s in after),
             "failed": res.metrics.get("failed_calls", 0)}
@@ -367,7 +388,9 @@ def report(k: str, g: dict) -> dict:
     extra = ""
     if k == "a":
         g["win_rate"] = g["tokens"] / g["window"]
-        extra = (f"  (engines' window {g['window']:.2f} s: {g['win_rate']:.1f} tokens/s; "
+        extra = (f"  (start to the first engine call {g['start']:.2f} s, engines' window "
+                 f"{g['window']:.2f} s: {g['win_rate']:.1f} tokens/s, last answer to the end "
+                 f"{g['drain']:.2f} s; "
                  f"requests in engine {g['in_engine']:.1f} of capacity {g['capacity']}"
                  f", failed calls {g['failed']:g})")
     print(f"{NAMES[k]:22} {g['tokens']:>7} tokens {g['wall']:>7.2f} s "

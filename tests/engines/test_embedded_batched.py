@@ -178,3 +178,18 @@ def test_a_request_queued_during_a_long_generation_is_admitted_before_it_ends(sm
     assert admits[short_id] > admits[long_id] >= 0
     assert admits[short_id] < finishes[long_id]  # admitted while the long one ran
     assert finishes[short_id] < finishes[long_id]  # and finished first
+
+
+def test_ignore_eos_is_refused_on_both_paths_and_alone(smol_seq, smol_batched):
+    """llama.cpp's decode loop cannot generate past the end of sequence: a request asking
+    for it gets a final unsupported_sampling error, its batch-mates their answers."""
+    import dataclasses
+
+    plain = ask(SMOL, "Say hello.", max_tokens=4)
+    odd = dataclasses.replace(plain, sampling=dataclasses.replace(plain.sampling,
+                                                                  ignore_eos=True))
+    for eng in (smol_seq, smol_batched):
+        ok, refused = eng.generate([plain, odd])
+        assert ok.error is None and ok.completion_tokens >= 1
+        assert refused.error.startswith("unsupported_sampling: the embedded engine")
+        assert refused.completion_tokens == 0
