@@ -55,6 +55,30 @@ class CallCache(Protocol):
     def put_many(self, items: Any) -> None: ...
 
 
+class _AnswerSink:
+    """Writes a round's answers to the cache as they arrive, a part at most every
+    ``FLUSH_S`` seconds (and the rest when the round ends). Answers are repaired to valid
+    UTF-8 first, as the driver's own loop repairs them."""
+
+    FLUSH_S = 30.0
+
+    def __init__(self, cache: CallCache, requests: Sequence[ChatRequest]) -> None:
+        self.cache, self.requests = cache, requests
+        self.pending: list[tuple[ChatRequest, Completion]] = []
+        self.last = time.monotonic()
+
+    def add(self, i: int, completion: Completion) -> None:
+        self.pending.append((self.requests[i], repair_completion(completion)[0]))
+        if time.monotonic() - self.last >= self.FLUSH_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.cache.put_many(self.pending)
+            self.pending = []
+        self.last = time.monotonic()
+
+
 @dataclass
 class Member:
     """One configuration the driver serves: a method, its context and its rounds.
@@ -172,7 +196,15 @@ class Driver:
             reqs = [planned[js[0]].call.request for js in todo.values()]
             t = time.perf_counter()
             comps = []
-            for comp in self.engine.generate(reqs):
+            sink = None
+            if cache is not None and getattr(self.engine, "answers_as_they_come", False):
+                # cached as they come, not when the round's slowest call ends: a run killed
+                # mid-round keeps the answers it already had
+                sink = _AnswerSink(cache, reqs)
+                answers = self.engine.generate(reqs, on_answer=sink.add)
+            else:
+                answers = self.engine.generate(reqs)
+            for comp in answers:
                 # the engine boundary: every text valid UTF-8 before the cache, a parser or a
                 # later prompt sees it (lone surrogates replaced, and counted on the call)
                 comp, n = repair_completion(comp)
@@ -181,7 +213,9 @@ class Driver:
                 share = (time.perf_counter() - t) / len(reqs)
                 for js in todo.values():
                     busy[planned[js[0]].row][planned[js[0]].member] += share
-            if cache is not None:
+            if sink is not None:
+                sink.flush()
+            elif cache is not None:
                 cache.put_many(zip(reqs, [c for c, _ in comps], strict=True))
             for js, (comp, n_fixed) in zip(todo.values(), comps, strict=True):
                 for n, j in enumerate(js):

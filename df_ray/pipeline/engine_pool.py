@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -344,15 +344,22 @@ class EngineClient:
         with self._lock:
             return {k: list(v) for k, v in self._load.items()}
 
-    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
-        """Answer every request; all backbones and replicas work at once."""
+    #: ``generate`` takes ``on_answer``: the driver then caches answers as they come.
+    answers_as_they_come = True
+
+    def generate(self, requests: Sequence[ChatRequest],
+                 on_answer: Callable[[int, Completion], None] | None = None
+                 ) -> list[Completion]:
+        """Answer every request; all backbones and replicas work at once. ``on_answer(i,
+        completion)`` is called, in this thread, for each request answered, as it is."""
         names = [self.backbone_of(r) for r in requests]
         results: list[Completion | None] = [None] * len(requests)
         last_error: dict[int, str] = {}
         pending = list(range(len(requests)))
         attempt = 0
         while pending:
-            failed, troubled = self._round(requests, names, pending, results, last_error)
+            failed, troubled = self._round(requests, names, pending, results, last_error,
+                                           on_answer)
             attempt += 1
             if failed and attempt > self.retries:
                 for i in failed:
@@ -365,7 +372,8 @@ class EngineClient:
                 for r in results]
 
     def _round(self, requests: Sequence[ChatRequest], names: Sequence[str],
-               idxs: Sequence[int], results: list, last_error: dict[int, str]):
+               idxs: Sequence[int], results: list, last_error: dict[int, str],
+               on_answer: Callable[[int, Completion], None] | None = None):
         """Send ``idxs`` (one call each) and take every answer as it comes: the requests that
         failed, and the replicas that failed them."""
         inflight: dict[Any, tuple[int, str, int, float]] = {}
@@ -400,6 +408,8 @@ class EngineClient:
                     last_error[i] = f"engine error: {d['failed']}"
                     continue
                 results[i] = Completion(**d)
+                if on_answer is not None:
+                    on_answer(i, results[i])
             now = time.monotonic()
             for ref, (i, name, k, deadline) in list(inflight.items()):
                 if deadline > now:

@@ -100,6 +100,12 @@ def init_ray(address: str | None = None) -> None:
     ctx.enable_progress_bars = False
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     ctx.print_on_execution_start = False
+    # Ray Data fails a dataset that moves no block for 30 minutes; a batch of real-model calls
+    # on a busy CPU (or a long-context GPU sweep) legitimately takes longer than that. Every
+    # engine call is bounded by its backbone's request_timeout_s (a hung replica is killed),
+    # so the stage cannot stall silently: the engines' own deadlines police it instead.
+    if hasattr(ctx, "execution_no_progress_timeout_s"):
+        ctx.execution_no_progress_timeout_s = -1
 
 
 def calibration_metrics(calibration: Calibration | None) -> dict[str, float]:

@@ -215,3 +215,37 @@ def test_evaluate_fits_a_missing_calibration_in_process(tmp_path):
     (fitted,) = (tmp_path / "cal").glob("*.json")
     assert json.loads(fitted.read_text())["n_samples"] == 2
     assert [r.final_answer for r in ev.rows] == ["B", "B"]
+
+
+class _KilledMidRound:
+    """An engine client that answers the first request of a round, then is killed (the
+    process's end, as far as the driver can tell) before the round's other answers come."""
+
+    answers_as_they_come = True
+
+    def __init__(self) -> None:
+        self.engine = ScriptedEngine("scripted", respond)
+
+    def generate(self, requests, on_answer=None):
+        (first,) = self.engine.generate(requests[:1])
+        on_answer(0, first)
+        raise KeyboardInterrupt
+
+
+def test_answers_are_cached_as_they_come_so_a_kill_mid_round_keeps_them(tmp_path, monkeypatch):
+    from df_ray.evaluation import driver as driver_module
+    from df_ray.pipeline.cache import GenerationCache
+
+    monkeypatch.setattr(driver_module._AnswerSink, "FLUSH_S", 0.0)
+    cache = GenerationCache(str(tmp_path / "cache"))
+    killed = Driver(_members(["weighted_vote"]), _KilledMidRound(), cache=cache)
+    with pytest.raises(KeyboardInterrupt):
+        killed.run(SAMPLES[:1])
+    assert len(GenerationCache(str(tmp_path / "cache"))) == 1
+    # the rerun makes only the calls the killed round had not been answered
+    engine = ScriptedEngine("scripted", respond)
+    rerun = Driver(_members(["weighted_vote"]), engine,
+                   cache=GenerationCache(str(tmp_path / "cache")))
+    (row,) = [r for _, r in rerun.finish(rerun.run(SAMPLES[:1]))]
+    assert row.correct and row.n_calls == EXPECTED_CALLS["weighted_vote"]
+    assert engine.n_calls == EXPECTED_CALLS["weighted_vote"] - 1

@@ -118,3 +118,22 @@ def test_identical_concurrent_requests_are_generated_once(pool_of):
 
     stats = ray.get(pool.handles["b"][0].stats.remote())
     assert stats["served"] == 6 and stats["generated"] == 2 and stats["coalesced"] == 4
+
+
+def test_answers_are_handed_on_as_they_come_not_when_the_round_ends(pool_of, tmp_path):
+    # Two requests on two replicas; whichever replica takes its request first sleeps 20 s on
+    # it. The other request's answer reaches on_answer while the sleeping one is still
+    # outstanding (the driver caches it then, so a kill does not lose it).
+    pool = pool_of(b={"model": "m", "replicas": 2, "script": "echo",
+                      "engine_args": {"hang_on_call": 1, "hang_s": 20,
+                                      "fault_marker": str(tmp_path / "hung")}})
+    client = pool.client(retries=0)
+    seen: list[tuple[int, str, int]] = []
+    out = client.generate([req("a"), req("b")], on_answer=lambda i, c: seen.append(
+        (i, c.text, sum(client.outstanding()["b"]))))
+    assert [c.text for c in out] == ["a", "b"]
+    assert sorted(i for i, *_ in seen) == [0, 1]
+    (first_i, first_text, outstanding_then), (_, _, outstanding_last) = seen
+    assert first_text == "ab"[first_i]
+    assert outstanding_then == 1  # the other request was still running
+    assert outstanding_last == 0
