@@ -29,6 +29,7 @@ from df_ray.core.parsing.math_kind import last_box_group
 from df_ray.core.types import ParseSpec
 from tests.core.test_reference_agreement import (
     CORPUS,
+    _choice_differential,
     _math_differential,
     _report,
     _rows,
@@ -41,6 +42,7 @@ QWEN, SMOL = "qwen25-coder-0.5b-instruct", "smollm2-135m-instruct"
 @pytest.mark.parametrize(("name", "least", "models"), [
     ("real_humaneval.jsonl", 80, {QWEN, SMOL}),
     ("real_math.jsonl", 25, {QWEN}),
+    ("real_mmlu_pro.jsonl", 25, {QWEN}),
 ])
 def test_real_corpus_holds_answers_not_questions(name: str, least: int, models: set) -> None:
     """Each corpus has real rows of its models, and no question text."""
@@ -50,6 +52,17 @@ def test_real_corpus_holds_answers_not_questions(name: str, least: int, models: 
     assert all(set(r) == {"id", "model", "agent", "sample", "benchmark", "spec", "gold",
                           "text", "key"} for r in rows)
     assert {r["model"] for r in rows} == models
+
+
+def test_real_choice_agrees_with_mmlu_pro_script_and_lm_eval() -> None:
+    rows = _rows("real_mmlu_pro.jsonl")
+    stats, failures = _choice_differential(rows, lambda r: r["spec"]["n_options"])
+    for r in rows:  # GoA's reading, reported only: its last-capital fallback reads words
+        ours = parse(r["text"], ParseSpec("choice", n_options=r["spec"]["n_options"])).answer
+        goa = goa_extraction.alphabet_choice(r["text"], r["spec"]["n_options"])
+        stats["goa_alphabet_choice(report only):" + ("agree" if goa == ours else "differ")] += 1
+    _report(f"real_mmlu_pro.jsonl ({len(rows)} outputs)", stats)
+    assert not failures, failures[:5]
 
 
 def test_real_math_agrees_with_math_verify() -> None:
