@@ -41,7 +41,7 @@ QWEN, SMOL = "qwen25-coder-0.5b-instruct", "smollm2-135m-instruct"
 
 @pytest.mark.parametrize(("name", "least", "models"), [
     ("real_humaneval.jsonl", 80, {QWEN, SMOL}),
-    ("real_math.jsonl", 25, {QWEN}),
+    ("real_math.jsonl", 50, {QWEN, SMOL}),
     ("real_mmlu_pro.jsonl", 25, {QWEN}),
 ])
 def test_real_corpus_holds_answers_not_questions(name: str, least: int, models: set) -> None:
