@@ -448,6 +448,43 @@ def run_to_end(args: list[str], log: Path, call_log: Path | None, timeout: float
     return rc
 
 
+def one_line(out: subprocess.CompletedProcess, rc: int, *needles: str) -> str:
+    """A ``df-ray`` command's one message (docs/faults.md): exit status ``rc``, a single
+    ``df-ray:`` line at the end of stderr (a configuration error names its file and run on
+    it, and the field on the next line), no traceback; returns the message."""
+    text = out.stdout + out.stderr
+    assert out.returncode == rc, text
+    assert "Traceback" not in text, text
+    lines = out.stderr.splitlines()
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("df-ray:")]
+    assert len(starts) == 1, out.stderr
+    message = "\n".join(lines[starts[0]:])
+    assert len(lines) - starts[0] <= 2, out.stderr
+    for n in needles:
+        assert n in message, message
+    return message
+
+
+@contextlib.contextmanager
+def tmpfs(target: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted at ``target`` for the block (``options`` as ``mount -o``: ``size=8k``
+    for a disk that fills, ``ro`` for one nobody, root included, can write); skips the test
+    where mounting is not permitted."""
+    import pytest
+
+    target.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        why = done.stderr.strip() or f"mount exited {done.returncode}"
+        pytest.skip(f"cannot mount a tmpfs ({why}): a real full or read-only file system "
+                    "needs the right to mount")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", "-l", str(target)], check=False, capture_output=True)
+
+
 # ============================================================================ results
 
 

@@ -5,7 +5,6 @@ found before Ray starts, 1 for an environment fault during a run."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import REPO, base_config, cli_env, write_mmlu_goa
+from tests.helpers import REPO, base_config, cli_env, one_line, tmpfs, write_mmlu_goa
 
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -28,22 +27,6 @@ def _write(tmp_path: Path, base: dict, name: str = "faults") -> Path:
     return path
 
 
-def _one_line(out: subprocess.CompletedProcess, rc: int, *needles: str) -> str:
-    """The run's one message: a single ``df-ray:`` line (a configuration error names its
-    file and run on it, and the field on the next line), no traceback."""
-    text = out.stdout + out.stderr
-    assert out.returncode == rc, text
-    assert "Traceback" not in text, text
-    lines = out.stderr.splitlines()
-    starts = [i for i, ln in enumerate(lines) if ln.startswith("df-ray:")]
-    assert len(starts) == 1, out.stderr
-    message = "\n".join(lines[starts[0]:])
-    assert len(lines) - starts[0] <= 2, out.stderr
-    for n in needles:
-        assert n in message, message
-    return message
-
-
 @pytest.fixture
 def base(tmp_path):
     src = write_mmlu_goa(tmp_path / "mmlu.json", 3)
@@ -52,7 +35,7 @@ def base(tmp_path):
 
 def test_corrupted_mlflow_db(tmp_path, base):
     (tmp_path / "mlflow.db").write_bytes(b"this is not a database" * 100)
-    _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
+    one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
               "mlflow.db", "not a readable sqlite database", "move")
 
 
@@ -62,7 +45,7 @@ def test_mlflow_db_locked_by_another_process_at_start(tmp_path, base):
     con.execute("CREATE TABLE hold (x)")
     con.execute("BEGIN EXCLUSIVE")
     try:
-        _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
+        one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
                   "mlflow.db", "locked by another process")
     finally:
         con.execute("ROLLBACK")
@@ -71,13 +54,13 @@ def test_mlflow_db_locked_by_another_process_at_start(tmp_path, base):
 
 def test_missing_data_file(tmp_path, base):
     base["source"] = str(tmp_path / "nowhere.json")
-    _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
+    one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
               "nowhere.json", "does not exist")
 
 
 def test_unsupported_tracking_uri(tmp_path, base):
     base["tracking"]["uri"] = "nosuch://x"
-    _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
+    one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
               "tracking.uri", "nosuch")
 
 
@@ -85,21 +68,21 @@ def test_results_dir_that_cannot_be_written(tmp_path, base):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     base["results_dir"] = str(blocker / "results")
-    _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
+    one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
               "results_dir", "not writable")
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
-                    reason="root writes into read-only folders")
-def test_read_only_results_dir(tmp_path, base):
+@pytest.mark.parametrize("which", ["results_dir", "cache_root"])
+def test_read_only_folder_is_refused_before_ray(tmp_path, base, which):
+    """A folder on a read-only mount, which root cannot write either: refused with the
+    field's one line before Ray starts, exit 2."""
     ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o500)
-    base["results_dir"] = str(ro)
-    try:
-        _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2, "results_dir")
-    finally:
-        ro.chmod(0o700)
+    with tmpfs(ro, "size=1m,ro"):
+        base[which] = str(ro)
+        out = _cli("run", "--config", str(_write(tmp_path, base)))
+        one_line(out, 2, f"configuration error: {which} {str(ro)!r} is not writable",
+                  "Read-only file system", f"set {which} to a folder you can write")
+        assert "Ray" not in out.stdout + out.stderr, out.stderr  # found before Ray starts
 
 
 @pytest.mark.parametrize("content, says", [
@@ -113,13 +96,13 @@ def test_calibration_file_missing_truncated_or_wrong(tmp_path, base, content, sa
         path.write_text(content)
     base["method_args"] = {}  # full DarkForest: it reads the calibration
     base["calibration"]["path"] = str(path)
-    _one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2, "cal.json", says)
+    one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2, "cal.json", says)
 
 
 @pytest.mark.parametrize("cmd", ["validate", "run"])
 def test_engine_args_typo_is_found_before_ray(tmp_path, base, cmd):
     base["backbones"]["b1"]["engine_args"] = {"latncy_s": 0.1}
-    _one_line(_cli(cmd, "--config", str(_write(tmp_path, base))), 2,
+    one_line(_cli(cmd, "--config", str(_write(tmp_path, base))), 2,
               "backbones.b1.engine_args", "'latncy_s'", "did you mean 'latency_s'")
 
 
@@ -130,15 +113,15 @@ def test_engine_args_typo_is_found_before_ray(tmp_path, base, cmd):
 ])
 def test_counts_and_names_are_refused_by_validate(tmp_path, base, edit, says):
     edit(base)
-    _one_line(_cli("validate", "--config", str(_write(tmp_path, base))), 2, says)
+    one_line(_cli("validate", "--config", str(_write(tmp_path, base))), 2, says)
 
 
 def test_sweep_named_dot_dot_is_refused(tmp_path, base):
-    _one_line(_cli("validate", "--config", str(_write(tmp_path, base, name=".."))), 2,
+    one_line(_cli("validate", "--config", str(_write(tmp_path, base, name=".."))), 2,
               "sweep name")
 
 
-def test_environment_fault_during_a_run_is_one_line():
+def test_environment_fault_during_a_run_isone_line():
     import errno
 
     from df_ray.cli import environment_failure_text
