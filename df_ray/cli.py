@@ -217,8 +217,8 @@ def _decision_lines(d: dict) -> list[str]:
 
 
 def format_outcome(results) -> tuple[str, bool]:
-    """The closing lines (failed calls, FAILED configurations, workers that died) and
-    whether the command must exit non-zero."""
+    """The closing lines (failed calls, FAILED configurations, workers that died, engine
+    texts repaired) and whether the command must exit non-zero."""
     from df_ray.pipeline.outcome import call_counts
 
     total = sum(call_counts(r.metrics)[0] for r in results if not r.skipped)
@@ -238,6 +238,12 @@ def format_outcome(results) -> tuple[str, bool]:
                         if bad else "every configuration stayed within max_error_rate"))
     elif total:
         lines.append(f"all {total} LLM calls succeeded")
+    repaired = {r.config.name: int(r.metrics.get("repaired_surrogates", 0)) for r in results
+                if not r.skipped}
+    if any(repaired.values()):
+        where = ", ".join(f"{k}: {v}" for k, v in repaired.items() if v)
+        lines.append(f"{sum(repaired.values())} lone UTF-16 surrogate(s) in engine outputs "
+                     f"were replaced by U+FFFD before grading ({where})")
     return "\n".join(lines), bool(bad)
 
 

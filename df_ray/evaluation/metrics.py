@@ -13,6 +13,9 @@ Definitions (per sample, averaged over samples unless noted):
 - truncation_rate: share of the calls an engine answered that were cut off at max_tokens
   (finish_reason ``length``): over all calls, and per agent id (``truncation_rate.<agent>``,
   the coordinator's too); truncated_calls: their number (total).
+- repaired_surrogates: lone UTF-16 surrogates the engine boundary replaced by U+FFFD in the
+  texts engines returned in this run (total; a call served from the cache was repaired when
+  it was made).
 - reachability: share of samples where at least one agent's independent answer was right.
 
 A method's own metrics (``Method.metrics``, e.g. DarkForest's trusted and override rates in
@@ -122,6 +125,7 @@ class MetricsAccumulator:
             out[k] = v / n
         answered = sum(a for a, _ in self.truncation.values())
         out["truncated_calls"] = self.sums.get("n_truncated", 0.0)
+        out["repaired_surrogates"] = self.sums.get("n_repaired", 0.0)
         out["truncation_rate"] = (self.sums.get("n_truncated", 0.0) / answered
                                   if answered else 0.0)
         for agent, (a, cut) in sorted(self.truncation.items()):

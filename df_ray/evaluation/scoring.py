@@ -38,6 +38,8 @@ class ResultRow:
                           doc="calls the engine refused (prompt over its context length)")
     n_truncated: int = _col("int64", summed=True,
                             doc="answered calls cut off at max_tokens (finish_reason length)")
+    n_repaired: int = _col("int64", summed=True,
+                           doc="lone surrogates replaced (U+FFFD) in the texts engines returned")
     truncation: str = _col("string", doc="JSON: per agent id, [answered calls, truncated]")
     agent_tokens: int = _col("int64", summed=True)
     coordinator_tokens: int = _col("int64", summed=True)
@@ -142,6 +144,7 @@ def error_row(state: SampleState, ctx: MethodContext, error: str,
         n_errors=sum(1 for c in state.calls if c.error) + 1,
         n_refused=sum(1 for c in state.calls if is_refusal(c.error)),
         n_truncated=sum(1 for c in state.calls if not c.error and c.finish_reason == "length"),
+        n_repaired=sum(c.repaired for c in state.calls),
         truncation=json.dumps(truncation_by_agent(state.calls), sort_keys=True),
         agent_tokens=tokens["agent"], coordinator_tokens=tokens["coordinator"],
         other_tokens=tokens["other"], total_tokens=sum(tokens.values()), t_cross=0,
@@ -210,6 +213,7 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext,
         n_errors=sum(1 for c in state.calls if c.error),
         n_refused=sum(1 for c in state.calls if is_refusal(c.error)),
         n_truncated=sum(1 for c in state.calls if not c.error and c.finish_reason == "length"),
+        n_repaired=sum(c.repaired for c in state.calls),
         truncation=json.dumps(truncation_by_agent(state.calls), sort_keys=True),
         agent_tokens=tokens["agent"],
         coordinator_tokens=tokens["coordinator"],

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
+from mlflow.tracking import MlflowClient
 
 from df_ray.config import SweepConfig
 from df_ray.core import ParseSpec, parse
 from df_ray.core.parsing._text import MAX_BOX_CHARS, box_positions, boxed_spans
 from df_ray.engines.base import ChatRequest, Completion, Message, repair_text
-from df_ray.engines.scripted import ScriptedEngine
+from df_ray.engines.scripted import ScriptedEngine, last_user_content
 from df_ray.evaluation import Driver, Member, MetricsAccumulator
 from df_ray.evaluation.scoring import SAMPLE_ERROR_ROLE
 from df_ray.methods.goa import parse_selection
@@ -136,6 +138,29 @@ def test_a_lone_surrogate_is_replaced_at_the_engine_boundary_and_cached(tmp_path
     assert cache.put_many([(r, Completion("x \udc80", 1, 1))]) == 1
 
 
+def test_surrogate_repairs_are_counted_as_a_run_metric():
+    # q1's answer holds two lone surrogates, q2's one, the others none
+    lone = {"[q1]": " \ud800 and \udfff", "[q2]": " \udc80"}
+
+    def respond(request):
+        u = last_user_content(request)
+        return "Answer: B" + next((v for k, v in lone.items() if k in u), "")
+
+    samples = SAMPLES[:4]
+    driver = Driver([Member.from_config(driver_config(method="single"))],
+                    ScriptedEngine("scripted", respond))
+    graded = [r for _, r in driver.finish(driver.run(samples))]
+    assert {r.sample_id: r.n_repaired for r in graded} == {"q0": 0, "q1": 2, "q2": 1, "q3": 0}
+    assert all(r.correct for r in graded)
+    acc = MetricsAccumulator()
+    for r in graded:
+        acc.add(r.to_dict())
+    assert acc.result()["repaired_surrogates"] == 3
+    clean = MetricsAccumulator()
+    clean.add({**graded[0].to_dict()})
+    assert clean.result()["repaired_surrogates"] == 0
+
+
 @pytest.mark.slow
 def test_a_lone_surrogate_through_the_pipeline_finishes_and_reruns_from_cache(tmp_path,
                                                                              ray_local):
@@ -146,10 +171,26 @@ def test_a_lone_surrogate_through_the_pipeline_finishes_and_reruns_from_cache(tm
     for b in base["backbones"].values():
         b["script"] = "tests.reliability.responders:surrogate_on_q2"
     sweep = SweepConfig.model_validate({"name": "iso-sur", "base": base, "runs": [{}]})
-    (first,) = run_sweep(sweep, tracker=None, progress=lambda m: None)
+    (first,) = run_sweep(sweep, progress=lambda m: None)  # logged to the real sqlite store
     assert first.metrics["n_samples"] == 4 and first.metrics["failed_calls"] == 0
+    # every answer about q2 (its agents' and its coordinator's) holds one lone surrogate
+    rows = pd.read_parquet(first.samples_path)
+    calls = [json.loads(d)["calls"] for d in rows["detail"]]
+    (q2_calls,) = [cs for cs in calls if any(c.get("repaired") for c in cs)]
+    assert len(q2_calls) >= 3 and all(c["repaired"] == 1 for c in q2_calls)
+    assert sorted(rows["n_repaired"]) == [0, 0, 0, len(q2_calls)]
+    assert first.metrics["repaired_surrogates"] == len(q2_calls)
+    run = MlflowClient(tracking_uri=base["tracking"]["uri"]).get_run(first.run_id)
+    assert run.data.metrics["repaired_surrogates"] == len(q2_calls)
+    from df_ray.cli import format_outcome
+
+    closing, failed = format_outcome([first])
+    assert not failed
+    assert (f"{len(q2_calls)} lone UTF-16 surrogate(s) in engine outputs were replaced by "
+            f"U+FFFD before grading (df: {len(q2_calls)})") in closing
     (again,) = run_sweep(sweep, tracker=None, progress=lambda m: None)
     assert again.metrics["fresh_calls"] == 0  # every call came back from the cache
+    assert again.metrics["repaired_surrogates"] == 0  # repaired once, when it was made
 
 
 @pytest.mark.parametrize("spec", [ParseSpec("choice", n_options=4), ParseSpec("math"),
