@@ -178,6 +178,9 @@ class RunConfig(_Strict):
     coordinator: AgentConfig | None = None
     calibration: CalibrationSettings = CalibrationSettings()
     cache_root: str = Field(default_factory=default_cache_root)
+    #: At the end of a run, a cache root holding more than this many parts is compacted
+    #: into one (as ``df-ray cache compact`` does, safe beside running writers); 0: never.
+    cache_compact_parts: int = Field(100, ge=0, le=1_000_000)
     tracking: TrackingSettings = TrackingSettings()
     #: Samples per pipeline batch (one stage call).
     batch_size: int = Field(8, ge=1, le=100_000)
@@ -370,7 +373,7 @@ class RunConfig(_Strict):
         """Stable hash of everything that changes results (not where they are written)."""
         d = self.model_dump(mode="json", exclude={"tracking", "cache_root", "results_dir", "name",
                                                   "batch_size", "concurrency", "sandbox",
-                                                  "max_error_rate"})
+                                                  "max_error_rate", "cache_compact_parts"})
         for a in [*d["agents"], *([d["coordinator"]] if d.get("coordinator") else [])]:
             if not a.get("ignore_eos"):  # a field at its default hashes as before it existed
                 a.pop("ignore_eos", None)

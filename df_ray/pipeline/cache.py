@@ -21,6 +21,8 @@ deletes only the parts it read and verified, so a part written meanwhile stays, 
 that lists the root while it runs finds either the old parts or the merged one. It also
 removes the temporary files of writers that were killed before their rename (as does every
 opening of the cache: those of dead processes on this machine, others after a day).
+A run compacts each of its cache roots at its end when it holds more than the configuration's
+``cache_compact_parts`` parts (``compact_above``): a run adds about two parts per batch.
 """
 
 from __future__ import annotations
@@ -335,6 +337,24 @@ class GenerationCache:
             except OSError:
                 pass
         return n
+
+
+def count_parts(root: str) -> int:
+    """The parts a cache root holds now (listed, not read)."""
+    fs, path = _filesystem(root)
+    sel = pafs.FileSelector(path, recursive=False, allow_not_found=True)
+    return sum(1 for i in fs.get_file_info(sel) if i.type == pafs.FileType.File
+               and i.base_name.startswith("part-") and i.base_name.endswith(".parquet"))
+
+
+def compact_above(root: str, max_parts: int) -> dict[str, int] | None:
+    """Compact ``root`` (:meth:`GenerationCache.compact`) when it holds more than
+    ``max_parts`` parts (0: never); its figures, or None when it was left as it was."""
+    if max_parts <= 0 or count_parts(root) <= max_parts:
+        return None
+    cache = GenerationCache(root)
+    cache.compact()
+    return cache.compaction
 
 
 _TMP_PREFIX = ".tmp-"

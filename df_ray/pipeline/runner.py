@@ -454,6 +454,7 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
                                           + ", ".join(failed))
     finally:
         runner.shutdown()
+    compact_caches(configs, progress)
     return results
 
 
@@ -466,6 +467,31 @@ def method_metric_names(configs: Sequence[RunConfig]) -> list[str]:
     for cfg in configs:
         names.update(dict.fromkeys(method_class(cfg.method).metrics))
     return list(names)
+
+
+def compact_caches(configs: Sequence[RunConfig], say: Callable[[str], None]) -> None:
+    """Compact every cache root of the run that holds more than ``cache_compact_parts`` parts
+    (the smallest non-zero limit of the configurations that share it). A compaction that
+    fails loses nothing and stops nothing: the parts stay as they were."""
+    import pyarrow as pa
+
+    from df_ray.pipeline.cache import compact_above
+
+    limits: dict[str, int] = {}
+    for c in configs:
+        if c.cache_compact_parts:
+            limits[c.cache_root] = min(limits.get(c.cache_root, c.cache_compact_parts),
+                                       c.cache_compact_parts)
+    for root, limit in sorted(limits.items()):
+        try:
+            f = compact_above(root, limit)
+        except (OSError, pa.ArrowException) as e:
+            say(f"cache {root}: not compacted ({type(e).__name__}: {e}); its parts are kept, "
+                "`df-ray cache compact` merges them later")
+            continue
+        if f is not None:
+            say(f"cache {root}: compacted, {f['parts']} parts (more than {limit}) merged into "
+                f"one holding {f['entries']} calls")
 
 
 def pipeline_groups(configs: Sequence[RunConfig], fuse: bool = True) -> list[list[RunConfig]]:

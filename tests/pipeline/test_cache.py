@@ -70,3 +70,57 @@ def test_concurrent_writers_never_corrupt(tmp_path):
     assert kept == 200 and c.compaction["parts"] == 40
     assert len(list(tmp_path.glob("part-*.parquet"))) == 1
     assert len(GenerationCache(str(tmp_path))) == 200
+
+
+def test_compact_above_merges_only_a_root_over_its_limit(tmp_path):
+    from df_ray.pipeline.cache import compact_above, count_parts
+
+    c = GenerationCache(str(tmp_path))
+    for j in range(5):  # one part per write
+        c.put_many([(req(j * 10 + k), Completion(f"t{j * 10 + k}", 1, 1)) for k in range(3)])
+    assert count_parts(str(tmp_path)) == 5
+    assert compact_above(str(tmp_path), 0) is None  # 0: never
+    assert compact_above(str(tmp_path), 5) is None  # not above the limit
+    assert count_parts(str(tmp_path)) == 5
+    figures = compact_above(str(tmp_path), 4)
+    assert figures is not None and figures["parts"] == 5 and figures["entries"] == 15
+    assert count_parts(str(tmp_path)) == 1
+    again = GenerationCache(str(tmp_path))
+    assert len(again) == 15
+    for j in range(5):
+        for k in range(3):
+            assert again.get(req(j * 10 + k).key()).text == f"t{j * 10 + k}"
+
+
+def test_a_run_compacts_its_cache_root_above_cache_compact_parts(tmp_path, ray_local):
+    from df_ray.config import SweepConfig
+    from df_ray.pipeline.cache import count_parts
+    from df_ray.pipeline.runner import run_sweep
+    from tests.helpers import base_config, write_mmlu_goa
+
+    source = write_mmlu_goa(tmp_path / "mmlu.json", 6)
+    base = base_config(tmp_path, source, batch_size=1, concurrency=1)
+    root = base["cache_root"]
+
+    def run(limit: int) -> tuple[object, list[str]]:
+        said: list[str] = []
+        sweep = SweepConfig.model_validate({"name": "compact", "runs": [{}],
+                                            "base": {**base, "cache_compact_parts": limit}})
+        (result,) = run_sweep(sweep, tracker=None, progress=said.append)
+        return result, said
+
+    first, said = run(0)  # never compacted
+    calls = first.metrics["fresh_calls"]
+    parts = count_parts(root)
+    assert calls > 0 and parts > 3, (calls, parts)  # one sample per batch: several parts
+    assert not [m for m in said if "compacted" in m]
+    entries = len(GenerationCache(root))
+    second, said = run(parts - 1)
+    assert second.metrics["fresh_calls"] == 0
+    assert count_parts(root) == 1
+    assert f"cache {root}: compacted, {parts} parts (more than {parts - 1}) merged into one " \
+           f"holding {entries} calls" in said
+    third, said = run(parts - 1)
+    assert third.metrics["fresh_calls"] == 0  # no call lost
+    assert count_parts(root) == 1 and len(GenerationCache(root)) == entries
+    assert not [m for m in said if "compacted" in m]  # one part is not above the limit
