@@ -450,8 +450,11 @@ def main(argv: list[str] | None = None) -> int:
 def environment_failure_text(e: OSError) -> str:
     """One line for an operating-system fault during a run (disk full, permission, ...)."""
     import errno
+    import os
 
-    what = e.strerror or type(e).__name__
+    # the errno's own words: pyarrow's strerror is "Error writing bytes to file. Detail: ..."
+    what = (os.strerror(e.errno) if isinstance(e.errno, int) and e.errno > 0
+            else e.strerror or type(e).__name__)
     where = f" ({e.filename})" if e.filename else ""
     hint = {errno.ENOSPC: "free space on that device (or point results_dir / cache_root "
                           "elsewhere)",

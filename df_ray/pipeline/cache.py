@@ -43,6 +43,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from df_ray.engines.base import ChatRequest, Completion, valid_text
+from df_ray.pipeline.file_errors import naming
 
 SCHEMA = pa.schema([
     ("key", pa.string()),
@@ -247,7 +248,8 @@ class GenerationCache:
         final = f"{self.path}/{name}"
         tmp = f"{self.path}/{_TMP_PREFIX}{_writer_tag()}-{name}"
         try:
-            pq.write_table(table, tmp, filesystem=self.fs, write_page_checksum=True)
+            with naming(tmp):
+                pq.write_table(table, tmp, filesystem=self.fs, write_page_checksum=True)
             self.fs.move(tmp, final)
         except BaseException:
             with contextlib.suppress(OSError):

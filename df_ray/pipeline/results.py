@@ -32,6 +32,7 @@ from df_ray.config import RunConfig
 from df_ray.evaluation.metrics import MetricsAccumulator
 from df_ray.evaluation.scoring import arrow_schema
 from df_ray.methods import method_class
+from df_ray.pipeline.file_errors import naming
 from df_ray.pipeline.rows import METHOD_COLUMNS
 
 #: The generic columns of ``samples.parquet`` (the ``ResultRow`` fields), every method's.
@@ -72,19 +73,22 @@ class ResultsFile:
             table = table.append_column(
                 self.schema.field(name),
                 pa.array([e.get(name) for e in own], type=self.schema.field(name).type))
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.tmp, self.schema, write_page_checksum=True)
-        self.writer.write_table(table)
+        with naming(self.tmp):
+            if self.writer is None:
+                self.writer = pq.ParquetWriter(self.tmp, self.schema, write_page_checksum=True)
+            self.writer.write_table(table)
 
     def close(self) -> None:
         if self.writer is not None:
-            self.writer.close()
+            with naming(self.tmp):
+                self.writer.close()
             self.writer = None
 
     def commit(self) -> Path:
         path = self.dir / "samples.parquet"
         if not self.tmp.exists():  # no sample at all: an empty, well-formed file
-            pq.write_table(self.schema.empty_table(), self.tmp, write_page_checksum=True)
+            with naming(self.tmp):
+                pq.write_table(self.schema.empty_table(), self.tmp, write_page_checksum=True)
         digest = file_sha256(self.tmp)
         side_tmp = self.dir / f".samples-{_writer_tag()}-{uuid.uuid4().hex[:12]}.sha256.tmp"
         side_tmp.write_text(digest + "\n")
