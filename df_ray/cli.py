@@ -434,17 +434,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"df-ray: data error: {e}", file=sys.stderr)
         return 2
     except EngineFailure as e:
+        stop_ray()
         print(engine_failure_text(e, args), file=sys.stderr)
         return 1
     except TrackingStoreError as e:
+        stop_ray()
         print(f"df-ray: tracking error: {e}", file=sys.stderr)
         return e.exit_status
     except CorruptResultsError as e:
+        stop_ray()
         print(f"df-ray: results error: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # the environment failed under a run: disk full, a file vanished
+        stop_ray()
         print(environment_failure_text(e), file=sys.stderr)
         return 1
+
+
+def stop_ray() -> None:
+    """End this process's Ray, if it started one, before a run's closing message: what its
+    workers print as they are torn down then comes before the message, never after it."""
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return
+    try:
+        if ray.is_initialized():
+            ray.shutdown()
+    except Exception:  # the message matters more than a clean teardown
+        pass
 
 
 def environment_failure_text(e: OSError) -> str:

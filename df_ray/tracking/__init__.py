@@ -203,10 +203,20 @@ class Tracker:
             self._sweep_failure = self._sweep_failure or f"{type(e).__name__}: {e}"
             raise
         finally:
-            if self._sweep_failure:
-                self.client.set_tag(self.parent_id, FAILURE_TAG, self._sweep_failure[:5000])
-            self.client.set_terminated(self.parent_id, status=status)
-            self.parent_id = None
+            parent, self.parent_id = self.parent_id, None
+            try:
+                if self._sweep_failure:
+                    self.client.set_tag(parent, FAILURE_TAG, self._sweep_failure[:5000])
+                self.client.set_terminated(parent, status=status)
+            except Exception as e:
+                # the store failed (locked, full): a fault already on its way says what is
+                # kept; the rerun finds and ends this parent run
+                if status == "FINISHED" and not self._sweep_failure and _is_store_fault(e):
+                    raise TrackingStoreError(describe_store_error(
+                        self.uri, e, "ending the sweep's run") + "; every configuration "
+                        "and LLM call is kept: rerun the same command to end it") from None
+                if not _is_store_fault(e):
+                    raise
 
     def mark_sweep_failed(self, reason: str) -> None:
         """End the sweep's run FAILED with ``reason`` (its configurations keep their own)."""
