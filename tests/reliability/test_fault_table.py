@@ -121,7 +121,7 @@ def test_sweep_named_dot_dot_is_refused(tmp_path, base):
               "sweep name")
 
 
-def test_environment_fault_during_a_run_isone_line():
+def test_environment_fault_during_a_run_is_one_line():
     import errno
 
     from df_ray.cli import environment_failure_text
