@@ -27,13 +27,17 @@ os.environ.setdefault("DF_RAY_LEGALBENCH_PROMPTS", "ours")
 
 #: Fixtures that start Ray: a test that uses one is in the slow tier whatever its marks say.
 RAY_FIXTURES = {"ray_local"}
+#: Marks that put a test in the slow tier: ``embedded`` loads a packaged model.
+SLOW_MARKS = {"embedded"}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """``-m "not slow"`` (the fast tier) leaves out every test that starts Ray."""
+    """``-m "not slow"`` (the fast tier) leaves out every test that starts Ray or loads a
+    real model; the others that take long are marked ``slow`` where they are defined."""
     for item in items:
-        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if (RAY_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or SLOW_MARKS & {m.name for m in item.iter_markers()}):
             item.add_marker(pytest.mark.slow)
 
 

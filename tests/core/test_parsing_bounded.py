@@ -37,6 +37,7 @@ def test_main_thread_uses_an_alarm() -> None:
     assert time.monotonic() - t0 < 2
 
 
+@pytest.mark.slow  # waits out a helper process's time limit
 def test_worker_thread_kills_an_overrunning_helper() -> None:
     call_bounded_warm = _in_thread(call_bounded, abs, -3, timeout_s=60)  # starts a helper
     assert call_bounded_warm.get("value") == 3, call_bounded_warm
@@ -52,6 +53,7 @@ def test_worker_thread_propagates_errors() -> None:
     assert isinstance(out.get("error"), ValueError), out
 
 
+@pytest.mark.slow  # waits out math-verify's time limit
 def test_timed_out_math_answer_is_invalid_with_reason(monkeypatch) -> None:
     monkeypatch.setattr(math_kind, "SYMPY_TIMEOUT_S", 1e-4)
     math_kind.math_key.cache_clear()
@@ -75,6 +77,7 @@ def test_timed_out_math_answer_is_invalid_with_reason(monkeypatch) -> None:
     "10^{10^{10}} + x^{99999}",
     "\\sqrt{" * 80 + "2" + "}" * 80,
 ])
+@pytest.mark.slow  # each answer waits out its helper process's time limit
 def test_heavy_answers_are_bounded_off_the_main_thread(answer: str) -> None:
     math_kind.math_key.cache_clear()
     out = _in_thread(parse, f"The final answer is $\\boxed{{{answer}}}$", ParseSpec("math"))
@@ -85,6 +88,7 @@ def test_heavy_answers_are_bounded_off_the_main_thread(answer: str) -> None:
     assert obs.valid or obs.reason
 
 
+@pytest.mark.slow  # helper processes for many threads at once
 def test_many_threads_at_once() -> None:
     answers = [f"\\boxed{{\\frac{{{i}}}{{{i + 1}}} + \\sqrt{{{i}}}}}" for i in range(2, 10)]
     results: list = [None] * len(answers)

@@ -169,6 +169,7 @@ def _math_differential(rows: list[dict], *, confidence_class: bool = False
     return stats, failures
 
 
+@pytest.mark.slow  # the whole MATH reference corpus through math-verify
 def test_math_agrees_with_math_verify() -> None:
     stats, failures = _math_differential(_rows("math.jsonl"))
     _report("math.jsonl (math-verify)", stats)
@@ -181,6 +182,7 @@ def _finqa_sample(r: dict) -> Sample:
                         "table": r["table"]})
 
 
+@pytest.mark.slow  # the whole FinQA reference corpus through the official evaluation
 def test_finqa_agrees_with_the_official_evaluation() -> None:
     task = FinQATask()
     stats: Counter = Counter()

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
+import pytest
+
 from df_ray.engines.base import ChatRequest, Completion, Message, SamplingParams
 from df_ray.pipeline.cache import GenerationCache
 
@@ -50,6 +52,7 @@ def _writer(root: str, start: int) -> None:
                     for k in range(5)])
 
 
+@pytest.mark.slow  # four spawned writer processes
 def test_concurrent_writers_never_corrupt(tmp_path):
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_writer, args=(str(tmp_path), s * 1000)) for s in range(4)]

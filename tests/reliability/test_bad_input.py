@@ -114,6 +114,7 @@ def _chain(obs: list[Observation], coordinator: str | None,
             assert d.final == b.top.answer
 
 
+@pytest.mark.slow  # every hostile output through each chain: tens of seconds per kind
 @pytest.mark.parametrize("kind", sorted(SPECS))
 def test_naughty_outputs_never_break_the_chain(kind):
     spec = SPECS[kind]
@@ -196,6 +197,7 @@ def calibrations(draw, agents):
                        gamma=draw(st.floats(0, 1)), agent_stats=stats)
 
 
+@pytest.mark.slow  # a big hypothesis run (150 examples)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(sorted(SPECS)), texts=st.lists(_TEXTS, max_size=6),
        conf=st.lists(st.one_of(st.none(), _NONFINITE), min_size=6, max_size=6),
@@ -344,6 +346,7 @@ def test_bad_config_exit_code_2(tmp_path, capsys, monkeypatch, no_engines, case,
     assert field in err and "configuration error" in err, err
 
 
+@pytest.mark.slow  # df-ray subprocesses
 def test_cli_exit_codes_in_a_real_process(tmp_path):
     base = base_config(tmp_path, write_mmlu_goa(tmp_path / "m.json", 3))
     base["method_args"] = {"guardrail": {"tau_p": 7}}

@@ -64,6 +64,7 @@ def test_a_rerun_closes_the_running_run_a_kill_during_logging_left(tmp_path, ray
     assert [r.info.status for r in runs.values()].count("RUNNING") == 0
 
 
+@pytest.mark.slow  # three spawned processes, each opening MLflow
 def test_a_fresh_sqlite_store_is_created_once_under_its_lock(tmp_path):
     import multiprocessing as mp
 
@@ -124,6 +125,7 @@ def _claimant(uri: str, sweep_yaml: str, role: str, flags: str) -> None:
                 (flag / "second-result").write_text("finished" if done else "none")
 
 
+@pytest.mark.slow  # two spawned processes, each opening MLflow
 def test_a_second_run_waits_for_the_claim_and_reuses_the_finished_run(tmp_path):
     import multiprocessing as mp
 

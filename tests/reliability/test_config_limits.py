@@ -46,6 +46,7 @@ def test_overlong_integer(tmp_path, capsys):
     assert "integer is too long" in _one_line_error(p, capsys)
 
 
+@pytest.mark.slow  # YAML 5,000 levels deep: tens of seconds under load
 def test_deep_nesting(tmp_path, capsys):
     p = tmp_path / "deep.yaml"
     p.write_text("x: " + "[" * 5000 + "]" * 5000 + "\n")

@@ -33,12 +33,14 @@ def base(tmp_path):
     return base_config(tmp_path, src)
 
 
+@pytest.mark.slow  # a df-ray subprocess
 def test_corrupted_mlflow_db(tmp_path, base):
     (tmp_path / "mlflow.db").write_bytes(b"this is not a database" * 100)
     one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
               "mlflow.db", "not a readable sqlite database", "move")
 
 
+@pytest.mark.slow  # a df-ray subprocess
 def test_mlflow_db_locked_by_another_process_at_start(tmp_path, base):
     db = tmp_path / "mlflow.db"
     con = sqlite3.connect(db, isolation_level=None, timeout=0)
@@ -52,18 +54,21 @@ def test_mlflow_db_locked_by_another_process_at_start(tmp_path, base):
         con.close()
 
 
+@pytest.mark.slow  # a df-ray subprocess
 def test_missing_data_file(tmp_path, base):
     base["source"] = str(tmp_path / "nowhere.json")
     one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
               "nowhere.json", "does not exist")
 
 
+@pytest.mark.slow  # a df-ray subprocess
 def test_unsupported_tracking_uri(tmp_path, base):
     base["tracking"]["uri"] = "nosuch://x"
     one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
               "tracking.uri", "nosuch")
 
 
+@pytest.mark.slow  # a df-ray subprocess
 def test_results_dir_that_cannot_be_written(tmp_path, base):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
@@ -72,6 +77,7 @@ def test_results_dir_that_cannot_be_written(tmp_path, base):
               "results_dir", "not writable")
 
 
+@pytest.mark.slow  # a df-ray subprocess
 @pytest.mark.parametrize("which", ["results_dir", "cache_root"])
 def test_read_only_folder_is_refused_before_ray(tmp_path, base, which):
     """A folder on a read-only mount, which root cannot write either: refused with the
@@ -90,6 +96,7 @@ def test_read_only_folder_is_refused_before_ray(tmp_path, base, which):
     ('{"schema_version": 1, "agents": [', "is not valid JSON"),
     ('{"schema_version": 1, "agents": "a1", "benchmark": "mmlu_pro"}', "field 'agents'"),
 ])
+@pytest.mark.slow  # a df-ray subprocess
 def test_calibration_file_missing_truncated_or_wrong(tmp_path, base, content, says):
     path = tmp_path / "cal.json"
     if content is not None:
@@ -99,6 +106,7 @@ def test_calibration_file_missing_truncated_or_wrong(tmp_path, base, content, sa
     one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2, "cal.json", says)
 
 
+@pytest.mark.slow  # a df-ray subprocess
 @pytest.mark.parametrize("cmd", ["validate", "run"])
 def test_engine_args_typo_is_found_before_ray(tmp_path, base, cmd):
     base["backbones"]["b1"]["engine_args"] = {"latncy_s": 0.1}
@@ -111,11 +119,13 @@ def test_engine_args_typo_is_found_before_ray(tmp_path, base, cmd):
     (lambda b: b.update(name="bad\x00name"), "name"),
     (lambda b: b.update(name="a/b"), "path separator"),
 ])
+@pytest.mark.slow  # a df-ray subprocess
 def test_counts_and_names_are_refused_by_validate(tmp_path, base, edit, says):
     edit(base)
     one_line(_cli("validate", "--config", str(_write(tmp_path, base))), 2, says)
 
 
+@pytest.mark.slow  # a df-ray subprocess
 def test_sweep_named_dot_dot_is_refused(tmp_path, base):
     one_line(_cli("validate", "--config", str(_write(tmp_path, base, name=".."))), 2,
               "sweep name")

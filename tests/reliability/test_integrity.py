@@ -143,6 +143,7 @@ def test_temporary_parts_of_dead_writers_are_removed_and_only_theirs(tmp_path):
     assert not stale.exists() and alive.exists()
 
 
+@pytest.mark.slow  # a df-ray subprocess
 def test_cli_cache_compact_says_what_it_did(tmp_path):
     fill(tmp_path, n=6, parts=2)
     out = subprocess.run([sys.executable, "-m", "df_ray.cli", "cache", "compact", str(tmp_path)],

@@ -119,6 +119,7 @@ def _cfg(tmp_path: Path, **over) -> RunConfig:
     return RunConfig.model_validate({**base_config(tmp_path, tmp_path / "unused.json"), **over})
 
 
+@pytest.mark.slow  # the runner's whole configuration path, three times: minutes under load
 def test_same_name_different_settings_write_different_folders(tmp_path, monkeypatch):
     monkeypatch.setattr(Runner, "_stream_batches", _fake_stream())
     a = _cfg(tmp_path)
@@ -133,6 +134,7 @@ def test_same_name_different_settings_write_different_folders(tmp_path, monkeypa
     assert Path(runner.run(same_as_a, _samples()).samples_path) == pa_
 
 
+@pytest.mark.slow  # two runners' whole configuration paths at once: minutes under load
 def test_concurrent_identical_runs_into_one_results_dir(tmp_path, monkeypatch):
     barrier = threading.Barrier(2)
     monkeypatch.setattr(Runner, "_stream_batches", _fake_stream(barrier))
