@@ -357,9 +357,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             c.build_method()
         except MethodArgsError as e:
             raise ConfigError(f"{c.name}: {e}") from None
-    from df_ray.engines.args import check_configs
+    from df_ray.config import check_engine_args_of
 
-    check_configs(configs)  # engine_args against each engine's own parameters
+    check_engine_args_of(configs)  # engine_args against each engine's own parameters
     print(f"{args.config or demo_config_path()}: valid, {len(configs)} configuration(s)")
     for c in configs:
         print(f"  {c.name}: {c.method} on {c.benchmark} ({c.fingerprint()})")

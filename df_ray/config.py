@@ -624,3 +624,20 @@ def load_config(path: str | Path) -> SweepConfig:
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
     return sweep
+
+
+def check_engine_args_of(configs) -> None:
+    """Every backbone's ``engine_args`` in these RunConfigs; raises ConfigError naming the
+    configuration, the backbone and the argument."""
+    from df_ray.engines.args import check_engine_args
+
+    seen: set[str] = set()
+    for cfg in configs:
+        for name, spec in cfg.backbones.items():
+            key = f"{name}:{spec.model_dump_json()}"
+            if key in seen:
+                continue
+            seen.add(key)
+            problem = check_engine_args(name, spec)
+            if problem:
+                raise ConfigError(f"{cfg.name}: {problem}")

@@ -11,24 +11,8 @@ backbone takes no engine arguments from the job.
 from __future__ import annotations
 
 import difflib
-import inspect
-from collections.abc import Callable
 
 from df_ray.engines.spec import spec_class
-
-
-def signature_params(fn: Callable) -> set[str] | None:
-    """The keyword parameters of ``fn``; None when it takes any (``**kwargs``) or has no
-    signature to read."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
-        return None  # takes anything
-    return {n for n, p in sig.parameters.items()
-            if n != "self" and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                          inspect.Parameter.KEYWORD_ONLY)}
 
 
 def accepted_engine_args(kind: str) -> set[str] | None:
@@ -60,19 +44,3 @@ def check_engine_args(backbone: str, spec) -> str | None:
     return (f"backbones.{backbone}.engine_args: unknown argument(s) for engine kind "
             f"{spec.kind!r}: {', '.join(hints)}")
 
-
-def check_configs(configs) -> None:
-    """Every backbone's ``engine_args`` in these RunConfigs; raises ConfigError naming the
-    configuration, the backbone and the argument."""
-    from df_ray.config import ConfigError
-
-    seen: set[str] = set()
-    for cfg in configs:
-        for name, spec in cfg.backbones.items():
-            key = f"{name}:{spec.model_dump_json()}"
-            if key in seen:
-                continue
-            seen.add(key)
-            problem = check_engine_args(name, spec)
-            if problem:
-                raise ConfigError(f"{cfg.name}: {problem}")

@@ -228,7 +228,7 @@ class LlamaCppSpec(EngineSpec):
             return None
         from llama_cpp import Llama
 
-        from df_ray.engines.args import signature_params
+        from df_ray.engines.spec import signature_params
 
         names = signature_params(Llama.__init__)
         return None if names is None else (names - {"model_path"}) | OWN_ENGINE_ARGS

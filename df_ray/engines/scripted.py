@@ -196,7 +196,7 @@ class ScriptedSpec(EngineSpec):
     @classmethod
     def accepted_engine_args(cls) -> set[str] | None:
         """The engine's constructor parameters, but the two the spec gives."""
-        from df_ray.engines.args import signature_params
+        from df_ray.engines.spec import signature_params
 
         names = signature_params(ScriptedEngine.__init__)
         return None if names is None else names - {"model", "responder"}

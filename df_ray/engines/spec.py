@@ -12,7 +12,8 @@ union on ``kind``, open to kinds registered at run time), and
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+import inspect
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -230,3 +231,17 @@ class EngineSpec(BaseModel):
         failures are policed changes no result), over :data:`FLAT_SPEC_DEFAULTS`."""
         own = self.model_dump(mode="json", exclude={"max_restarts", "restart_window_s"})
         return {**FLAT_SPEC_DEFAULTS, **own}
+
+
+def signature_params(fn: Callable) -> set[str] | None:
+    """The keyword parameters of ``fn``; None when it takes any (``**kwargs``) or has no
+    signature to read."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return None  # takes anything
+    return {n for n, p in sig.parameters.items()
+            if n != "self" and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                          inspect.Parameter.KEYWORD_ONLY)}

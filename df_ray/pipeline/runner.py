@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from df_ray.config import ConfigError, RunConfig, SweepConfig
+from df_ray.config import ConfigError, RunConfig, SweepConfig, check_engine_args_of
 from df_ray.core import Calibration
 from df_ray.evaluation.calibration_files import check_calibration, fit_and_save, resolve_calibration
 from df_ray.evaluation.context import (
@@ -183,9 +183,7 @@ def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
     """Everything that can fail without an engine fails here: data, calibration files,
     methods, engine arguments, the results and cache folders."""
     loaded: dict[tuple, list[Sample]] = {}
-    from df_ray.engines.args import check_configs
-
-    check_configs(configs)
+    check_engine_args_of(configs)
     for d in sorted({c.results_dir for c in configs}):
         check_writable(d, "results_dir")
     for d in sorted({c.cache_root for c in configs}):

@@ -47,6 +47,7 @@ DEFERRED_LOOPS: set[tuple[str, str]] = {
     ("df_ray.engines.spec", "df_ray.engines.openai_http"),
     ("df_ray.engines.spec", "df_ray.engines.vllm"),
     ("df_ray.engines.spec", "df_ray.engines.simulated"),
+    ("df_ray.engines.spec", "df_ray.engines.scripted"),
     ("df_ray.engines.spec", "df_ray.serving.engine"),
     # the pool providers too (the serving layer's client)
     ("df_ray.engines.spec", "df_ray.serving.client")}
