@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import time
 import urllib.error
@@ -122,6 +123,9 @@ class Tracker:
         import mlflow
         from mlflow.tracking import MlflowClient
 
+        # MLflow's sqlite store logs every database error with its traceback before raising
+        # it; df_ray reports a store fault itself, in one line (describe_store_error)
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
         check_reachable(uri)
         check_store_uri(uri)
         self.uri = uri

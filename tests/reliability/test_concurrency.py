@@ -153,3 +153,25 @@ def test_a_second_run_waits_for_the_claim_and_reuses_the_finished_run(tmp_path):
     parents = MlflowClient(tracking_uri=uri).search_runs(
         [runs[0].info.experiment_id], filter_string="tags.`df_ray.kind` = 'sweep'")
     assert len(parents) == 1  # both runs shared the sweep's parent run
+
+
+def test_a_locked_store_logs_no_traceback_of_mlflow_s_own(tmp_path, capfd):
+    """Progress logged while another process holds the store's lock fails quietly (the run
+    reports a store fault in one line): MLflow's own error log with its traceback stays out."""
+    import sqlite3
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracker = Tracker(uri, "quiet")
+    run = tracker.client.create_run(tracker.experiment_id)
+    tracker.parent_id = run.info.run_id
+    capfd.readouterr()
+    con = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None, timeout=0)
+    con.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(Exception, match="locked"):
+            tracker.log_progress({"progress.done": 1.0}, 0)
+    finally:
+        con.execute("ROLLBACK")
+        con.close()
+    out = capfd.readouterr()
+    assert "Traceback" not in out.out + out.err, out.err
