@@ -212,6 +212,7 @@ def test_no_capabilities_and_an_unprivileged_uid():
     assert res.stdout.strip().splitlines()[-1] != "0"
 
 
+@pytest.mark.slow  # a fork bomb and its neighbours: over a minute under load
 def test_fork_bomb_is_bounded_per_sandbox_and_neighbours_still_run():
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     threads = ("import threading\nts = [threading.Thread(target=lambda: None) for _ in range(30)]\n"

@@ -30,6 +30,7 @@ def _grade(row: dict, body: str):
                      prelude=row["prompt"], timeout_s=30)
 
 
+@pytest.mark.slow  # every canonical solution in the sandbox: minutes
 def test_canonical_solutions_pass_and_wrong_ones_fail():
     rows = _problems()
     assert len(rows) == 164

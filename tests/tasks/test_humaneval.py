@@ -29,6 +29,7 @@ def test_packaged_copy_has_164_problems_and_a_disjoint_split():
     assert [s.id for s in task.load("test", limit=5)] == [s.id for s in test[:5]]
 
 
+@pytest.mark.slow  # every canonical solution in the sandbox: minutes
 def test_every_canonical_solution_passes_and_a_wrong_body_fails(problems):
     assert len(problems) == 164
     task = HumanEvalTask(timeout_s=20)
