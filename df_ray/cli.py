@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import math
 import sys
@@ -370,6 +371,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # a Ray already up in this process is its caller's (a notebook's, a test's): left running
+    loaded = sys.modules.get("ray")
+    ray_was_up = bool(loaded is not None and loaded.is_initialized())
     p = argparse.ArgumentParser(prog="df-ray", description="DarkForest on Ray")
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run a configuration or sweep (default: the embedded demo)")
@@ -434,34 +438,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"df-ray: data error: {e}", file=sys.stderr)
         return 2
     except EngineFailure as e:
-        stop_ray()
+        stop_ray(ray_was_up)
         print(engine_failure_text(e, args), file=sys.stderr)
         return 1
     except TrackingStoreError as e:
-        stop_ray()
+        stop_ray(ray_was_up)
         print(f"df-ray: tracking error: {e}", file=sys.stderr)
         return e.exit_status
     except CorruptResultsError as e:
-        stop_ray()
+        stop_ray(ray_was_up)
         print(f"df-ray: results error: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # the environment failed under a run: disk full, a file vanished
-        stop_ray()
+        stop_ray(ray_was_up)
         print(environment_failure_text(e), file=sys.stderr)
         return 1
 
 
-def stop_ray() -> None:
-    """End this process's Ray, if it started one, before a run's closing message: what its
-    workers print as they are torn down then comes before the message, never after it."""
+def stop_ray(ray_was_up: bool) -> None:
+    """End the Ray this run started (never one its caller had started) before a run's
+    closing message: what its workers print as they are torn down then comes before the
+    message, never after it."""
     ray = sys.modules.get("ray")
-    if ray is None:
+    if ray_was_up or ray is None:
         return
-    try:
+    with contextlib.suppress(Exception):  # the message matters more than a clean teardown
         if ray.is_initialized():
             ray.shutdown()
-    except Exception:  # the message matters more than a clean teardown
-        pass
 
 
 def environment_failure_text(e: OSError) -> str:
