@@ -57,8 +57,8 @@ class CallCache(Protocol):
 
 class _AnswerSink:
     """Writes a round's answers to the cache as they arrive, a part at most every
-    ``FLUSH_S`` seconds (and the rest when the round ends). Answers are repaired to valid
-    UTF-8 first, as the driver's own loop repairs them."""
+    ``FLUSH_S`` seconds (and the rest when the round ends). The cache makes their texts
+    valid UTF-8 itself (``GenerationCache.put_many``)."""
 
     FLUSH_S = 30.0
 
@@ -68,7 +68,7 @@ class _AnswerSink:
         self.last = time.monotonic()
 
     def add(self, i: int, completion: Completion) -> None:
-        self.pending.append((self.requests[i], repair_completion(completion)[0]))
+        self.pending.append((self.requests[i], completion))
         if time.monotonic() - self.last >= self.FLUSH_S:
             self.flush()
 
