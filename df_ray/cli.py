@@ -175,6 +175,7 @@ def _percent(v: float | None) -> str:
 
 def format_answers(results, max_samples: int = 5, max_configs: int = 3) -> str:
     """What the agents answered, sample by sample, for small runs (the demo)."""
+    from df_ray.methods import method_class
     from df_ray.pipeline.outcome import agent_answers
 
     parts = []
@@ -182,39 +183,15 @@ def format_answers(results, max_samples: int = 5, max_configs: int = 3) -> str:
              and r.metrics.get("n_samples", 0) <= max_samples][:max_configs]
     for r in shown:
         lines = [f"{r.config.name}: what the agents answered"]
-        for s in agent_answers(r.samples_path, limit=max_samples):
+        method = method_class(r.config.method)
+        for s in agent_answers(r.samples_path, limit=max_samples, method=method):
             verdict = "right" if s["correct"] else "wrong"
             lines.append(f"  {s['sample_id']}: final {s['final']!r} ({verdict})")
             for agent, ans in s["answers"].items():
                 lines.append(f"    {agent}: {ans}")
-            if s.get("decision"):
-                lines += ["    " + ln for ln in _decision_lines(s["decision"])]
+            lines += ["    " + ln for ln in s["explanation"]]
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
-
-
-def _decision_lines(d: dict) -> list[str]:
-    """The belief's candidates and what the guardrail and the coordinator decided."""
-    cands = "; ".join(
-        f"{'+'.join(c['support'])} P={c['posterior']:.2f} ({'right' if c['right'] else 'wrong'})"
-        for c in sorted(d["candidates"], key=lambda c: -c["posterior"]))
-    margin = d.get("margin")
-    lines = [f"belief: {cands or 'no valid candidate'}"
-             + (f"; margin {margin:.2f}" if isinstance(margin, int | float) else "")]
-    if d["trusted"]:
-        guard = "guardrail: top candidate trusted, it is the answer"
-    else:
-        guard = "guardrail: not trusted, the coordinator decides"
-    if d["coordinator_called"]:
-        verdict = {True: "right", False: "wrong"}.get(d["coordinator_correct"], "-")
-        coord = f"coordinator chose {d['coordinator_chose']} ({verdict})"
-        if d["overruled"]:
-            coord += ", OVERRULED by the guardrail"
-        elif d["trusted"]:
-            coord += ", agreeing with the guardrail"
-    else:
-        coord = "coordinator not called"
-    return [*lines, guard, coord]
 
 
 def format_outcome(results) -> tuple[str, bool]:

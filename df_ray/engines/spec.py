@@ -35,12 +35,6 @@ ENGINE_KINDS: dict[str, str] = {
     "serve": "df_ray.serving.engine:ServedEngine",
 }
 
-#: Engine kinds whose backbones are served from outside the job (kind -> module). When a
-#: job has such a backbone, the module's ``make_pool(backbones)`` and ``make_client(handles,
-#: specs, retries)`` build its engine pool and its stages' clients (job-owned engines for the
-#: other backbones, through `df_ray.pipeline.engine_pool`). The shared service plugs in here.
-POOL_PROVIDERS: dict[str, str] = {"serve": "df_ray.serving.client"}
-
 EngineKind = str
 
 #: The largest batch handed to an engine that answers whole batches, by default.
@@ -117,6 +111,11 @@ class EngineSpec(BaseModel):
     #: Deployed by ``df-ray serve`` through ``ray.serve.llm`` (an OpenAI-compatible vLLM
     #: app, from the spec's ``engine_kwargs()``) instead of df_ray's own EngineServer.
     serve_llm: ClassVar[bool] = False
+    #: The module that builds the engine pool and the stages' clients of a job with a
+    #: backbone of this kind (its ``make_pool(backbones)`` and ``make_client(handles, specs,
+    #: retries)``), for kinds served from outside the job; None: the job's own
+    #: `df_ray.pipeline.engine_pool`. The shared service plugs in here.
+    pool_provider: ClassVar[str | None] = None
 
     kind: EngineKind
     #: HF id (vllm/openai), a served model name (openai), a known embedded name, or any label

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from types import UnionType
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
@@ -292,6 +292,13 @@ class Method(ABC):
     #: The method's own metrics over its rows (name -> RowMean), logged beside the generic
     #: ones (df_ray.methods.result_columns).
     metrics: ClassVar[dict[str, RowMean]] = {}
+
+    @classmethod
+    def explain(cls, row: Mapping[str, Any], detail: Mapping[str, Any]) -> list[str]:
+        """Lines that say how the method reached one sample's answer, for the table of
+        answers a small run prints (``row``: the sample's result columns, the method's own
+        included; ``detail``: its parsed ``detail``). None by default."""
+        return []
 
     def __init__(self, args: MethodArgs | dict[str, Any] | None = None, **kwargs: Any) -> None:
         if args is not None and kwargs:

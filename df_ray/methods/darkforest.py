@@ -42,6 +42,7 @@ from df_ray.core import (
 )
 from df_ray.core.disclosure import POLICIES
 from df_ray.core.types import Belief, Observation
+from df_ray.methods import darkforest_explain
 from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.prompt_templates import coordinator_prompt
 from df_ray.methods.result_columns import RowMean
@@ -135,6 +136,10 @@ class DarkForest(Method):
         "coordinator_call_rate": RowMean("coordinator_called"),
         "coordinator_agreement": RowMean("coordinator_agrees", among="coordinator_agrees"),
     }
+
+    @classmethod
+    def explain(cls, row: Mapping[str, Any], detail: Mapping[str, Any]) -> list[str]:
+        return darkforest_explain.explain(row, detail)
 
     @property
     def rounds(self) -> int:

@@ -263,12 +263,10 @@ class EnginePool:
 
 def _provider(specs: Mapping[str, EngineSpec]):
     """The module that builds pools and clients for a job with backbones served from outside
-    it (``POOL_PROVIDERS``), or None."""
+    it (their spec class's ``pool_provider``), or None."""
     import importlib
 
-    from df_ray.engines.spec import POOL_PROVIDERS
-
-    mods = sorted({POOL_PROVIDERS[s.kind] for s in specs.values() if s.kind in POOL_PROVIDERS})
+    mods = sorted({s.pool_provider for s in specs.values() if s.pool_provider})
     if len(mods) > 1:
         raise ValueError(f"backbones served by several providers at once: {mods}")
     return importlib.import_module(mods[0]) if mods else None

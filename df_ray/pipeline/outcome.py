@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from df_ray.config import RunConfig
+from df_ray.methods.base import Method
 from df_ray.pipeline.results import CorruptResultsError, read_results
 
 
@@ -44,20 +45,15 @@ def judge(cfg: RunConfig, metrics: dict[str, float], errors: Sequence[str] = ())
     return reason
 
 
-#: Result columns of DarkForest's decision, read when a results file has them.
-_DECISION_COLUMNS = ("decision_source", "trusted", "overridden", "coordinator_called",
-                     "coordinator_answer", "coordinator_correct", "top_answer")
-
-
-def agent_answers(samples_path: str, limit: int = 5) -> list[dict[str, Any]]:
+def agent_answers(samples_path: str, limit: int = 5,
+                  method: type[Method] | None = None) -> list[dict[str, Any]]:
     """What each agent answered on the first ``limit`` samples: the parsed answer of every
-    observation (or why there is none), the final answer and whether it was right; for a
-    method with a belief, its candidates (who supports each, posterior), whether the guardrail
-    trusted the top one, what the coordinator answered and whether it was overruled."""
+    observation (or why there is none), the final answer and whether it was right, and, when
+    ``method`` is given, the lines in which it explains its decision (``Method.explain``)."""
     try:
         names = set(pq.read_schema(samples_path).names)
-        cols = ["sample_id", "correct", "final_answer", "detail",
-                *(c for c in _DECISION_COLUMNS if c in names)]
+        own = [c for c in (method.result_columns if method else ()) if c in names]
+        cols = ["sample_id", "correct", "final_answer", "detail", *own]
         table = read_results(samples_path, columns=cols)
     except (OSError, ValueError, CorruptResultsError):
         return []
@@ -78,40 +74,10 @@ def agent_answers(samples_path: str, limit: int = 5) -> list[dict[str, Any]]:
                 answers[agent] = "(no answer found in: " + _short(o.get("raw") or "", 40) + ")"
         for agent, err in errors.items():
             answers.setdefault(agent, f"(call failed: {err[:60]})")
-        item = {"sample_id": row["sample_id"], "answers": answers,
-                "final": _short(row["final_answer"] or "-"), "correct": row["correct"]}
-        belief = (d.get("extra") or {}).get("belief")
-        if belief:
-            item["decision"] = _decision(row, belief, d)
-        out.append(item)
+        out.append({"sample_id": row["sample_id"], "answers": answers,
+                    "final": _short(row["final_answer"] or "-"), "correct": row["correct"],
+                    "explanation": method.explain(row, d) if method else []})
     return out
-
-
-def _decision(row: dict[str, Any], belief: dict[str, Any], detail: dict[str, Any]) -> dict:
-    """A belief's candidates and what the guardrail and the coordinator made of them."""
-    right = detail.get("agent_correct", {})
-    candidates = []
-    for c in belief.get("clusters", []):
-        support = list(c.get("support") or [])
-        candidates.append({"support": support, "posterior": float(c.get("posterior", 0.0)),
-                           "right": any(right.get(a) for a in support),
-                           "answer": c.get("answer")})
-    by_answer = {c["answer"]: c for c in candidates}
-    coord = row.get("coordinator_answer")
-    called = bool(row.get("coordinator_called"))
-    if not called:
-        chose = None
-    elif coord is None:
-        chose = "no valid answer"
-    elif coord in by_answer:
-        chose = "the candidate of " + ", ".join(by_answer[coord]["support"])
-    else:
-        chose = "an answer of its own"
-    return {"candidates": candidates, "margin": belief.get("margin"),
-            "top": belief.get("top"), "trusted": bool(row.get("trusted")),
-            "source": row.get("decision_source"), "coordinator_called": called,
-            "coordinator_chose": chose, "coordinator_correct": row.get("coordinator_correct"),
-            "overruled": bool(row.get("overridden"))}
 
 
 def _short(text: str, n: int = 60) -> str:

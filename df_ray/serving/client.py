@@ -146,15 +146,15 @@ class ServingPool:
 
 def make_pool(backbones: Mapping[str, EngineSpec]):
     """The engine pool of a job with served backbones (`df_ray.pipeline.engine_pool.make_pool`
-    calls it through ``POOL_PROVIDERS``)."""
+    calls it through ``ServeSpec.pool_provider``)."""
     return ServingPool(backbones)
 
 
 def make_client(handles: Mapping[str, list[Any]], specs: Mapping[str, EngineSpec],
                 retries: int = 2):
     """The client a stage holds (`df_ray.pipeline.engine_pool.make_client` calls it through
-    ``POOL_PROVIDERS``): `EngineClient` for job-owned engines only, else a client that sends
-    served backbones' requests through their DeploymentHandles."""
+    ``ServeSpec.pool_provider``): `EngineClient` for job-owned engines only, else a client
+    that sends served backbones' requests through their DeploymentHandles."""
     from df_ray.pipeline.engine_pool import EngineClient
 
     if not any(is_served(h) for h in handles.values()):

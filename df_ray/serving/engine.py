@@ -22,6 +22,7 @@ class ServeSpec(EngineSpec):
     CPUs, so a job reserves nothing for it and passes it no engine arguments."""
 
     served = True
+    pool_provider = "df_ray.serving.client"
 
     #: The Ray Serve application of the backbone (None: the backbone's own name in the
     #: config).

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from df_ray.cli import _decision_lines
 from df_ray.engines.scripted import ScriptedEngine
 from df_ray.evaluation import Driver, Member, arrow_schema
 from df_ray.methods.darkforest import DarkForest
@@ -28,10 +27,10 @@ def test_the_guardrail_overruling_the_coordinator_is_shown(tmp_path):
     # (2 of 3 agents, posterior 2/3 >= 0.66, margin 1/3 >= 0.30) and overrules it.
     script = Script({("a1", "independent"): answer("B"), ("a2", "independent"): answer("B"),
                      ("a3", "independent"): answer("C"), ("coord", "coordinator"): answer("C")})
-    (s,) = agent_answers(results_file(tmp_path, script, [make_sample("q1")]))
+    (s,) = agent_answers(results_file(tmp_path, script, [make_sample("q1")]), method=DarkForest)
     assert s["correct"] and s["final"] == "B"
     assert s["answers"] == {"a1": "B (right)", "a2": "B (right)", "a3": "C (wrong)"}
-    lines = _decision_lines(s["decision"])
+    lines = s["explanation"]
     assert lines == [
         "belief: a1+a2 P=0.67 (right); a3 P=0.33 (wrong); margin 0.33",
         "guardrail: top candidate trusted, it is the answer",
@@ -42,8 +41,34 @@ def test_the_guardrail_overruling_the_coordinator_is_shown(tmp_path):
 def test_an_untrusted_belief_leaves_the_decision_to_the_coordinator(tmp_path):
     script = Script({("a1", "independent"): answer("B"), ("a2", "independent"): answer("C"),
                      ("a3", "independent"): answer("D"), ("coord", "coordinator"): answer("A")})
-    (s,) = agent_answers(results_file(tmp_path, script, [make_sample("q1")]))
+    (s,) = agent_answers(results_file(tmp_path, script, [make_sample("q1")]), method=DarkForest)
     assert not s["correct"] and s["final"] == "A"
-    lines = _decision_lines(s["decision"])
+    lines = s["explanation"]
     assert lines[1] == "guardrail: not trusted, the coordinator decides"
     assert lines[2] == "coordinator chose an answer of its own (wrong)"
+
+
+def test_a_method_without_an_explanation_prints_only_the_answers(tmp_path):
+    script = Script({("a1", "independent"): answer("B"), ("a2", "independent"): answer("B"),
+                     ("a3", "independent"): answer("C"), ("coord", "coordinator"): answer("C")})
+    path = results_file(tmp_path, script, [make_sample("q1")])
+    (s,) = agent_answers(path, method=None)
+    assert s["explanation"] == [] and s["answers"]["a3"] == "C (wrong)"
+
+
+def test_the_printed_table_has_the_methods_own_explanation(tmp_path):
+    from types import SimpleNamespace
+
+    from df_ray.cli import format_answers
+    script = Script({("a1", "independent"): answer("B"), ("a2", "independent"): answer("B"),
+                     ("a3", "independent"): answer("C"), ("coord", "coordinator"): answer("C")})
+    path = results_file(tmp_path, script, [make_sample("q1")])
+    run = SimpleNamespace(samples_path=path, skipped=False, metrics={"n_samples": 1},
+                          config=SimpleNamespace(name="df", method="darkforest"))
+    text = format_answers([run])
+    assert "df: what the agents answered" in text
+    assert "    a3: C (wrong)" in text
+    assert "OVERRULED by the guardrail" in text
+    single = SimpleNamespace(samples_path=path, skipped=False, metrics={"n_samples": 1},
+                             config=SimpleNamespace(name="one", method="single"))
+    assert "guardrail" not in format_answers([single])
