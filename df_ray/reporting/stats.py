@@ -1,6 +1,9 @@
 """Statistics for comparing configurations on the same samples.
 
-- :func:`bootstrap_ci`: 95% percentile bootstrap interval of an accuracy.
+- :func:`bootstrap_ci`: 95% percentile bootstrap interval of an accuracy. For 0/1 outcomes
+  the bootstrap distribution of the mean is exactly Binomial(n, k/n) / n, so the interval is
+  its quantiles, with no resampling: it depends only on k and n, never on the order in
+  which a run's samples finished or on a seed.
 - :func:`mcnemar`: exact McNemar test of two configurations' per-sample outcomes: under the null
   the discordant pairs split 50/50, so the p-value is a two-sided binomial test of
   ``b = #(a right, b wrong)`` out of ``b + c`` discordant pairs (``scipy.stats.binomtest``).
@@ -25,11 +28,24 @@ def _as_bool(x) -> np.ndarray:
 
 def bootstrap_ci(correct, n_boot: int = 2000, seed: int = 0,
                  level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval (default 95%) of the mean of a 0/1 array."""
+    """Percentile bootstrap interval (default 95%) of the mean of ``correct``.
+
+    0/1 outcomes get the exact interval (the quantiles of Binomial(n, mean) / n: the limit
+    of ``n_boot`` resamples, independent of order and seed). Other values are resampled
+    ``n_boot`` times with ``seed``, in sorted order, so the interval depends only on the
+    values and not on the order they come in."""
     x = np.asarray(correct, dtype=float).reshape(-1)
     n = len(x)
     if n == 0:
         return (float("nan"), float("nan"))
+    alpha = (1 - level) / 2
+    if np.all((x == 0) | (x == 1)):
+        from scipy.stats import binom
+
+        k = int(x.sum())
+        lo, hi = binom.ppf([alpha, 1 - alpha], n, k / n) / n
+        return (float(lo), float(hi))
+    x = np.sort(x)
     rng = np.random.default_rng(seed)
     means = np.empty(n_boot)
     step = max(1, 2_000_000 // max(n, 1))  # bound memory: resample in chunks
@@ -37,7 +53,6 @@ def bootstrap_ci(correct, n_boot: int = 2000, seed: int = 0,
         stop = min(n_boot, start + step)
         idx = rng.integers(0, n, size=(stop - start, n))
         means[start:stop] = x[idx].mean(axis=1)
-    alpha = (1 - level) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
     return (float(lo), float(hi))
 
@@ -84,13 +99,15 @@ class PairedBootstrap(NamedTuple):
 
 def paired_bootstrap(a, b, n_boot: int = 2000, seed: int = 0,
                      level: float = 0.95) -> PairedBootstrap:
-    """Paired bootstrap of the accuracy difference a - b over matched samples."""
+    """Paired bootstrap of the accuracy difference a - b over matched samples (the
+    per-sample differences are resampled in sorted order, so the result depends on the
+    pairs, not on the order in which they come)."""
     a, b = paired(a, b)
     n = len(a)
     if n == 0:
         nan = float("nan")
         return PairedBootstrap(nan, nan, nan, nan, 0)
-    d = a.astype(float) - b.astype(float)
+    d = np.sort(a.astype(float) - b.astype(float))
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(n_boot, n))
     diffs = d[idx].mean(axis=1)

@@ -43,6 +43,19 @@ def test_bootstrap_ci():
     assert 0.58 < lo < 0.64 and 0.76 < hi < 0.82
     assert bootstrap_ci(x) == bootstrap_ci(x)  # seeded: reproducible
     assert bootstrap_ci(np.ones(5)) == (1.0, 1.0)
+    # the same outcomes in another order (another finishing order of the samples), and with
+    # another seed: the same interval
+    rng = np.random.default_rng(3)
+    assert bootstrap_ci(rng.permutation(x), seed=7) == bootstrap_ci(x)
+    # the exact interval is the resampled one's limit
+    idx = np.random.default_rng(0).integers(0, 100, size=(20000, 100))
+    q = np.quantile(x[idx].mean(axis=1), [0.025, 0.975])
+    assert abs(lo - q[0]) <= 0.011 and abs(hi - q[1]) <= 0.011
+    # 29 of 50 (a run of this size): 58% [44, 72]
+    assert bootstrap_ci([1] * 29 + [0] * 21) == (0.44, 0.72)
+    # values that are not 0/1 are resampled, in an order-independent way
+    y = np.linspace(0, 1, 40)
+    assert bootstrap_ci(y[::-1], seed=1) == bootstrap_ci(y, seed=1)
     lo, hi = bootstrap_ci([])
     assert np.isnan(lo) and np.isnan(hi)
 
