@@ -36,6 +36,7 @@ import gc
 import importlib.util
 import itertools
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -48,6 +49,8 @@ from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion
 from df_ray.engines.spec import EngineSpec
 
 CONTEXT_LENGTH_ERROR = "context_length_exceeded"
+#: Rendered prompts whose token ids an engine keeps (least recently used dropped first).
+PROMPT_IDS_CACHED = 4096
 
 #: Sequences vLLM schedules at once when nothing says otherwise (its default off H100/H200).
 VLLM_DEFAULT_SEQS = 256
@@ -151,6 +154,10 @@ class VLLMEngine:
             self.close()
             raise ValueError(f"{spec.model} has no chat template; use prompt_format: completion")
         self.prompt_format = fmt
+        #: Token ids of recently rendered prompts (messages -> ids): the agents of a sample,
+        #: Self-Consistency's samples and retries ask with the same messages, and rendering
+        #: plus tokenizing a prompt was the largest cost of the replica's front end.
+        self._ids: OrderedDict[tuple, tuple[int, ...]] = OrderedDict()
 
     @staticmethod
     def _build(args: Any) -> Any:
@@ -221,7 +228,19 @@ class VLLMEngine:
         return self._on_loop(lambda: len(self._prompt_ids(request)))
 
     def _prompt_ids(self, request: ChatRequest) -> list[int]:
-        """The rendered prompt's token ids (on the loop thread)."""
+        """The rendered prompt's token ids (on the loop thread), from the recent prompts'
+        cache when the same messages were rendered before."""
+        ids = self._ids.get(request.messages)
+        if ids is not None:
+            self._ids.move_to_end(request.messages)
+            return list(ids)
+        ids = tuple(self._render_ids(request))
+        self._ids[request.messages] = ids
+        if len(self._ids) > PROMPT_IDS_CACHED:
+            self._ids.popitem(last=False)
+        return list(ids)
+
+    def _render_ids(self, request: ChatRequest) -> list[int]:
         if self.prompt_format == "chat":
             # As vLLM's chat path does: render the template to text, then encode it without
             # adding special tokens again (the template writes them).

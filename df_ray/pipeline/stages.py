@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
 from typing import Any
 
 from df_ray.config import RunConfig
@@ -29,6 +30,7 @@ REFRESH_INTERVAL_S = 5.0
 
 # Off the main thread math-verify runs without its signal-based timeouts (df_ray bounds the
 # input instead) and warns about it on every call; in stage actors that is noise.
+log = logging.getLogger(__name__)
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
@@ -40,6 +42,16 @@ def token_counter(cfg: RunConfig, client: EngineClient):
         return client.count_tokens(cfg.agent(agent_id).backbone, [text])[0]
 
     return count
+
+
+def _warm(kinds: list[str]) -> None:
+    from df_ray.core.parsing import warm
+
+    for kind in kinds:
+        try:
+            warm(kind)
+        except Exception:  # the first parse pays it, and reports what fails
+            log.debug("warming answer kind %s failed", kind, exc_info=True)
 
 
 class EvaluationStage:
@@ -71,6 +83,10 @@ class EvaluationStage:
         cache = GenerationCache(self.members[0].ctx.settings.cache_root)
         self.driver = Driver(self.members, self.client, cache,
                              refresh=lambda: cache.refresh(min_interval_s=REFRESH_INTERVAL_S))
+        # The answer kinds' first-use imports (math-verify, sympy: seconds of CPU) while the
+        # first round's calls run, not when its first answer is parsed.
+        kinds = sorted({m.ctx.task.kind for m in self.members if m.ctx.task.kind})
+        threading.Thread(target=_warm, args=(kinds,), name="warm-parsers", daemon=True).start()
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         rows = self.driver.new_rows([decode_sample(s) for s in batch["sample"]])

@@ -34,6 +34,7 @@ __all__ = [
     "kind_module",
     "parse",
     "register_kind",
+    "warm",
 ]
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,14 @@ def kind_module(kind: str) -> ModuleType:
         raise UnknownKindError(f"unknown answer kind {kind!r}; registered: "
                                f"{', '.join(KINDS)}") from None
     return importlib.import_module(target)
+
+
+def warm(kind: str) -> None:
+    """Pay an answer kind's first-use cost now (its module's ``warm()``, when it has one:
+    math-verify's and sympy's imports take seconds), not on the first answer it parses."""
+    fn = getattr(kind_module(kind), "warm", None)
+    if callable(fn):
+        fn()
 
 
 def parse(text: str, spec: ParseSpec, agent: str = "") -> Observation:
