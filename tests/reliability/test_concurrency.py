@@ -155,6 +155,7 @@ def test_a_second_run_waits_for_the_claim_and_reuses_the_finished_run(tmp_path):
     assert len(parents) == 1  # both runs shared the sweep's parent run
 
 
+@pytest.mark.slow  # MLflow's sqlite store waits out its busy timeout first (about 20 s)
 def test_a_locked_store_logs_no_traceback_of_mlflow_s_own(tmp_path, capfd):
     """Progress logged while another process holds the store's lock fails quietly (the run
     reports a store fault in one line): MLflow's own error log with its traceback stays out."""

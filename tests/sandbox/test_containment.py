@@ -84,7 +84,10 @@ for d in ("/tmp", "/dev/shm", "."):
 }
 
 
-@pytest.mark.parametrize("hog", sorted(HOGS))
+# Forked children that each take memory: the cgroup kills them one allocation at a time, about
+# 30 s on 2 cores, so that case runs in the slow tier.
+@pytest.mark.parametrize("hog", [pytest.param(h, marks=pytest.mark.slow)
+                                 if h == "forked_children" else h for h in sorted(HOGS)])
 def test_memory_is_bounded_per_sandbox(hog):
     limit = 96 if hog == "tmpfs_files" else LIMIT_MB
     res = _grade(HOGS[hog] + CORRECT, memory_mb=limit, timeout_s=60)
@@ -387,6 +390,7 @@ def test_strict_names_the_controllers_a_cgroup_lacks(monkeypatch, fresh_plans):
     assert p.error is not None and "no memory pids cpu controller" in p.error, p.error
 
 
+@pytest.mark.slow  # the forked-children hog and a 5-s timeout: about 35 s
 def test_cgroup_v1_without_a_cgroup2_hierarchy(fresh_plans):
     """A pure cgroup v1 host (no cgroup2 mounted beside): CPU time from cpuacct, the kill by
     signals until the cgroup is empty, no stall figure (the wall clock counts waiting)."""
