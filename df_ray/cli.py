@@ -399,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     from df_ray.evaluation.context import CalibrationDataError
     from df_ray.pipeline.engine_health import EngineFailure
     from df_ray.pipeline.results import CorruptResultsError
+    from df_ray.pipeline.runner import RayStartError
     from df_ray.tasks.base import DataSchemaError, DataUnavailable
     from df_ray.tasks.gpqa import GatedDatasetError
     from df_ray.tracking import TrackingStoreError
@@ -425,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     except CorruptResultsError as e:
         stop_ray(ray_was_up)
         print(f"df-ray: results error: {e}", file=sys.stderr)
+        return 1
+    except RayStartError as e:
+        print(f"df-ray: Ray error: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # the environment failed under a run: disk full, a file vanished
         stop_ray(ray_was_up)

@@ -412,11 +412,16 @@ def wait_for(pred, timeout: float, what: str, proc: subprocess.Popen | None = No
 
 # Ray's node start gives the raylet a fixed 30 s to register; on an overloaded machine that
 # can fail before anything of ours ran. Such a start is retried; any other failure is not.
-RAY_START_FAILED = "timed out during startup"
+#: What a run prints when its local Ray did not start (the raylet missed Ray's fixed 30 s
+#: on a loaded machine, every one of df_ray's tries).
+RAY_START_FAILED = ("timed out during startup", "raylet did not register within Ray's fixed")
 
 
 def _ray_start_failed(proc: subprocess.Popen, log: Path) -> bool:
-    return proc.poll() not in (None, 0) and RAY_START_FAILED in log.read_text(errors="replace")
+    if proc.poll() in (None, 0):
+        return False
+    text = log.read_text(errors="replace")
+    return any(s in text for s in RAY_START_FAILED)
 
 
 def start_and_wait(args: list[str], log: Path, call_log: Path | None, pred, timeout: float,

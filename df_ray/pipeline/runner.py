@@ -10,6 +10,7 @@ leaves no half runs, and its rerun skips finished configurations and replays cac
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -40,8 +41,8 @@ from df_ray.tasks.base import Sample
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_BATCHES_IN_FLIGHT", "RESULT_SCHEMA", "RunResult", "Runner", "init_ray",
-           "load_samples", "pipeline_groups", "preflight", "run_sweep", "samples_key",
+__all__ = ["MAX_BATCHES_IN_FLIGHT", "RESULT_SCHEMA", "RayStartError", "RunResult", "Runner",
+           "init_ray", "load_samples", "pipeline_groups", "preflight", "run_sweep", "samples_key",
            "shared_backbones", "stage_plan"]
 
 
@@ -64,9 +65,54 @@ def _say(msg: str) -> None:
     print(f"[df-ray] {msg}", file=sys.stderr, flush=True)
 
 
+#: Tries at starting the embedded local Ray: Ray gives its raylet a fixed 30 s to register,
+#: which a machine busy with other jobs can exceed once and then not.
+RAY_START_ATTEMPTS = 3
+
+
+class RayStartError(RuntimeError):
+    """Ray could not be started or joined; ``str()`` is the one-line message."""
+
+
+def _ray_init(ray, address: str | None, **kwargs: Any) -> None:
+    """``ray.init``, its failure a `RayStartError` that says what was tried; a local start
+    that timed out is tried again, up to ``RAY_START_ATTEMPTS`` times."""
+    if address != "local":
+        try:
+            ray.init(address=address, **kwargs)
+        except Exception as e:
+            raise RayStartError(f"could not join the Ray cluster at {address}: "
+                                f"{_first_line(e)}") from e
+        return
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        try:
+            ray.init(address=address, **kwargs)
+            return
+        except Exception as e:
+            timed_out = "timed out during startup" in str(e)
+            with contextlib.suppress(Exception):
+                ray.shutdown()  # the processes of the failed start
+            if not timed_out:
+                raise RayStartError(f"could not start a local Ray: {_first_line(e)}") from e
+            if attempt == RAY_START_ATTEMPTS:
+                raise RayStartError(
+                    f"could not start a local Ray: its raylet did not register within Ray's "
+                    f"fixed 30 s, {RAY_START_ATTEMPTS} times (the machine is too busy: "
+                    "run when the load is lower, or start Ray yourself with `ray start "
+                    "--head` and pass its address)") from e
+            _say(f"local Ray did not start within Ray's 30 s (a busy machine); trying again "
+                 f"({attempt + 1} of {RAY_START_ATTEMPTS})")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else "") or type(e).__name__
+
+
 def init_ray(address: str | None = None) -> None:
     """Join a cluster (``address`` or RAY_ADDRESS, as under ``ray job submit``) or start an
-    embedded local Ray."""
+    embedded local Ray (a start that times out on a busy machine is tried again). Failing,
+    a `RayStartError`."""
     import ray
 
     if ray.is_initialized():
@@ -81,7 +127,7 @@ def init_ray(address: str | None = None) -> None:
                                 "ARROW_DEFAULT_MEMORY_POOL":
                                     os.environ["ARROW_DEFAULT_MEMORY_POOL"]}}
     if address:
-        ray.init(address=address, log_to_driver=True)
+        _ray_init(ray, address, log_to_driver=True)
     else:
         # Ray starts workers at nice 15: on a laptop or a shared node the engine actors then
         # lose the CPU to everything else (measured under load: embedded engine in its actor
@@ -90,8 +136,8 @@ def init_ray(address: str | None = None) -> None:
         # Logical CPUs: stage actors mostly wait on engines, so allow more than the cores.
         # address="local": always a new Ray of our own, never a cluster someone started on
         # this machine with `ray start` (which a bare ray.init() would join silently).
-        ray.init(address="local", num_cpus=max(8, os.cpu_count() or 1), include_dashboard=False,
-                 runtime_env=runtime_env, log_to_driver=True)
+        _ray_init(ray, "local", num_cpus=max(8, os.cpu_count() or 1), include_dashboard=False,
+                  runtime_env=runtime_env, log_to_driver=True)
     from ray.data import DataContext
 
     ctx = DataContext.get_current()
