@@ -65,12 +65,19 @@ def stream_batches(handles: dict[str, Any], members: Sequence[tuple[RunConfig, C
     yield from ds.iter_batches(batch_size=64, batch_format="pyarrow")
 
 
+def _calls_per_sample(cfg: RunConfig, backbone: str) -> int:
+    """The calls one sample makes to ``backbone`` in its busiest round, as its agents answer
+    (one call each; the coordinator's round has one)."""
+    return max(1, sum(a.backbone == backbone for a in cfg.agents))
+
+
 def stage_plan(cfg: RunConfig, n_blocks: int, rounds: int = 1,
                capacities: dict[str, int] | None = None) -> tuple[int, int]:
     """Stage actors and the batches each works on at once.
 
     A batch spends its time in flight across ``rounds`` rounds of engine calls, so each
-    round's busiest backbone needs enough batches in flight to keep every replica full: its
+    round's busiest backbone needs enough batches in flight to keep every replica full (a
+    batch brings it ``batch_size`` samples times the agents bound to it in a round): its
     engines' capacity (what they schedule at once: vLLM's ``max_num_seqs``, llama.cpp's
     ``n_parallel``, a static engine's batch size; ``capacities`` when the running engines
     reported it, else the spec's figure), times the replicas, times ``HEADROOM`` for the
@@ -84,7 +91,8 @@ def stage_plan(cfg: RunConfig, n_blocks: int, rounds: int = 1,
     """
     capacities = capacities or {}
     need = max(-(-HEADROOM * (capacities.get(name) or spec.replicas * spec.capacity)
-                 // cfg.batch_size) for name, spec in cfg.backbones.items())
+                 // (cfg.batch_size * _calls_per_sample(cfg, name)))
+               for name, spec in cfg.backbones.items())
     need = max(1, rounds) * need + 1
     in_flight = max(1, min(max(cfg.concurrency, min(need, MAX_BATCHES_IN_FLIGHT)), n_blocks))
     actors = min(cfg.concurrency, in_flight)

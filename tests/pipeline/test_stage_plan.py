@@ -65,3 +65,14 @@ def test_one_actor_by_default_holds_every_batch_in_flight():
     default = cfg(8, 8, 8, concurrency=None)
     assert default.concurrency == 1
     assert stage_plan(default, 100, rounds=2) == (1, 49)
+
+
+def test_a_backbone_that_several_agents_share_gets_its_requests_not_its_samples_counted():
+    """16 agents on one backbone: a batch of 8 samples is 128 requests to it, so 3 x 128 slots
+    take 3 batches (plus one), not 48 (the whole workload in vLLM's queue at once)."""
+    c = RunConfig.model_validate({
+        "benchmark": "gpqa", "method": "self_consistency",
+        "backbones": {"b": {"kind": "scripted", "model": "m"}},
+        "agents": [{"id": f"a{i}", "backbone": "b"} for i in range(16)],
+        "batch_size": 8, "concurrency": 1})
+    assert stage_plan(c, 10_000, 1, capacities={"b": 128}) == (1, 4)
