@@ -54,6 +54,18 @@ def _metric(row: Mapping, name: str) -> float:
     return float(v) if v is not None and not _isnan(v) else float("nan")
 
 
+def _own_metric(row: Mapping, name: str) -> float:
+    """A method's own metric (``Method.metrics``: DarkForest's override rates...), NaN for a
+    method that does not declare it, whatever an older version logged for it (0.0)."""
+    from df_ray.methods import method_class
+
+    try:
+        declared = method_class(str(row.get("method"))).metrics
+    except Exception:  # a method this process does not know: the figure as logged
+        return _metric(row, name)
+    return _metric(row, name) if name in declared else float("nan")
+
+
 def run_seed(row: Mapping) -> int:
     """The run seed of a collect_runs row (0 when not logged)."""
     v = row.get("params.seed")
@@ -123,10 +135,10 @@ def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
                 "calls_per_sample": _metric(row, "llm_calls_per_sample"),
                 "t_cross_per_sample": _metric(row, "t_cross_per_sample"),
                 "reachability": 100 * _metric(row, "reachability"),
-                "trusted_rate": 100 * _metric(row, "trusted_rate"),
-                "override_rate": 100 * _metric(row, "override_rate"),
-                "correct_override_rate": 100 * _metric(row, "correct_override_rate"),
-                "wrong_override_rate": 100 * _metric(row, "wrong_override_rate"),
+                "trusted_rate": 100 * _own_metric(row, "trusted_rate"),
+                "override_rate": 100 * _own_metric(row, "override_rate"),
+                "correct_override_rate": 100 * _own_metric(row, "correct_override_rate"),
+                "wrong_override_rate": 100 * _own_metric(row, "wrong_override_rate"),
                 "truncation_rate": 100 * _metric(row, "truncation_rate"),
                 "calibration_tokens": _metric(row, "calibration_tokens"),
                 "calibration_tokens_per_sample": _metric(row, "calibration_tokens_per_sample"),
