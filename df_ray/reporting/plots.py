@@ -65,9 +65,15 @@ def accuracy_vs_tokens(table: pd.DataFrame, path: Path) -> Path | None:
         for method, m in g.groupby("method", sort=False):
             ax.errorbar(m["tokens_per_sample"], m["accuracy"], yerr=_yerr(m), fmt="o",
                         capsize=3, label=method)
-            for _, r in m.iterrows():
-                ax.annotate(str(r["configuration"])[:24], (r["tokens_per_sample"], r["accuracy"]),
-                            fontsize=7, xytext=(3, 3), textcoords="offset points")
+        # one label per point: configurations that share their calls (a vote and DarkForest's
+        # belief-only decision) sit on the same point, their names stacked, not overprinted
+        names: dict[tuple[float, float], list[str]] = {}
+        for _, r in g.iterrows():
+            xy = (round(float(r["tokens_per_sample"]), 1), round(float(r["accuracy"]), 2))
+            names.setdefault(xy, []).append(str(r["configuration"])[:24])
+        for xy, ns in names.items():
+            ax.annotate("\n".join(ns), xy, fontsize=7, xytext=(3, 3),
+                        textcoords="offset points", va="bottom")
         for method, nums in PAPER.get(bench, {}).items():
             if "accuracy" in nums and "tokens" in nums:
                 ax.scatter([nums["tokens"]], [nums["accuracy"]], facecolors="none",
