@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import copy
 import math
+import os
 import sys
 from importlib import resources
 from pathlib import Path
@@ -348,6 +349,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``df-ray`` command. ``argv`` None: this process is the command (the console script,
+    ``python -m df_ray.cli``), which may end itself at once on a Ray that failed to start."""
+    exit_hard = argv is None
     # a Ray already up in this process is its caller's (a notebook's, a test's): left running
     loaded = sys.modules.get("ray")
     ray_was_up = bool(loaded is not None and loaded.is_initialized())
@@ -429,6 +433,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except RayStartError as e:
         print(f"df-ray: Ray error: {e}", file=sys.stderr)
+        # A Ray that failed to start can leave its core worker where the interpreter's exit
+        # hangs (seen: a process spinning at exit for minutes after "Failed to connect to
+        # GCS"); nothing of the run exists yet, so leave at once.
+        if exit_hard and not ray_was_up:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
         return 1
     except OSError as e:  # the environment failed under a run: disk full, a file vanished
         stop_ray(ray_was_up)

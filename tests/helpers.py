@@ -412,9 +412,9 @@ def wait_for(pred, timeout: float, what: str, proc: subprocess.Popen | None = No
 
 # Ray's node start gives the raylet a fixed 30 s to register; on an overloaded machine that
 # can fail before anything of ours ran. Such a start is retried; any other failure is not.
-#: What a run prints when its local Ray did not start (the raylet missed Ray's fixed 30 s
-#: on a loaded machine, every one of df_ray's tries).
-RAY_START_FAILED = ("timed out during startup", "raylet did not register within Ray's fixed")
+#: What a run prints when its local Ray did not start (on a loaded machine its processes
+#: missed Ray's fixed timeouts, every one of df_ray's tries).
+RAY_START_FAILED = ("timed out during startup", "could not start a local Ray")
 
 
 def _ray_start_failed(proc: subprocess.Popen, log: Path) -> bool:

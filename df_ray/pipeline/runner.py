@@ -65,9 +65,9 @@ def _say(msg: str) -> None:
     print(f"[df-ray] {msg}", file=sys.stderr, flush=True)
 
 
-#: Tries at starting the embedded local Ray: Ray gives its raylet a fixed 30 s to register,
-#: which a machine busy with other jobs can exceed once and then not.
-RAY_START_ATTEMPTS = 3
+#: What Ray says when its processes did not come up in time on a busy machine (the raylet's
+#: registration within a fixed 30 s, the driver's first connection to the GCS).
+_START_TIMEOUTS = ("timed out during startup", "Failed to connect to GCS")
 
 
 class RayStartError(RuntimeError):
@@ -75,33 +75,24 @@ class RayStartError(RuntimeError):
 
 
 def _ray_init(ray, address: str | None, **kwargs: Any) -> None:
-    """``ray.init``, its failure a `RayStartError` that says what was tried; a local start
-    that timed out is tried again, up to ``RAY_START_ATTEMPTS`` times."""
-    if address != "local":
-        try:
-            ray.init(address=address, **kwargs)
-        except Exception as e:
+    """``ray.init``; its failure a `RayStartError` that says what was tried and what to do.
+    A failed start is not retried in this process: what a failed ``ray.init`` leaves behind
+    is Ray's, and a fresh process (the rerun the message asks for) starts clean."""
+    try:
+        ray.init(address=address, **kwargs)
+    except Exception as e:
+        with contextlib.suppress(Exception):
+            ray.shutdown()  # the processes of the failed start
+        if address != "local":
             raise RayStartError(f"could not join the Ray cluster at {address}: "
                                 f"{_first_line(e)}") from e
-        return
-    for attempt in range(1, RAY_START_ATTEMPTS + 1):
-        try:
-            ray.init(address=address, **kwargs)
-            return
-        except Exception as e:
-            timed_out = "timed out during startup" in str(e)
-            with contextlib.suppress(Exception):
-                ray.shutdown()  # the processes of the failed start
-            if not timed_out:
-                raise RayStartError(f"could not start a local Ray: {_first_line(e)}") from e
-            if attempt == RAY_START_ATTEMPTS:
-                raise RayStartError(
-                    f"could not start a local Ray: its raylet did not register within Ray's "
-                    f"fixed 30 s, {RAY_START_ATTEMPTS} times (the machine is too busy: "
-                    "run when the load is lower, or start Ray yourself with `ray start "
-                    "--head` and pass its address)") from e
-            _say(f"local Ray did not start within Ray's 30 s (a busy machine); trying again "
-                 f"({attempt + 1} of {RAY_START_ATTEMPTS})")
+        if any(s in str(e) for s in _START_TIMEOUTS):
+            raise RayStartError(
+                f"could not start a local Ray: its processes did not come up within Ray's "
+                f"fixed timeouts ({_first_line(e)}); the machine is too busy: rerun when the "
+                "load is lower, or start Ray yourself with `ray start --head` and pass its "
+                "address in RAY_ADDRESS") from e
+        raise RayStartError(f"could not start a local Ray: {_first_line(e)}") from e
 
 
 def _first_line(e: BaseException) -> str:
@@ -111,8 +102,7 @@ def _first_line(e: BaseException) -> str:
 
 def init_ray(address: str | None = None) -> None:
     """Join a cluster (``address`` or RAY_ADDRESS, as under ``ray job submit``) or start an
-    embedded local Ray (a start that times out on a busy machine is tried again). Failing,
-    a `RayStartError`."""
+    embedded local Ray. Failing, a `RayStartError`."""
     import ray
 
     if ray.is_initialized():
