@@ -40,7 +40,7 @@ QWEN, SMOL = "qwen25-coder-0.5b-instruct", "smollm2-135m-instruct"
 
 
 @pytest.mark.parametrize(("name", "least", "models"), [
-    ("real_humaneval.jsonl", 80, {QWEN, SMOL}),
+    ("real_humaneval.jsonl", 400, {QWEN, SMOL}),
     ("real_math.jsonl", 50, {QWEN, SMOL}),
     ("real_mmlu_pro.jsonl", 50, {QWEN, SMOL}),
 ])
