@@ -28,9 +28,9 @@ from df_ray.pipeline.rows import decode_sample, encode_results
 #: How often the stage re-lists the cache root for other writers' parts (seconds).
 REFRESH_INTERVAL_S = 5.0
 
+log = logging.getLogger(__name__)
 # Off the main thread math-verify runs without its signal-based timeouts (df_ray bounds the
 # input instead) and warns about it on every call; in stage actors that is noise.
-log = logging.getLogger(__name__)
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
