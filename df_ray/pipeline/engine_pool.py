@@ -26,17 +26,13 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from df_ray.engines.base import ChatRequest, Completion, route
 from df_ray.engines.spec import EngineSpec
+from df_ray.pipeline.error_text import first_line
 
 log = logging.getLogger(__name__)
 
 
 #: Calls one replica takes at once (each an awaiting coroutine; the engine decides what runs).
 ACTOR_CONCURRENCY = 8192
-
-
-def _failure_text(e: BaseException) -> str:
-    first = (str(e).strip().splitlines() or [""])[0][:300]
-    return type(e).__name__ + (f": {first}" if first else "")
 
 
 @ray.remote(max_restarts=-1, max_concurrency=ACTOR_CONCURRENCY)
@@ -66,7 +62,7 @@ class EngineActor:
             self.engine = make_engine(self.spec)
             engine_health.smoke_test(self.engine, self.spec)
         except BaseException as e:
-            report.set("failed", error=_failure_text(e),
+            report.set("failed", error=first_line(e, typed=True),
                        detail=engine_health.describe_exception(e))
             raise
         report.set("ready")
@@ -80,7 +76,7 @@ class EngineActor:
             try:
                 out.append(asdict(await asyncio.wrap_future(f)))
             except Exception as e:
-                out.append({"failed": _failure_text(e)})
+                out.append({"failed": first_line(e, typed=True)})
         return out
 
     async def count_tokens(self, texts: list[str]) -> list[int]:

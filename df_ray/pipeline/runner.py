@@ -32,6 +32,7 @@ from df_ray.evaluation.context import (
     samples_fingerprint,
 )
 from df_ray.evaluation.driver import record_from_dict
+from df_ray.pipeline.error_text import first_line
 from df_ray.pipeline.graph import MAX_BATCHES_IN_FLIGHT, stage_plan, stream_batches
 from df_ray.pipeline.lifecycle import EngineLifecycle, shared_backbones
 from df_ray.pipeline.outcome import failed_call_rate, judge
@@ -85,19 +86,14 @@ def _ray_init(ray, address: str | None, **kwargs: Any) -> None:
             ray.shutdown()  # the processes of the failed start
         if address != "local":
             raise RayStartError(f"could not join the Ray cluster at {address}: "
-                                f"{_first_line(e)}") from e
+                                f"{first_line(e)}") from e
         if any(s in str(e) for s in _START_TIMEOUTS):
             raise RayStartError(
                 f"could not start a local Ray: its processes did not come up within Ray's "
-                f"fixed timeouts ({_first_line(e)}); the machine is too busy: rerun when the "
+                f"fixed timeouts ({first_line(e)}); the machine is too busy: rerun when the "
                 "load is lower, or start Ray yourself with `ray start --head` and pass its "
                 "address in RAY_ADDRESS") from e
-        raise RayStartError(f"could not start a local Ray: {_first_line(e)}") from e
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else "") or type(e).__name__
+        raise RayStartError(f"could not start a local Ray: {first_line(e)}") from e
 
 
 def init_ray(address: str | None = None) -> None:

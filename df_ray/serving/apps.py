@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from df_ray.config import ConfigError, SweepConfig, format_validation_error
 from df_ray.engines.spec import EngineSpec
 from df_ray.experiments.pool import UnknownBackboneError, engine_spec
+from df_ray.pipeline.error_text import first_line
 from df_ray.serving import ENGINE_DEPLOYMENT, LLM_DEPLOYMENT_PREFIX
 
 log = logging.getLogger(__name__)
@@ -344,7 +345,7 @@ def status(apps: list[str] | None = None) -> dict[str, dict[str, Any]]:
                 entry["engine"] = info["spec"]["kind"]
             except Exception as e:  # a replica being replaced
                 entry["model"] = None
-                entry["error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                entry["error"] = first_line(e, limit=200)
         elif kind == "vllm":
             entry["engine"] = "vllm"
             entry["model"] = None
