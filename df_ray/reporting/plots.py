@@ -145,13 +145,33 @@ def _like_reference(g: pd.DataFrame) -> pd.DataFrame:
     return g[keep]
 
 
+def _differs_only_in(g: pd.DataFrame, col: str) -> pd.DataFrame:
+    """The rows that differ from the benchmark's reference run in ``col`` alone: every other
+    method argument, the coordinator and the number of agents as the reference has them (a
+    sweep that also runs belief-only or no-guardrail variants keeps them out of a disclosure
+    or calibration comparison)."""
+    ref = g[g["reference"]]
+    if ref.empty:
+        return g
+    same = [c for c in g.columns if c.startswith(DF_ARGS)] + ["params.coordinator.backbone",
+                                                              "n_agents"]
+    keep = pd.Series(True, index=g.index)
+    for c in same:
+        if c != col and c in g:
+            keep &= g[c].astype(str) == str(ref.iloc[0][c])
+    return g[keep]
+
+
 def bars_by(table: pd.DataFrame, runs: pd.DataFrame, param: str, path: Path, title: str,
             methods: tuple[str, ...] = ("darkforest",)) -> Path | None:
-    """Accuracy bars (with 95% CI) per value of ``param``, one panel per benchmark where it
-    varies; tokens per sample written on each bar."""
+    """Accuracy bars (with 95% CI) per value of ``param`` among the runs that differ from the
+    reference in ``param`` only, one panel per benchmark where it varies; tokens per sample
+    written on each bar."""
     df = _joined(table, runs)
     df = df[df["method"].isin(methods)]
     col = param if param in df else f"params.{param}"
+    df = pd.concat([_differs_only_in(g, col) for _, g in df.groupby("benchmark", sort=False)]
+                   ) if not df.empty else df
     benches = [b for b, g in df.groupby("benchmark", sort=False) if _varies(g, col)]
     if not benches:
         return None
