@@ -26,7 +26,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from df_ray.engines.base import ChatRequest, Completion, route
 from df_ray.engines.spec import EngineSpec
-from df_ray.pipeline.error_text import first_line
+from df_ray.pipeline.error_text import first_line, last_line
 
 log = logging.getLogger(__name__)
 
@@ -394,7 +394,7 @@ class EngineClient:
                     log.warning("engine replica %s/%d failed (%s); retrying", name, k,
                                 type(e).__name__)
                     failed.append(i)
-                    last_error[i] = f"engine error: {_last_line(e)}"
+                    last_error[i] = f"engine error: {last_line(e)}"
                     troubled[(name, k)] = self.handles[name][k]
                     continue
                 if "failed" in d:
@@ -451,7 +451,7 @@ class EngineClient:
                             backbone, k)
                 ray.kill(actor, no_restart=False)
             except (RayActorError, RayTaskError) as e:
-                cause = f"a token count failed: {_last_line(e)}"
+                cause = f"a token count failed: {last_line(e)}"
                 log.warning("engine replica %s/%d failed counting tokens (%s); retrying",
                             backbone, k, type(e).__name__)
             finally:
@@ -461,8 +461,3 @@ class EngineClient:
 
         raise EngineFailure(backbone, spec.model, k, "?",
                             f"{cause} ({self.retries + 1} attempts)")
-
-
-def _last_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[-1][:300] if text else type(e).__name__

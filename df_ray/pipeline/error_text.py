@@ -19,3 +19,10 @@ def first_line(e: BaseException, *, limit: int = 300, typed: bool = False) -> st
     if not text:
         return type(e).__name__
     return f"{type(e).__name__}: {text}" if typed else text
+
+
+def last_line(e: BaseException, *, limit: int = 300) -> str:
+    """The last line of ``str(e)``, at most ``limit`` characters: a Ray task error's cause,
+    below the remote traceback; the exception's type when it has no text."""
+    text = str(e).strip()
+    return text.splitlines()[-1][:limit] if text else type(e).__name__

@@ -133,13 +133,14 @@ SAME_AS_REFERENCE = (f"{DF_ARGS}ablation", f"{DF_ARGS}disclosure", f"{DF_ARGS}la
                      "params.coordinator.backbone", f"{DF_ARGS}gamma", "n_agents")
 
 
-def _like_reference(g: pd.DataFrame) -> pd.DataFrame:
-    """The rows that differ from the benchmark's reference run in the guardrail only."""
+def _like_reference(g: pd.DataFrame, cols=SAME_AS_REFERENCE) -> pd.DataFrame:
+    """The rows that have the benchmark's reference run's values in ``cols`` (by default:
+    the rows that differ from it in the guardrail only); all rows when it has none."""
     ref = g[g["reference"]]
     if ref.empty:
         return g
     keep = pd.Series(True, index=g.index)
-    for col in SAME_AS_REFERENCE:
+    for col in cols:
         if col in g:
             keep &= g[col].astype(str) == str(ref.iloc[0][col])
     return g[keep]
@@ -150,16 +151,9 @@ def _differs_only_in(g: pd.DataFrame, col: str) -> pd.DataFrame:
     method argument, the coordinator and the number of agents as the reference has them (a
     sweep that also runs belief-only or no-guardrail variants keeps them out of a disclosure
     or calibration comparison)."""
-    ref = g[g["reference"]]
-    if ref.empty:
-        return g
-    same = [c for c in g.columns if c.startswith(DF_ARGS)] + ["params.coordinator.backbone",
-                                                              "n_agents"]
-    keep = pd.Series(True, index=g.index)
-    for c in same:
-        if c != col and c in g:
-            keep &= g[c].astype(str) == str(ref.iloc[0][c])
-    return g[keep]
+    others = [c for c in g.columns if c.startswith(DF_ARGS)] + ["params.coordinator.backbone",
+                                                                "n_agents"]
+    return _like_reference(g, [c for c in others if c != col])
 
 
 def bars_by(table: pd.DataFrame, runs: pd.DataFrame, param: str, path: Path, title: str,

@@ -24,6 +24,7 @@ from typing import Any
 from df_ray.config import ConfigError
 from df_ray.engines.base import ChatRequest, Completion, route
 from df_ray.engines.spec import EngineSpec
+from df_ray.pipeline.error_text import last_line
 from df_ray.serving import ENGINE_DEPLOYMENT
 
 log = logging.getLogger(__name__)
@@ -214,9 +215,7 @@ class ServeClient:
                         _cancel(resp)
                         msg = f"served engine {name!r} timed out after {spec.request_timeout_s:.0f}s"
                     else:
-                        text = str(e).strip()
-                        msg = (f"served engine {name!r}: "
-                               f"{text.splitlines()[-1][:300] if text else type(e).__name__}")
+                        msg = f"served engine {name!r}: {last_line(e)}"
                     log.warning("%s; retrying", msg)
                     failed += idxs
                     last_error.update(dict.fromkeys(idxs, msg))

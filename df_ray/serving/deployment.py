@@ -24,6 +24,7 @@ from typing import Any
 
 from df_ray.engines.base import ChatRequest, Completion, Message, SamplingParams
 from df_ray.engines.batching import Replica
+from df_ray.pipeline.error_text import first_line
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,7 @@ class EngineServer:
             try:
                 out.append(asdict(await asyncio.wrap_future(f)))
             except Exception as e:
-                first = (str(e).strip().splitlines() or [""])[0][:300]
-                out.append({"failed": type(e).__name__ + (f": {first}" if first else "")})
+                out.append({"failed": first_line(e, typed=True)})
         return out
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
