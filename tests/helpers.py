@@ -411,10 +411,10 @@ def wait_for(pred, timeout: float, what: str, proc: subprocess.Popen | None = No
 
 
 # Ray's node start gives the raylet a fixed 30 s to register; on an overloaded machine that
-# can fail before anything of ours ran. Such a start is retried; any other failure is not.
-#: What a run prints when its local Ray did not start (on a loaded machine its processes
-#: missed Ray's fixed timeouts, every one of df_ray's tries).
-RAY_START_FAILED = ("timed out during startup", "could not start a local Ray")
+# can fail before anything of ours ran. Such a run is started again; any other failure is not.
+#: What a run prints when its local Ray did not start in time (its processes missed Ray's
+#: fixed timeouts: `runner._ray_init`'s message, or Ray's own).
+RAY_START_FAILED = ("timed out during startup", "did not come up within Ray's fixed timeouts")
 
 
 def _ray_start_failed(proc: subprocess.Popen, log: Path) -> bool:
