@@ -97,6 +97,56 @@ CONTEXT_LENGTH_ERROR = "context_length_exceeded"
 UNSUPPORTED_SAMPLING_ERROR = "unsupported_sampling"
 
 
+#: The error of a request its engine cancelled at its deadline (the backbone's
+#: ``request_timeout_s``): one failed call, final (never retried); its batch-mates and its
+#: replica are unaffected.
+REQUEST_TIMEOUT_ERROR = "request_timeout"
+
+#: The error of an answer whose token counts cannot be true (negative, not whole numbers,
+#: or over :data:`MAX_CALL_TOKENS`): one failed call, so no token metric is ever wrong.
+INVALID_TOKENS_ERROR = "invalid_token_counts"
+
+#: The most tokens one call may report, prompt or completion (no model's context is near it).
+MAX_CALL_TOKENS = 100_000_000
+
+
+def timed_out(seconds: float, prompt_tokens: int = 0, completion_tokens: int = 0,
+              engine: str = "the engine") -> Completion:
+    """The answer of a request cancelled at its deadline (see :data:`REQUEST_TIMEOUT_ERROR`)."""
+    return Completion(text="", prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                      error=f"{REQUEST_TIMEOUT_ERROR}: no answer within request_timeout_s "
+                      f"{seconds:g} s; {engine} cancelled this request alone")
+
+
+def token_count_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be a call's ``name`` token count, or None when it can."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer() and 0 <= value <= MAX_CALL_TOKENS:
+            return None
+        return f"{name} {value!r} is not a whole number"
+    if value < 0:
+        return f"{name} {value} is negative"
+    if value > MAX_CALL_TOKENS:
+        return f"{name} {value} is over {MAX_CALL_TOKENS:,} tokens"
+    return None
+
+
+def checked_tokens(comp: Completion, engine: str = "the engine") -> Completion:
+    """``comp`` when its token counts can be true, else the failed call that says why (an
+    impossible count is never recorded: a server's ``prompt_tokens: -50``, a NaN)."""
+    problems = [p for p in (token_count_problem("prompt_tokens", comp.prompt_tokens),
+                            token_count_problem("completion_tokens", comp.completion_tokens))
+                if p is not None]
+    if not problems:
+        if type(comp.prompt_tokens) is int and type(comp.completion_tokens) is int:
+            return comp
+        return dataclasses.replace(comp, prompt_tokens=int(comp.prompt_tokens),
+                                   completion_tokens=int(comp.completion_tokens))
+    return Completion(text="", prompt_tokens=0, completion_tokens=0,
+                      error=f"{INVALID_TOKENS_ERROR}: {engine} reported "
+                      f"{'; '.join(problems)}", finish_reason=comp.finish_reason)
+
+
 @dataclass(frozen=True, slots=True)
 class Completion:
     """An engine's answer to one request. ``error`` is set (and text empty) when the call failed
@@ -172,7 +222,9 @@ def valid_text(text: str) -> str:
 
 
 def repair_completion(comp: Completion) -> tuple[Completion, int]:
-    """The completion with its text made valid UTF-8, and how many surrogates were replaced."""
+    """The completion with its text made valid UTF-8 (and its token counts checked:
+    :func:`checked_tokens`), and how many surrogates were replaced."""
+    comp = checked_tokens(comp)
     text, n = repair_text(comp.text)
     err = comp.error
     n_err = 0

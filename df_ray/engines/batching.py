@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.base import ChatRequest, Completion, checked_tokens
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +145,7 @@ class Replica:
 
     def __init__(self, engine: Any, max_batch_size: int, recent: int = RECENT_CAPACITY) -> None:
         self.engine = engine
+        self.model = str(getattr(engine, "model", "?"))
         self.continuous = submits(engine)
         self.batcher = None if self.continuous else StaticBatcher(engine, max_batch_size)
         self._submit = engine.submit if self.continuous else self.batcher.submit
@@ -201,12 +202,19 @@ class Replica:
 
     def _done(self, key: str, outer: Future, inner: Future) -> None:
         exc = inner.exception()
+        result: Completion | None = None
+        if exc is None:
+            try:  # the engine boundary: an impossible token count is a failed call
+                result = checked_tokens(inner.result(), f"engine {self.model!r}")
+            except Exception as e:  # not a Completion at all
+                exc = RuntimeError(f"engine answered {type(inner.result()).__name__}, not a "
+                                   f"completion ({e})")
         with self._lock:
             self._inflight.pop(key, None)
             self._account(-1)
             self.last_at = time.time()
-            if exc is None:
-                c: Completion = inner.result()
+            if result is not None:
+                c: Completion = result
                 self.generated += 1
                 self.tokens += c.prompt_tokens + c.completion_tokens
                 self.completion_tokens += c.completion_tokens
@@ -218,8 +226,8 @@ class Replica:
                     self.failed += 1
             else:
                 self.failed += 1
-        if exc is None:
-            outer.set_result(inner.result())
+        if result is not None:
+            outer.set_result(result)
         else:
             outer.set_exception(exc)
 

@@ -60,6 +60,7 @@ import queue
 import re
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -69,7 +70,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from df_ray.engines.base import ChatRequest, Completion, unsupported_sampling
+from df_ray.engines.base import ChatRequest, Completion, timed_out, unsupported_sampling
 from df_ray.engines.batching import generate_by_submit
 from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion_prompt
 from df_ray.engines.llama_build import select_llama_library
@@ -289,6 +290,10 @@ class EmbeddedEngine:
                 bos_token=text(bos_id) if bos_id != -1 else "",
                 stop_token_ids=[eos_id],
             )
+        #: A request still decoding this long after it took its slot is cancelled alone (its
+        #: slot freed, the request answered with a request_timeout error).
+        self.timeout_s = float(spec.request_timeout_s)
+        self.cancelled = 0  # requests cancelled at their deadline
         self._lock = threading.Lock()
         self._batched: _BatchedContext | None = None  # built on first use
         self._inbox: queue.Queue = queue.Queue()
@@ -361,6 +366,18 @@ class EmbeddedEngine:
                 f"n_ctx is {self.n_ctx}",
             )
         self.llm.reset()  # no prefix reuse: identical requests give identical outputs
+        deadline = time.monotonic() + self.timeout_s
+        late: list[bool] = []
+
+        def past_deadline(_ids: Any, _logits: Any) -> bool:
+            if time.monotonic() < deadline:
+                return False
+            late.append(True)
+            return True
+
+        from llama_cpp import StoppingCriteriaList
+
+        criteria = StoppingCriteriaList([*(criteria or []), past_deadline])
         try:
             out = self.llm.create_completion(
                 prompt=tokens,
@@ -383,10 +400,14 @@ class EmbeddedEngine:
                 completion_tokens=0,
                 error=f"{CONTEXT_LENGTH_ERROR}: {e}",
             )
+        usage = out.get("usage") or {}
+        if late:
+            self.cancelled += 1
+            return timed_out(self.timeout_s, int(usage.get("prompt_tokens", len(tokens))),
+                             int(usage.get("completion_tokens", 0)), "the embedded engine")
         text = out["choices"][0]["text"] or ""
         if self.prompt_format == "completion":
             text = text.strip()
-        usage = out.get("usage") or {}
         return Completion(
             text=text,
             prompt_tokens=int(usage.get("prompt_tokens", len(tokens))),
@@ -414,11 +435,8 @@ class EmbeddedEngine:
 
     def _admit(self, request: ChatRequest, fut: Future) -> _Sequence | None:
         """The request as a sequence to decode, or None when it is answered already (a prompt
-        longer than the context, or sampling it cannot honour)."""
-        refused = unsupported_sampling(request, "embedded")
-        if refused is not None:
-            fut.set_result(refused)
-            return None
+        longer than the context). ``ignore_eos`` is honoured here (an end-of-generation token
+        is decoded as any other), not by the one-at-a-time engine."""
         tokens, extra_stop, _criteria = self.render(request)
         # (_criteria stops on the end-of-turn token, which is end-of-generation already.)
         n = len(tokens)
@@ -438,6 +456,7 @@ class EmbeddedEngine:
         stops = [x.encode("utf-8") for x in (*s.stop, *extra_stop)]
         seq = _Sequence(self._admitted, request, tokens, max_tokens, stops, self.llm.token_bos())
         seq.future = fut
+        seq.deadline = time.monotonic() + self.timeout_s
         self._admitted += 1
         return seq
 
@@ -493,6 +512,9 @@ class EmbeddedEngine:
                 bc.clear(seq.slot)
                 active[seq.slot] = seq
                 self.trace.append(("admit", seq.index, self.steps))
+            self._cancel_late(bc, active, free)
+            if not active:
+                continue
             try:
                 self._step(bc, active, free, vocab, piece, detok, C)
             except BaseException as e:  # the context is unusable: fail what it held
@@ -503,6 +525,26 @@ class EmbeddedEngine:
                 active.clear()
                 self._batched = None
                 raise
+
+    def _cancel_late(self, bc: _BatchedContext, active: dict[int, _Sequence],
+                     free: list[int]) -> None:
+        """Free the slot of every sequence past its deadline: that request alone is answered
+        with a request_timeout error (its batch-mates go on decoding)."""
+        now = time.monotonic()
+        for slot, q in list(active.items()):
+            if now < q.deadline:
+                continue
+            q.sampler.close()
+            bc.clear(slot)
+            del active[slot]
+            free.append(slot)
+            free.sort(reverse=True)
+            self.cancelled += 1
+            self.trace.append(("cancel", q.index, self.steps))
+            log.warning("embedded engine: request %d still decoding after %g s (%d tokens); "
+                        "cancelled it", q.index, self.timeout_s, len(q.completion))
+            q.future.set_result(timed_out(self.timeout_s, len(q.prompt), len(q.completion),
+                                          "the embedded engine"))
 
     def _step(self, bc, active, free, vocab, piece, detok, C) -> None:
         """One step: a token per decoding sequence, prompt chunks for the others, in slot
@@ -532,7 +574,8 @@ class EmbeddedEngine:
             if q.logit_idx < 0:
                 continue
             token = q.sampler.sample(bc.ctx, q.logit_idx)
-            done = q.accept(token, C.llama_vocab_is_eog(vocab, token), piece, detok)
+            eog = bool(C.llama_vocab_is_eog(vocab, token)) and not q.request.sampling.ignore_eos
+            done = q.accept(token, eog, piece, detok)
             if not done and q.pos >= bc.n_ctx_seq:  # (only past max_tokens, see accept)
                 q.text_bytes, done = q.all_text, True
                 q.finish_reason = "length"  # the sequence's context is full
@@ -602,6 +645,7 @@ class _Sequence:
     text_bytes: bytes = b""
     multibyte_fix: int = 0
     future: Any = None  # gets the completion
+    deadline: float = float("inf")  # monotonic time it is cancelled at
     finish_reason: str | None = None  # "stop" | "length", once finished
 
     def accept(self, token: int, eog: bool, piece: Any, detokenize: Any) -> bool:

@@ -1,13 +1,20 @@
 """OpenAI-compatible HTTP client engine (``vllm serve``, a Ray Serve deployment, any
 ``/v1/chat/completions`` server).
 
-A batch is sent concurrently (a thread pool over one pooled ``httpx.Client``). Transport errors,
-429 and 5xx are retried with exponential backoff, a bounded number of times; after that the
-engine raises :class:`EngineError` (an engine-level failure). A 400/413/422 answer (the prompt is
+Each request is sent as it arrives (``submit``: a thread pool over one pooled ``httpx.Client``),
+so a slow request holds up no other. Transport errors, 429 and 5xx are retried with exponential
+backoff, or after the server's ``Retry-After`` (seconds or an HTTP date, at most
+``max_retry_after_s``, default 60), a bounded number of times; after that the engine raises
+:class:`EngineError` (an engine-level failure). Every request has one deadline,
+``request_timeout_s`` from when it is sent, over all its attempts and over the whole answer: a
+server that never answers, or trickles its answer a byte at a time, gets that request
+cancelled alone (its connection closed) and answered with a ``request_timeout`` error, one
+failed call. A 400/413/422 answer (the prompt is
 over the context length, or the server otherwise rejects this one request) becomes a
 ``Completion(error=...)``: retrying would not fix it. Other 4xx (bad key, unknown model) raise.
 
-Token counts come from the response's ``usage``. ``count_tokens`` uses the server's
+Token counts come from the response's ``usage``; an impossible one (negative, not a whole
+number, absurdly large) makes the answer a failed call (``invalid_token_counts``). ``count_tokens`` uses the server's
 ``POST /tokenize`` (vLLM serves it at the root, next to ``/v1``); when the server has none, it
 falls back to an approximation of one token per 4 characters (``approximate_tokens``), and
 ``tokenize_available`` is False.
@@ -19,19 +26,28 @@ body, e.g. ``{"top_k": 20}``), ``tokenize_url`` (override the tokenize endpoint)
 
 from __future__ import annotations
 
+import email.utils
+import json
+import math
 import os
 import random
 import re
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpx
 from pydantic import field_validator, model_validator
 
-from df_ray.engines.base import ChatRequest, Completion, unsupported_sampling
+from df_ray.engines.base import (
+    ChatRequest,
+    Completion,
+    checked_tokens,
+    timed_out,
+    unsupported_sampling,
+)
 from df_ray.engines.spec import EngineSpec
 
 CONTEXT_LENGTH_ERROR = "context_length_exceeded"
@@ -39,7 +55,12 @@ CONTEXT_LENGTH_ERROR = "context_length_exceeded"
 _CTX_WORDS = ("context length", "context_length", "maximum context", "too long", "max_model_len")
 _PROMPT_TOKENS_RE = re.compile(r"(\d+) (?:tokens )?in the messages|prompt \(?(?:length )?(\d+)")
 
-_ALLOWED_ARGS = {"max_retries", "backoff_s", "concurrency", "extra_body", "tokenize_url"}
+_ALLOWED_ARGS = {"max_retries", "backoff_s", "concurrency", "extra_body", "tokenize_url",
+                 "max_retry_after_s"}
+
+#: The most seconds a ``Retry-After`` is waited, unless ``max_retry_after_s`` says otherwise.
+MAX_RETRY_AFTER_S = 60.0
+
 
 
 class EngineError(RuntimeError):
@@ -102,6 +123,8 @@ class OpenAIEngine:
         self.base_url = spec.base_url.rstrip("/")
         self.max_retries = int(args.get("max_retries", 4))
         self.backoff_s = float(args.get("backoff_s", 0.5))
+        self.max_retry_after_s = float(args.get("max_retry_after_s", MAX_RETRY_AFTER_S))
+        self.timeout_s = float(spec.request_timeout_s)
         self.concurrency = int(args.get("concurrency", spec.batch_size_cap))
         self.extra_body: dict[str, Any] = dict(args.get("extra_body") or {})
         root = re.sub(r"/v1$", "", self.base_url)
@@ -125,6 +148,10 @@ class OpenAIEngine:
         self._pool_lock = threading.Lock()
 
     # -- Engine protocol
+
+    def submit(self, request: ChatRequest) -> Future:
+        """Send one request now (on the engine's thread pool); the future gets its answer."""
+        return self._executor().submit(self._one, request)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         if len(requests) <= 1:
@@ -201,26 +228,70 @@ class OpenAIEngine:
             return refused
         url = f"{self.base_url}/chat/completions"
         body = self._body(request)
+        deadline = time.monotonic() + self.timeout_s
         last: str = ""
+        wait_s = 0.0  # before the next attempt
         for attempt in range(self.max_retries + 1):
             if attempt:
-                delay = min(8.0, self.backoff_s * 2 ** (attempt - 1))
-                time.sleep(delay * (0.5 + random.random() / 2))
-            try:
-                r = self._client.post(url, json=body)
-            except httpx.TransportError as e:
-                last = f"{type(e).__name__}: {e}"
+                left = deadline - time.monotonic()
+                if wait_s >= left:
+                    return timed_out(self.timeout_s, engine="the openai engine")
+                time.sleep(wait_s)
+            answer = self._post(url, body, deadline)
+            if answer is None:
+                return timed_out(self.timeout_s, engine="the openai engine")
+            if isinstance(answer, str):  # a transport error
+                last = answer
+                wait_s = self._backoff(attempt)
                 continue
-            if r.status_code == 200:
-                return self._parse(r.json(), request)
-            if r.status_code == 429 or r.status_code >= 500:
-                last = f"HTTP {r.status_code}: {r.text[:300]}"
+            status, headers, data = answer
+            if status == 200:
+                try:
+                    payload = json.loads(data)
+                except ValueError as e:
+                    raise EngineError(f"{url} answered HTTP 200 with a body that is not JSON "
+                                      f"({e}): {data[:200]!r}") from None
+                return self._parse(payload, request)
+            text = data.decode("utf-8", "replace")
+            if status == 429 or status >= 500:
+                last = f"HTTP {status}: {text[:300]}"
+                after = retry_after_s(headers.get("retry-after"))
+                wait_s = (min(after, self.max_retry_after_s) if after is not None
+                          else self._backoff(attempt))
                 continue
-            detail = _error_message(r)
-            if r.status_code in (400, 413, 422):
-                return self._rejected(r.status_code, detail)
-            raise EngineError(f"{url} answered HTTP {r.status_code}: {detail}")
+            detail = _error_message(text)
+            if status in (400, 413, 422):
+                return self._rejected(status, detail)
+            raise EngineError(f"{url} answered HTTP {status}: {detail}")
         raise EngineError(f"{url} failed after {self.max_retries + 1} attempts; last: {last}")
+
+    def _backoff(self, attempt: int) -> float:
+        """Seconds before attempt ``attempt + 1`` when the server did not say (jittered)."""
+        delay = min(8.0, self.backoff_s * 2 ** attempt)
+        return delay * (0.5 + random.random() / 2)
+
+    def _post(self, url: str, body: dict[str, Any], deadline: float
+              ) -> tuple[int, httpx.Headers, bytes] | str | None:
+        """One attempt: ``(status, headers, body)``; a transport error's text; None when the
+        deadline passed first (the connection is closed, so the server may stop the work)."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        timeout = httpx.Timeout(left, connect=min(30.0, left))
+        try:
+            with self._client.stream("POST", url, json=body, timeout=timeout) as r:
+                chunks: list[bytes] = []
+                for chunk in r.iter_bytes():  # each read as it comes
+                    chunks.append(chunk)
+                    if time.monotonic() >= deadline:
+                        return None  # a trickling answer: leaving the block closes it
+                return r.status_code, r.headers, b"".join(chunks)
+        except httpx.TimeoutException as e:
+            if time.monotonic() >= deadline - 0.05:
+                return None
+            return f"{type(e).__name__}: {e}"
+        except httpx.TransportError as e:
+            return f"{type(e).__name__}: {e}"
 
     def _parse(self, data: dict[str, Any], request: ChatRequest) -> Completion:
         choice = data["choices"][0]
@@ -232,10 +303,10 @@ class OpenAIEngine:
             prompt_tokens = sum(self.count_tokens(m.content) for m in request.messages)
         if completion_tokens is None:
             completion_tokens = self.count_tokens(text)
-        return Completion(
-            text=text, prompt_tokens=int(prompt_tokens), completion_tokens=int(completion_tokens),
+        return checked_tokens(Completion(
+            text=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
             finish_reason=choice.get("finish_reason"),  # "stop" | "length" | ...
-        )
+        ), f"the server at {self.base_url}")
 
     @staticmethod
     def _rejected(status: int, detail: str) -> Completion:
@@ -248,11 +319,30 @@ class OpenAIEngine:
         )
 
 
-def _error_message(r: httpx.Response) -> str:
+def retry_after_s(value: str | None) -> float | None:
+    """The seconds a ``Retry-After`` header asks for (delay-seconds or an HTTP date), None when
+    absent or unreadable; never negative."""
+    if not value:
+        return None
+    value = value.strip()
     try:
-        data = r.json()
+        s = float(value)
     except ValueError:
-        return r.text[:500]
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when is None:
+            return None
+        s = when.timestamp() - time.time()
+    return max(0.0, s) if math.isfinite(s) else None
+
+
+def _error_message(text: str) -> str:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text[:500]
     err = data.get("error") if isinstance(data, dict) else None
     if isinstance(err, dict) and err.get("message"):
         return str(err["message"])
@@ -262,4 +352,4 @@ def _error_message(r: httpx.Response) -> str:
         return str(data["message"])
     if isinstance(data, dict) and data.get("detail"):
         return str(data["detail"])
-    return r.text[:500]
+    return text[:500]

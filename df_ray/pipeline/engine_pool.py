@@ -5,8 +5,10 @@ Each replica is a Ray actor that owns one engine (a vLLM engine pinned to one GP
 ``num_gpus``, an embedded model on CPU threads, an HTTP client, or a scripted engine).
 `EngineClient` is what stages hold: it spreads a batch over the replicas of a backbone,
 keeps every backbone's requests in flight together, and turns engine faults into bounded
-retries (a crashed replica is restarted by Ray; a hung one is killed and restarted) and,
-when retries run out, into per-request errors rather than a crashed job.
+retries (a crashed replica is restarted by Ray; one that stops answering everything is killed
+and restarted) and, when retries run out, into per-request errors rather than a crashed job.
+A request that hangs alone is cancelled by its engine at ``request_timeout_s`` and is one
+failed call; its replica and batch-mates are untouched.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from df_ray.engines.base import ChatRequest, Completion, route
+from df_ray.engines.base import ChatRequest, Completion, route, timed_out
 from df_ray.engines.spec import EngineSpec
 from df_ray.pipeline.error_text import first_line, last_line
 
@@ -33,6 +35,21 @@ log = logging.getLogger(__name__)
 
 #: Calls one replica takes at once (each an awaiting coroutine; the engine decides what runs).
 ACTOR_CONCURRENCY = 8192
+
+#: Seconds past ``request_timeout_s`` the client gives an engine to cancel a request itself
+#: before it asks whether the replica still answers (at least this, or a quarter of the timeout).
+CANCEL_GRACE_S = 5.0
+
+#: Seconds a replica gets to answer the client's liveness question (its ``stats``).
+PROBE_S = 10.0
+
+#: A request unanswered this many ``request_timeout_s`` on a replica that keeps answering
+#: others is failed by the client alone (for an engine that cannot cancel a request itself).
+CLIENT_CANCEL_TIMEOUTS = 3
+
+
+def cancel_grace_s(timeout_s: float) -> float:
+    return max(CANCEL_GRACE_S, 0.25 * timeout_s)
 
 
 @ray.remote(max_restarts=-1, max_concurrency=ACTOR_CONCURRENCY)
@@ -291,9 +308,19 @@ class EngineClient:
     outstanding from this client (ties in turn), so a slow or busy replica gets less and a
     free one more; each answer is taken as it arrives. A replica that fails a request (it
     raised on it, or died) gets the request retried, at most ``retries`` times, on the least
-    loaded replica once the failed one answers again; a request still unanswered after its
-    backbone's ``request_timeout_s`` has its replica killed and restarted (it hung). When the
-    retries run out the request is answered with its last error; its batch-mates are not.
+    loaded replica once the failed one answers again.
+
+    A request past its backbone's ``request_timeout_s`` is the engine's to cancel (llama.cpp
+    frees its slot, vLLM aborts it, the HTTP client closes its connection): it comes back as
+    one ``request_timeout`` failed call. Should it still be unanswered a grace later
+    (`cancel_grace_s`), the client asks the replica whether it still answers: a replica that
+    answered nothing for ``request_timeout_s`` while it had requests, or that does not answer
+    the question within `PROBE_S`, has stopped answering everything; it is killed (Ray
+    restarts it) and its in-flight requests are retried once on another replica (the
+    restarted one when it has none). A replica that keeps answering others is left alone:
+    the request waits for its engine, and after `CLIENT_CANCEL_TIMEOUTS` timeouts is failed
+    by the client alone. When the retries run out the request is answered with its last
+    error; its batch-mates are not.
     """
 
     def __init__(self, handles: Mapping[str, list[Any]], specs: Mapping[str, EngineSpec],
@@ -318,12 +345,15 @@ class EngineClient:
         return route(request, self.specs)
 
     # -- dispatch
-    def _pick(self, name: str) -> int:
-        """The replica of ``name`` with the fewest outstanding requests; it gets one more."""
+    def _pick(self, name: str, avoid: set[tuple[str, int]] | frozenset = frozenset()) -> int:
+        """The replica of ``name`` with the fewest outstanding requests (of those not in
+        ``avoid``, when there are any); it gets one more."""
         with self._lock:
             load = self._load[name]
-            low = min(load)
-            ties = [i for i, n in enumerate(load) if n == low]
+            usable = [i for i in range(len(load)) if (name, i) not in avoid] or list(
+                range(len(load)))
+            low = min(load[i] for i in usable)
+            ties = [i for i in usable if load[i] == low]
             k = ties[self._turn[name] % len(ties)]
             self._turn[name] += 1
             load[k] += 1
@@ -349,33 +379,46 @@ class EngineClient:
         names = [self.backbone_of(r) for r in requests]
         results: list[Completion | None] = [None] * len(requests)
         last_error: dict[int, str] = {}
+        hung: dict[int, int] = {}  # request -> replicas that stopped answering under it
         pending = list(range(len(requests)))
         attempt = 0
+        avoid: set[tuple[str, int]] = set()
         while pending:
             failed, troubled = self._round(requests, names, pending, results, last_error,
-                                           on_answer)
+                                           on_answer, hung, avoid)
             attempt += 1
-            if failed and attempt > self.retries:
-                for i in failed:
-                    results[i] = Completion("", 0, 0, error=last_error.get(i, "engine failed"))
-                break
-            pending = failed
+            # in flight on two replicas that stopped answering: not retried a second time
+            final = [i for i in failed if hung.get(i, 0) > 1 or attempt > self.retries]
+            for i in final:
+                results[i] = Completion("", 0, 0, error=last_error.get(i, "engine failed"))
+            pending = [i for i in failed if i not in final]
+            avoid = set(troubled)
             if pending:
-                self._await_replicas(troubled)
+                # wait only for the restarted replicas the retries must go to (a backbone
+                # with no other replica)
+                self._await_replicas([a for (name, k), a in troubled.items()
+                                      if all((name, j) in troubled
+                                             for j in range(len(self.handles[name])))])
         return [r if r is not None else Completion("", 0, 0, error="engine failed")
                 for r in results]
 
     def _round(self, requests: Sequence[ChatRequest], names: Sequence[str],
                idxs: Sequence[int], results: list, last_error: dict[int, str],
-               on_answer: Callable[[int, Completion], None] | None = None):
+               on_answer: Callable[[int, Completion], None] | None = None,
+               hung: dict[int, int] | None = None,
+               avoid: set[tuple[str, int]] | frozenset = frozenset()):
         """Send ``idxs`` (one call each) and take every answer as it comes: the requests that
-        failed, and the replicas that failed them."""
+        failed, and the replicas that failed them (``(backbone, replica) -> handle``)."""
+        hung = {} if hung is None else hung
         inflight: dict[Any, tuple[int, str, int, float]] = {}
+        sent: dict[Any, float] = {}
         for i in idxs:
             name = names[i]
-            k = self._pick(name)
+            k = self._pick(name, avoid)
             ref = self.handles[name][k].generate.remote([requests[i].to_dict()])
-            inflight[ref] = (i, name, k, time.monotonic() + self.specs[name].request_timeout_s)
+            timeout_s = self.specs[name].request_timeout_s
+            sent[ref] = now = time.monotonic()
+            inflight[ref] = (i, name, k, now + timeout_s + cancel_grace_s(timeout_s))
         failed: list[int] = []
         troubled: dict[tuple[str, int], Any] = {}
         killed: set[tuple[str, int]] = set()
@@ -405,21 +448,58 @@ class EngineClient:
                 if on_answer is not None:
                     on_answer(i, results[i])
             now = time.monotonic()
+            late = {(name, k) for (_i, name, k, deadline) in inflight.values()
+                    if deadline <= now and (name, k) not in killed}
+            answering = {key: self._answers(*key) for key in late}
             for ref, (i, name, k, deadline) in list(inflight.items()):
                 if deadline > now:
                     continue
                 actor = self.handles[name][k]
+                timeout_s = self.specs[name].request_timeout_s
+                if (name, k) not in killed and answering.get((name, k), False):
+                    if now - sent[ref] < CLIENT_CANCEL_TIMEOUTS * timeout_s:
+                        # it answers others: its engine cancels this request (or answers it)
+                        inflight[ref] = (i, name, k, now + timeout_s)
+                        continue
+                    # an engine that did not cancel it: this request fails alone
+                    log.warning("engine replica %s/%d left a request unanswered for %.0f s "
+                                "while answering others; failing that request alone",
+                                name, k, now - sent[ref])
+                    with contextlib.suppress(Exception):
+                        ray.cancel(ref)
+                    del inflight[ref]
+                    self._release(name, k)
+                    results[i] = timed_out(timeout_s, engine="the engine client")
+                    continue
                 if (name, k) not in killed:
-                    log.warning("engine replica %s/%d hung past %.0fs; restarting it", name, k,
-                                self.specs[name].request_timeout_s)
+                    log.warning("engine replica %s/%d stopped answering (nothing answered for "
+                                "%.0f s); restarting it", name, k, timeout_s)
                     ray.kill(actor, no_restart=False)
                     killed.add((name, k))
                 del inflight[ref]
                 self._release(name, k)
                 failed.append(i)
-                last_error[i] = "engine timed out"
+                hung[i] = hung.get(i, 0) + 1
+                last_error[i] = (f"engine timed out: replica {k} stopped answering for "
+                                 f"{timeout_s:g} s and was restarted")
                 troubled[(name, k)] = actor
-        return failed, list(troubled.values())
+        return failed, troubled
+
+    def _answers(self, name: str, k: int) -> bool:
+        """Whether replica ``k`` of ``name`` still answers: it answers its ``stats`` within
+        `PROBE_S` and answered some request within the last ``request_timeout_s`` (or has
+        none in its engine)."""
+        timeout_s = self.specs[name].request_timeout_s
+        try:
+            s = ray.get(self.handles[name][k].stats.remote(), timeout=PROBE_S)
+        except (RayActorError, RayTaskError, GetTimeoutError):
+            return False
+        except Exception:
+            return False
+        if not s.get("in_engine"):
+            return True
+        last = s.get("last_at") or s.get("first_at")
+        return last is not None and time.time() - float(last) < timeout_s
 
     @staticmethod
     def _await_replicas(actors, timeout_s: float = 120.0) -> None:
