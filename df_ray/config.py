@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from df_ray.engines.spec import EngineSpec, one_of
+from df_ray.errors import ConfigError
 from df_ray.experiments.compositions import UnknownCompositionError, composition
 from df_ray.experiments.pool import POOL, UnknownBackboneError, card_of, engine_spec
 from df_ray.methods import REGISTRY as METHOD_REGISTRY
@@ -39,10 +40,6 @@ from df_ray.tasks import REGISTRY as TASK_REGISTRY
 #: The registered names (the registries are the one place a method or a benchmark is listed).
 METHODS = tuple(METHOD_REGISTRY)
 BENCHMARKS = tuple(TASK_REGISTRY)
-
-
-class ConfigError(ValueError):
-    """A configuration is invalid; the message names the field and what is allowed."""
 
 
 def check_name(v: str, what: str = "name") -> str:

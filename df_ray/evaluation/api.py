@@ -15,7 +15,12 @@ Two ways to say what to run::
     ev.rows[0].final_answer, ev.outcomes[0].decision, ev.metrics["accuracy"]
 
 The loop is the evaluation driver the Ray pipeline runs (``df_ray.evaluation.driver``), with
-the same scoring; only the scheduling differs.
+the same guarded finish and scoring: a sample whose ``plan``, ``finish`` or grading raises is
+its error row, counted against ``max_error_rate`` (``Evaluation.failure``); an engine that
+raises on a batch has its requests tried alone, so one bad request is one failed call; an
+engine failure (``df_ray.errors.EngineFailure``, e.g. a token count that raises) stops the
+evaluation; with a ``cache``, answers are written to it as they arrive, so a rerun after a
+failure makes none of them again. Only the scheduling differs.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from df_ray.engines.base import ChatRequest, Completion, SamplingParams
+from df_ray.errors import EngineFailure
 from df_ray.evaluation.driver import Driver, Member, record_from_dict, record_to_dict
-from df_ray.evaluation.metrics import MetricsAccumulator
-from df_ray.evaluation.scoring import ResultRow
+from df_ray.evaluation.metrics import MetricsAccumulator, failure_reason
+from df_ray.evaluation.scoring import ResultRow, describe_exception
 from df_ray.methods.base import AgentView, Method, MethodContext, Outcome, SampleState
 from df_ray.tasks.base import Sample, Task
 
@@ -36,13 +42,18 @@ from df_ray.tasks.base import Sample, Task
 @dataclass
 class Evaluation:
     """One configuration's in-process result: per sample its final state, the method's
-    outcome and the graded row, plus the run metrics."""
+    outcome (None for a sample whose ``plan``, ``finish`` or grading raised: its row is an
+    error row) and the graded row, plus the run metrics. ``failure``: why the configuration
+    FAILED (more failed calls than its ``max_error_rate``, sample errors counted), as a job
+    would say it; ``errors``: its first distinct call errors."""
 
     name: str
     states: list[SampleState]
-    outcomes: list[Outcome]
+    outcomes: list[Outcome | None]
     rows: list[ResultRow]
     metrics: dict[str, float] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    failure: str | None = None
 
     @property
     def accuracy(self) -> float:
@@ -52,21 +63,65 @@ class Evaluation:
 class EngineRouter:
     """An engine client over several engines (backbone name -> engine): each request goes to
     the engine of the backbone its call is bound to (``ChatRequest.backbone``); one engine
-    serving several backbones gets their requests in one batch."""
+    serving several backbones gets their requests in one batch.
 
-    def __init__(self, engines: Mapping[str, Any]) -> None:
+    The isolation of the Ray path's engine client, in this process: an engine that raises on
+    a batch has each of its requests tried alone (``retries`` more times), and a request that
+    still raises is one failed call (``engine error: ...``), not the batch's; an engine whose
+    token count raises is an ``EngineFailure`` (the run stops, as a job's does). Answers
+    reach the driver's cache as each engine's batch returns (``on_answer``)."""
+
+    #: ``generate`` takes ``on_answer``: the driver then caches answers as they come.
+    answers_as_they_come = True
+
+    def __init__(self, engines: Mapping[str, Any], retries: int = 2) -> None:
         self.engines = dict(engines)
+        self.retries = retries
 
-    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+    def generate(self, requests: Sequence[ChatRequest],
+                 on_answer: Callable[[int, Completion], None] | None = None
+                 ) -> list[Completion]:
         out: list[Completion | None] = [None] * len(requests)
         groups: dict[int, list[int]] = {}
         for i, r in enumerate(requests):
             groups.setdefault(id(self.engines[self._backbone(r)]), []).append(i)
         for idx in groups.values():
             engine = self.engines[self._backbone(requests[idx[0]])]
-            for i, c in zip(idx, engine.generate([requests[i] for i in idx]), strict=True):
+            try:
+                answers = list(engine.generate([requests[i] for i in idx]))
+            except EngineFailure:
+                raise
+            except Exception:  # one request may be the cause: each alone, the rest answered
+                answers = [self._alone(engine, requests[i]) for i in idx]
+            for i, c in zip(idx, answers, strict=True):
                 out[i] = c
+                if on_answer is not None and c.error is None:
+                    on_answer(i, c)
         return out  # type: ignore[return-value]
+
+    def _alone(self, engine: Any, request: ChatRequest) -> Completion:
+        error = "engine failed"
+        for _ in range(self.retries + 1):
+            try:
+                (c,) = engine.generate([request])
+                return c
+            except EngineFailure:
+                raise
+            except Exception as e:
+                error = describe_exception("engine error", e)
+        return Completion("", 0, 0, error=error)
+
+    def count_tokens(self, backbone: str, text: str) -> int:
+        """``text``'s tokens with ``backbone``'s engine; its failure an ``EngineFailure``."""
+        engine = self.engines[backbone]
+        try:
+            return int(engine.count_tokens(text))
+        except EngineFailure:
+            raise
+        except Exception as e:
+            raise EngineFailure(backbone, str(getattr(engine, "model", backbone)), 0,
+                                "local", describe_exception("a token count failed", e)
+                                ) from None
 
     def _backbone(self, request: ChatRequest) -> str:
         if request.backbone in self.engines:
@@ -110,10 +165,11 @@ def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mappin
     if engines is None:
         engines = {name: make_engine(spec) for name, spec in cfg.backbones.items()}
 
-    def count(agent_id: str, text: str) -> int:
-        return engines[cfg.agent(agent_id).backbone].count_tokens(text)
+    client = EngineRouter(engines, retries=cfg.max_request_retries)
 
-    client = EngineRouter(engines)
+    def count(agent_id: str, text: str) -> int:
+        return client.count_tokens(cfg.agent(agent_id).backbone, text)
+
     if calibration is None:
         def fit(c: Any) -> Any:
             held_out = load_calibration_samples(c)
@@ -132,7 +188,7 @@ def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mappin
     if samples is None:
         samples = load_samples(cfg)
     member = Member.from_config(cfg, calibration, count)
-    return _run(cfg.name, Driver([member], client, cache), samples)
+    return _run(cfg.name, Driver([member], client, cache), samples, cfg.max_error_rate)
 
 
 def _evaluate_pieces(method: Method | str, task: Task | str, agent_engines: Mapping[str, Any],
@@ -151,28 +207,38 @@ def _evaluate_pieces(method: Method | str, task: Task | str, agent_engines: Mapp
     views = {aid: AgentView(id=aid, model=str(getattr(e, "model", aid)), revision=None,
                             sampling=SamplingParams(), seed=i, backbone=aid)
              for i, (aid, e) in enumerate(agent_engines.items())}
-    by_id = dict(agent_engines)
+    router = EngineRouter(agent_engines)
     ctx = MethodContext(task=task, agents=[v for a, v in views.items() if a != "coordinator"],
                         coordinator=views.get("coordinator"), settings=None,
                         calibration=calibration,
-                        count_tokens=_counter(by_id))
+                        count_tokens=_counter(router))
     return _run(getattr(method, "name", "method"),
-                Driver([Member(method, ctx)], EngineRouter(by_id), cache), samples)
+                Driver([Member(method, ctx)], router, cache), samples, DEFAULT_MAX_ERROR_RATE)
 
 
-def _counter(engines: Mapping[str, Any]) -> Callable[[str, str], int]:
+#: ``max_error_rate`` of an evaluation of pieces (a RunConfig's default).
+DEFAULT_MAX_ERROR_RATE = 0.1
+
+
+def _counter(router: EngineRouter) -> Callable[[str, str], int]:
     def count(agent_id: str, text: str) -> int:
-        e = engines.get(agent_id)
-        return e.count_tokens(text) if e is not None else len(text.split())
+        if agent_id in router.engines:
+            return router.count_tokens(agent_id, text)
+        return len(text.split())
     return count
 
 
-def _run(name: str, driver: Driver, samples: Sequence[Sample]) -> Evaluation:
+def _run(name: str, driver: Driver, samples: Sequence[Sample],
+         max_error_rate: float) -> Evaluation:
+    """The driver's rounds over ``samples``, then the one guarded finish; metrics and the
+    verdict on failed calls as a job's (``df_ray.pipeline.outcome.judge``)."""
     rows = driver.run(list(samples))
     finished = driver.outcomes(rows)
     acc = MetricsAccumulator(type(driver.members[0].method).metrics)
     for _, _, r in finished:
         acc.add(r.to_dict())
+    metrics = acc.result()
     return Evaluation(name=name, states=[states[0] for states in rows],
                       outcomes=[o for _, o, _ in finished], rows=[r for _, _, r in finished],
-                      metrics=acc.result())
+                      metrics=metrics, errors=list(acc.first_errors),
+                      failure=failure_reason(max_error_rate, metrics, acc.first_errors))

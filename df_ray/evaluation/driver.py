@@ -25,16 +25,13 @@ from typing import Any, Protocol
 from df_ray.core import CalibrationRecord
 from df_ray.engines.base import ChatRequest, Completion, repair_completion
 from df_ray.evaluation.context import build_context
-from df_ray.evaluation.scoring import ResultRow, describe_exception, score, score_outcome
-from df_ray.methods.base import (
-    Call,
-    CallRecord,
-    Method,
-    MethodArgsError,
-    MethodContext,
-    Outcome,
-    SampleState,
+from df_ray.evaluation.scoring import (
+    STOPS_THE_RUN,
+    ResultRow,
+    describe_exception,
+    finish_and_score,
 )
+from df_ray.methods.base import Call, CallRecord, Method, MethodContext, Outcome, SampleState
 from df_ray.tasks.base import Sample
 
 log = logging.getLogger(__name__)
@@ -154,7 +151,7 @@ class Driver:
                             for call in member.method.plan(round, st, member.ctx)]
                     for p in mine:
                         p.call.request.key()
-                except MethodArgsError:  # the configuration's fault, not the sample's
+                except STOPS_THE_RUN:  # the configuration's or an engine's: the run stops
                     raise
                 except Exception as e:  # this sample's fault: its error row, not the batch's
                     st.error = describe_exception(f"plan round {round}", e)
@@ -199,9 +196,12 @@ class Driver:
             sink = None
             if cache is not None and getattr(self.engine, "answers_as_they_come", False):
                 # cached as they come, not when the round's slowest call ends: a run killed
-                # mid-round keeps the answers it already had
+                # mid-round, or stopped by an engine failure, keeps the answers it had
                 sink = _AnswerSink(cache, reqs)
-                answers = self.engine.generate(reqs, on_answer=sink.add)
+                try:
+                    answers = self.engine.generate(reqs, on_answer=sink.add)
+                finally:
+                    sink.flush()
             else:
                 answers = self.engine.generate(reqs)
             for comp in answers:
@@ -213,9 +213,7 @@ class Driver:
                 share = (time.perf_counter() - t) / len(reqs)
                 for js in todo.values():
                     busy[planned[js[0]].row][planned[js[0]].member] += share
-            if sink is not None:
-                sink.flush()
-            elif cache is not None:
+            if sink is None and cache is not None:
                 cache.put_many(zip(reqs, [c for c, _ in comps], strict=True))
             for js, (comp, n_fixed) in zip(todo.values(), comps, strict=True):
                 for n, j in enumerate(js):
@@ -236,23 +234,21 @@ class Driver:
                ) -> list[tuple[int, ResultRow]]:
         """(member index, graded row) for every state of every row, row by row;
         ``busy[row][member]``, when given, accumulates the seconds spent grading."""
+        return [(m, row) for m, _, row in self.outcomes(rows, busy)]
+
+    def outcomes(self, rows: Sequence[Row], busy: list[list[float]] | None = None
+                 ) -> list[tuple[int, Outcome | None, ResultRow]]:
+        """(member index, outcome, graded row) for every state of every row, row by row,
+        through the one guarded finish (``scoring.finish_and_score``): a sample whose
+        ``plan``, ``finish`` or grading raised is its error row (outcome None)."""
         out = []
         for i, states in enumerate(rows):
             for m, (member, st) in enumerate(zip(self.members, states, strict=True)):
                 t = time.perf_counter()
-                out.append((m, score(st, member.method, member.ctx)))
+                outcome, row = finish_and_score(st, member.method, member.ctx)
+                out.append((m, outcome, row))
                 if busy is not None:
                     busy[i][m] += time.perf_counter() - t
-        return out
-
-    def outcomes(self, rows: Sequence[Row]) -> list[tuple[int, Outcome, ResultRow]]:
-        """(member index, outcome, graded row) for every state of every row."""
-        out = []
-        for states in rows:
-            for m, (member, st) in enumerate(zip(self.members, states, strict=True)):
-                outcome = member.method.finish(st, member.ctx)
-                out.append((m, outcome, score_outcome(st, outcome, member.ctx,
-                                                      type(member.method).result_columns)))
         return out
 
     def calibration_records(self, rows: Sequence[Row]) -> list[tuple[int, CalibrationRecord]]:
@@ -266,6 +262,8 @@ class Driver:
                     continue
                 try:
                     out.append((m, calibration_record(st, member.method, member.ctx)))
+                except STOPS_THE_RUN:
+                    raise
                 except Exception as e:
                     log.warning("calibration sample %s left out: %s", st.sample.id,
                                 describe_exception("calibration record", e))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,3 +131,21 @@ class MetricsAccumulator:
         for agent, (a, cut) in sorted(self.truncation.items()):
             out[f"truncation_rate.{agent}"] = cut / a if a else 0.0
         return out
+
+
+def failure_reason(max_error_rate: float, metrics: Mapping[str, float],
+                   errors: Sequence[str] = ()) -> str | None:
+    """Why a configuration with these run metrics FAILED (its share of failed calls, sample
+    errors counted, above ``max_error_rate``), or None when it did not: the one verdict of
+    the Ray path (``df_ray.pipeline.outcome.judge``) and of ``df_ray.evaluate``."""
+    calls, failed = int(metrics.get("llm_calls", 0.0)), int(metrics.get("failed_calls", 0.0))
+    if calls == 0 or failed == 0:
+        return None
+    rate = failed / calls
+    if rate <= max_error_rate:
+        return None
+    reason = (f"{failed} of {calls} LLM calls failed ({100 * rate:.0f}%, above max_error_rate "
+              f"{100 * max_error_rate:g}%)")
+    if errors:
+        reason += "; first errors: " + " | ".join(errors)
+    return reason

@@ -10,11 +10,12 @@ follow in ``method_columns`` (df_ray.methods.result_columns).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from df_ray.core.types import Observation
+from df_ray.errors import EngineFailure
 from df_ray.methods.base import Method, MethodArgsError, MethodContext, Outcome, SampleState
 
 
@@ -94,62 +95,94 @@ def describe_exception(where: str, e: BaseException) -> str:
 
 
 def score(state: SampleState, method: Method, ctx: MethodContext) -> ResultRow:
-    """Finish a sample (``method.finish``) and grade it: the final answer, each agent's
-    independent answer and the coordinator's; token and call accounting.
+    """The graded row of a finished sample (:func:`finish_and_score`)."""
+    return finish_and_score(state, method, ctx)[1]
 
-    Never raises for one sample's fault: a sample whose method (an earlier ``plan``, or
-    ``finish``), a parser or the grader raised becomes its error row (:func:`error_row`)."""
+
+#: Errors that are not one sample's fault: a configuration the method refuses and an engine
+#: that cannot serve stop the run on every path (docs/faults.md), never one error row.
+STOPS_THE_RUN: tuple[type[BaseException], ...] = (MethodArgsError, EngineFailure)
+
+
+def finish_and_score(state: SampleState, method: Method, ctx: MethodContext
+                     ) -> tuple[Outcome | None, ResultRow]:
+    """Finish a sample (``method.finish``) and grade it: the method's outcome (None for an
+    error row) and the graded row: the final answer, each agent's independent answer and the
+    coordinator's; token and call accounting.
+
+    The one guarded finish of every path (the Ray stage, ``df_ray.evaluate``, the tests'
+    driver runs): never raises for one sample's fault: a sample whose method (an earlier
+    ``plan``, or ``finish``), a parser or the grader raised becomes its error row
+    (:func:`error_row`). What stops the run (``STOPS_THE_RUN``) is raised."""
     declared = type(method).result_columns
     if state.error is not None:
-        return error_row(state, ctx, state.error, declared)
+        return None, error_row(state, ctx, state.error, declared)
     try:
         outcome = method.finish(state, ctx)
-    except MethodArgsError:  # the configuration's fault: it stops the run
+    except STOPS_THE_RUN:
         raise
     except Exception as e:
-        return error_row(state, ctx, describe_exception("finish", e), declared)
+        return None, error_row(state, ctx, describe_exception("finish", e), declared)
     try:
-        return score_outcome(state, outcome, ctx, declared)
+        return outcome, score_outcome(state, outcome, ctx, declared)
+    except STOPS_THE_RUN:
+        raise
     except Exception as e:
-        return error_row(state, ctx, describe_exception("grade", e), declared)
+        return None, error_row(state, ctx, describe_exception("grade", e), declared)
 
 
 def error_row(state: SampleState, ctx: MethodContext, error: str,
               declared: Mapping[str, str] | None = None) -> ResultRow:
-    """The row of a sample that raised: not correct, no answer, its calls and tokens as they
-    were, and the error counted as one failed call (role ``sample``), so that it shows in
-    ``failed_calls`` and ``samples_with_errors`` and counts against ``max_error_rate``; the
-    method's ``declared`` columns null."""
+    """The row of a sample that raised: not correct, no answer, its calls and tokens
+    accounted as any row's (:func:`_accounting`), and the error counted as one failed call
+    (role ``sample``), so that it shows in ``failed_calls`` and ``samples_with_errors`` and
+    counts against ``max_error_rate``; the method's ``declared`` columns null."""
     try:
         scores = dict(ctx.task.grade(state.sample, None).scores)
     except Exception:
         scores = {}
-    tokens = {"agent": 0, "coordinator": 0, "other": 0}
-    for c in state.calls:
-        tokens[c.role if c.role in tokens else "other"] += c.prompt_tokens + c.completion_tokens
-    calls = [{"round": c.round, "role": c.role, "agent": c.agent, "cached": c.cached,
-              "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
-              "error": c.error} for c in state.calls]
-    calls.append({"round": None, "role": SAMPLE_ERROR_ROLE, "agent": "", "cached": False,
-                  "prompt_tokens": 0, "completion_tokens": 0,
-                  "error": f"sample error: {error}"})
+    acc = _accounting(state.calls)
+    acc["detail_calls"].append({"round": None, "role": SAMPLE_ERROR_ROLE, "agent": "",
+                                "cached": False, "prompt_tokens": 0, "completion_tokens": 0,
+                                "error": f"sample error: {error}"})
     detail = {"observations": [], "agent_correct": {}, "agent_grade_detail": {},
               "final": None, "final_grade_detail": "", "coordinator": None,
-              "extra": {"sample_error": error}, "calls": calls}
+              "extra": {"sample_error": error}, "calls": acc.pop("detail_calls")}
+    acc["n_calls"] += 1
+    acc["n_errors"] += 1
     return ResultRow(
         sample_id=state.sample.id, correct=False, scores=json.dumps(scores), final_answer=None,
-        any_agent_correct=False,
-        n_calls=len(state.calls) + 1,
-        n_fresh_calls=sum(1 for c in state.calls if not c.cached and c.error is None),
-        n_errors=sum(1 for c in state.calls if c.error) + 1,
-        n_refused=sum(1 for c in state.calls if is_refusal(c.error)),
-        n_truncated=sum(1 for c in state.calls if not c.error and c.finish_reason == "length"),
-        n_repaired=sum(c.repaired for c in state.calls),
-        truncation=json.dumps(truncation_by_agent(state.calls), sort_keys=True),
-        agent_tokens=tokens["agent"], coordinator_tokens=tokens["coordinator"],
-        other_tokens=tokens["other"], total_tokens=sum(tokens.values()), t_cross=0,
-        detail=json.dumps(detail, default=str),
+        any_agent_correct=False, **acc, t_cross=0, detail=json.dumps(detail, default=str),
         method_columns=dict.fromkeys(declared or ()))
+
+
+def _accounting(calls: Sequence[Any]) -> dict[str, Any]:
+    """The call and token columns every row has, error row or not (their one definition):
+    calls, fresh, failed, refused, truncated and repaired calls, truncation by agent, the
+    tokens an engine spent by role (:func:`spent_tokens`: a failed call spends none) and the
+    calls as the row's detail lists them (``detail_calls``)."""
+    tokens = {"agent": 0, "coordinator": 0, "other": 0}
+    for c in calls:
+        tokens[c.role if c.role in tokens else "other"] += spent_tokens([c])
+    return {
+        "n_calls": len(calls),
+        "n_fresh_calls": sum(1 for c in calls if not c.cached and c.error is None),
+        "n_errors": sum(1 for c in calls if c.error),
+        "n_refused": sum(1 for c in calls if is_refusal(c.error)),
+        "n_truncated": sum(1 for c in calls if not c.error and c.finish_reason == "length"),
+        "n_repaired": sum(c.repaired for c in calls),
+        "truncation": json.dumps(truncation_by_agent(calls), sort_keys=True),
+        "agent_tokens": tokens["agent"],
+        "coordinator_tokens": tokens["coordinator"],
+        "other_tokens": tokens["other"],
+        "total_tokens": sum(tokens.values()),
+        "detail_calls": [{"round": c.round, "role": c.role, "agent": c.agent,
+                          "cached": c.cached, "prompt_tokens": c.prompt_tokens,
+                          "completion_tokens": c.completion_tokens, "error": c.error,
+                          "finish_reason": c.finish_reason,
+                          **({"repaired": c.repaired} if c.repaired else {})}
+                         for c in calls],
+    }
 
 
 def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext,
@@ -185,9 +218,7 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext,
             raise ValueError(f"Outcome columns {undeclared} are not in the method's "
                              "result_columns")
         own = {k: own.get(k) for k in declared}
-    tokens = {"agent": 0, "coordinator": 0, "other": 0}
-    for c in state.calls:
-        tokens[c.role if c.role in tokens else "other"] += spent_tokens([c])
+    acc = _accounting(state.calls)
     detail = {
         "observations": [_obs_dict(o) for o in outcome.agent_observations],
         "agent_correct": agent_correct,
@@ -196,11 +227,7 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext,
         "final_grade_detail": final_grade.detail,
         "coordinator": _obs_dict(coord) if coord is not None else None,
         "extra": outcome.extra,
-        "calls": [{"round": c.round, "role": c.role, "agent": c.agent, "cached": c.cached,
-                   "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
-                   "error": c.error, "finish_reason": c.finish_reason,
-                   **({"repaired": c.repaired} if c.repaired else {})}
-                  for c in state.calls],
+        "calls": acc.pop("detail_calls"),
     }
     return ResultRow(
         sample_id=sample.id,
@@ -208,17 +235,7 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext,
         scores=json.dumps(final_grade.scores),
         final_answer=outcome.final.answer if outcome.final else None,
         any_agent_correct=any(agent_correct.values()),
-        n_calls=len(state.calls),
-        n_fresh_calls=sum(1 for c in state.calls if not c.cached and c.error is None),
-        n_errors=sum(1 for c in state.calls if c.error),
-        n_refused=sum(1 for c in state.calls if is_refusal(c.error)),
-        n_truncated=sum(1 for c in state.calls if not c.error and c.finish_reason == "length"),
-        n_repaired=sum(c.repaired for c in state.calls),
-        truncation=json.dumps(truncation_by_agent(state.calls), sort_keys=True),
-        agent_tokens=tokens["agent"],
-        coordinator_tokens=tokens["coordinator"],
-        other_tokens=tokens["other"],
-        total_tokens=sum(tokens.values()),
+        **acc,
         t_cross=int(outcome.t_cross),
         detail=json.dumps(detail, default=str),
         method_columns=own,

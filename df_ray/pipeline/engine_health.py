@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from df_ray.engines.base import ChatRequest, Message, SamplingParams
 from df_ray.engines.spec import EngineSpec
+from df_ray.errors import EngineFailure
 from df_ray.pipeline import faults
 
 log = logging.getLogger(__name__)
@@ -46,33 +47,6 @@ SMOKE_PROMPT = "Reply with one word: OK."
 
 class EngineStartError(RuntimeError):
     """The engine loaded but its smoke generation did not answer."""
-
-
-class EngineFailure(RuntimeError):
-    """A backbone's replica cannot serve: the job stops. ``str()`` is the one-line message."""
-
-    def __init__(self, backbone: str, model: str, replica: int, node: str, cause: str,
-                 detail: str = "") -> None:
-        self.backbone, self.model, self.replica = backbone, model, replica
-        self.node, self.cause, self.detail = node, cause, detail
-        msg = (f"engine {backbone!r} (model {model}), replica {replica} on node {node}: "
-               f"{cause}")
-        super().__init__(msg + (f"\n{detail}" if detail else ""))
-
-    def __reduce__(self):  # crosses process boundaries whole (a stage's token count raises it)
-        return (EngineFailure, (self.backbone, self.model, self.replica, self.node, self.cause,
-                                self.detail))
-
-    @classmethod
-    def found_in(cls, e: BaseException | None) -> EngineFailure | None:
-        """The EngineFailure ``e`` carries (a stage's exception wrapped by Ray), as itself."""
-        seen = 0
-        while e is not None and seen < 20:
-            if isinstance(e, cls):
-                return cls(e.backbone, e.model, e.replica, e.node, e.cause, e.detail)
-            e = getattr(e, "cause", None) or e.__cause__ or e.__context__
-            seen += 1
-        return None
 
 
 def replica_label(backbone: str, replica: int) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from df_ray.config import RunConfig
+from df_ray.evaluation.metrics import failure_reason
 from df_ray.methods.base import Method
 from df_ray.pipeline.results import CorruptResultsError, read_results
 
@@ -31,18 +32,9 @@ def failed_call_rate(metrics: dict[str, float]) -> float:
 
 
 def judge(cfg: RunConfig, metrics: dict[str, float], errors: Sequence[str] = ()) -> str | None:
-    """Why the configuration FAILED, or None when it did not."""
-    calls, failed = call_counts(metrics)
-    if calls == 0 or failed == 0:
-        return None
-    rate = failed / calls
-    if rate <= cfg.max_error_rate:
-        return None
-    reason = (f"{failed} of {calls} LLM calls failed ({100 * rate:.0f}%, above max_error_rate "
-              f"{100 * cfg.max_error_rate:g}%)")
-    if errors:
-        reason += "; first errors: " + " | ".join(errors)
-    return reason
+    """Why the configuration FAILED, or None when it did not
+    (``df_ray.evaluation.metrics.failure_reason`` at its ``max_error_rate``)."""
+    return failure_reason(cfg.max_error_rate, metrics, errors)
 
 
 def agent_answers(samples_path: str, limit: int = 5,

@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from df_ray.config import ConfigError
 from df_ray.engines.base import ChatRequest, Completion, route
 from df_ray.engines.spec import EngineSpec
+from df_ray.errors import ConfigError
 from df_ray.pipeline.error_text import last_line
 from df_ray.serving import ENGINE_DEPLOYMENT
 

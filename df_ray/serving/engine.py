@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 from pydantic import field_validator
 
-from df_ray.config import ConfigError
 from df_ray.engines.base import ChatRequest, Completion
 from df_ray.engines.spec import ENGINE_KINDS, EngineSpec, one_of, spec_class
+from df_ray.errors import ConfigError
 
 
 class ServeSpec(EngineSpec):
