@@ -11,8 +11,8 @@ read out by pooling. ``instruction`` below is the task's own agent prompt (the r
 one or more pipeline rounds (a sample moves to the next stage as soon as its calls are in):
 
 1. **Node sampling** (1-5 calls): the meta-LLM picks ``top_k`` model indices from the
-   agents' model cards (``AgentConfig.description``, from the backbone pool), at GoA's
-   sampling (``meta_temperature`` 0.7, the meta-LLM's max_tokens: 800 in our compositions).
+   agents' model cards (``AgentConfig.description``: GoA's own ``endpoint.py`` cards, see
+   ``df_ray.experiments.pool``), at GoA's sampling (``meta_temperature`` 0.7).
    An index may repeat when a model is highly relevant: each occurrence is its own node
    (its own seed slot, so its own sample). A reply is usable when the reference's pattern
    finds indices (``</think> 0,1,5`` / ``Answer: 0`` / a line of digits and commas) that are
@@ -41,14 +41,31 @@ one or more pipeline rounds (a sample moves to the next stage as soon as its cal
    high/moderate/low relevance by its score normalised over the sources (k-1 calls);
    target-to-source: nodes with an outgoing edge (mean: all but the last; max: only the top
    node) refine reading their targets' responses (k-1 or 1 calls). As in the reference's
-   code, target-to-source shows the targets' responses from *before* this round's
-   refinement (``t2s_reads: refined`` shows the refined ones, as the paper's text reads).
+   code at c9def00 (``_run_t_to_s`` builds its references from ``final_response_dict``, which
+   source-to-target has just filled), target-to-source shows the targets' *refined*
+   responses; ``t2s_reads: initial`` shows their responses from before this round (df_ray's
+   earlier reading, kept as an ablation).
 6. **Graph pooling**: max: the top node's latest answer is final (0 calls); mean: the
    meta-LLM synthesises every surviving node's latest answer, labelled by relevance (1 call).
 
 Only max's target-to-source call and the pooling calls end with the task's answer
 instruction (the reference's ``final_prompt``); the instruction itself carries the answer
-format everywhere. The final answer is parsed by the task's parser (a JSON first answer, when
+format everywhere. Neither carries df_ray's confidence line ("Confidence: ..."): GoA's
+instruction and ``final_prompt`` ask for none (its first answer's confidence is the JSON
+``confidence_level``), so GoA's prompts are the task's with that line taken out.
+
+Budget and sampling: every GoA call, the meta-LLM's included, is sent with ``max_tokens``
+800 (``main``'s and ``run.sh``'s ``--max_tokens 800``; the ``max_tokens`` argument, null for
+each agent's own budget) and temperature 0.7, whatever the benchmark's budget for the other
+methods. With ``first_answer: independent`` the first answers are DarkForest's own shared
+generations, at their own budget (that is the ablation's point).
+
+Tokens: the generic accounting counts every call. GoA's own counter (``process_fn``'s
+``input_token_total + output_token_total``) differs in one place: ``edge_sampling`` returns
+only the token counts of its *last* call (the last judge's last attempt), and none when it
+returns a single survivor or -1 (every node pruned). ``goa_tokens`` (result column) and
+``goa_tokens_per_sample`` (metric) count a sample GoA's way, so the report can say which of
+the two the paper's GoA figures match. The final answer is parsed by the task's parser (a JSON first answer, when
 it is final, by GoA's JSON reader).
 
 Switches kept as ablations: ``first_answer: independent`` uses DarkForest's shared
@@ -69,7 +86,12 @@ Remaining differences from the reference:
   our parser finds nothing in a multiple-choice answer does the reference's rule apply: its
   last option letter, else a random one (``invalid_final``); other tasks' unreadable answers
   are graded wrong;
-- the reference counts only the last judge's tokens of edge sampling; we count every call.
+- the reference counts only the last judge's tokens of edge sampling; the generic accounting
+  counts every call (``goa_tokens`` counts GoA's way);
+- finance-Llama3-8B has no chat template: the reference writes ChatML for it ("<|im_start|>
+  system\nYou are a helpful assistant.<|im_end|>" for a plain string message, without the
+  system turn for a message list), df_ray's engines a "Question:/Answer:" completion prompt
+  (``df_ray.engines.completion_prompt``), in every row.
 
 Calls for k nodes and R rounds, without retries or replacements: max 1 + 2k + R*k (3 nodes,
 1 round: 1 selection + 3 answers + 3 scoring + 2 source-to-target + 1 target-to-source = 10),
@@ -109,11 +131,15 @@ from df_ray.methods.prompt_templates import (
     goa_source_to_target_prompt,
     goa_target_to_source_prompt,
 )
+from df_ray.methods.result_columns import RowMean
+from df_ray.tasks.answer_instruction import CONFIDENCE_INSTRUCTION
 
 #: GoA's defaults (UNITES-Lab/GoA ``main``): 3 nodes per question, edge threshold 0.05,
 #: 1 round, every call at temperature 0.7; ``modules.py``: 5 selection attempts, 3 scoring
 #: attempts per judge, replacement below confidence 0.1.
 DEFAULT_TOP_K = 3
+#: ``main``'s and ``run.sh``'s ``--max_tokens``: every call of GoA's.
+GOA_MAX_TOKENS = 800
 SELECT_ROLE = "selector"
 INITIAL_ROLE = "goa_initial"
 REPLACE_ROLE = "goa_replacement"
@@ -182,6 +208,12 @@ class GraphOfAgents(Method):
 
     name = "goa"
     pooling: ClassVar[str] = "mean"
+    result_columns: ClassVar[dict[str, str]] = {
+        "goa_tokens": "int64",  # the sample's tokens as GoA's own counter counts them
+    }
+    metrics: ClassVar[dict[str, RowMean]] = {
+        "goa_tokens_per_sample": RowMean("goa_tokens"),
+    }
 
     class Args(MethodArgs):
         rounds: int = Field(1, strict=True, ge=1, description="message-passing rounds")
@@ -213,10 +245,15 @@ class GraphOfAgents(Method):
             "reference", description="a multiple-choice final answer the parser cannot read: "
                                      "the reference's last option letter in the text, else a "
                                      "random letter (reference); or no answer (wrong)")
-        t2s_reads: Literal["initial", "refined"] = Field(
-            "initial", description="what target-to-source shows of the targets: their "
-                                   "responses before this round (the reference code) or "
-                                   "after source-to-target (the paper's text)")
+        t2s_reads: Literal["refined", "initial"] = Field(
+            "refined", description="what target-to-source shows of the targets: their "
+                                   "responses after source-to-target (the reference code at "
+                                   "c9def00, and the paper's text) or before this round "
+                                   "(df_ray's earlier reading, ablation)")
+        max_tokens: int | None = Field(
+            GOA_MAX_TOKENS, strict=True, ge=1, le=32768,
+            description="every GoA call's completion budget, the meta-LLM's included (GoA's "
+                        "800: main.py, run.sh); null: each agent's own")
 
     @property
     def mp_rounds(self) -> int:
@@ -262,24 +299,41 @@ class GraphOfAgents(Method):
 
     @staticmethod
     def _instruction(ctx: MethodContext, state: SampleState) -> str:
-        return ctx.task.agent_prompt(state.sample)
+        """The reference's ``messages[0]``: the task's agent prompt, without df_ray's
+        confidence line (GoA's instruction asks for none)."""
+        return without_confidence(ctx.task.agent_prompt(state.sample))
+
+    @staticmethod
+    def _final_prompt(ctx: MethodContext) -> str:
+        """The reference's ``final_prompt``: the task's answer instruction, without the
+        confidence line."""
+        return without_confidence(ctx.task.answer_instructions())
+
+    def _request(self, ctx: MethodContext, agent: AgentView, user: str, state: SampleState,
+                 slot: str, temperature: float | None = None):
+        """A GoA call: the agent's request at GoA's budget (``max_tokens``)."""
+        req = ctx.request(agent, user, sample=state.sample, slot=slot, temperature=temperature)
+        if self.args.max_tokens is None or req.sampling.max_tokens == self.args.max_tokens:
+            return req
+        return replace(req, sampling=replace(req.sampling, max_tokens=self.args.max_tokens))
 
     def _meta_request(self, ctx: MethodContext, state: SampleState, user: str, slot: str):
         meta = lead_agent(ctx)
-        return meta, ctx.request(meta, user, sample=state.sample, slot=slot,
-                                 temperature=self.args.meta_temperature)
+        return meta, self._request(ctx, meta, user, state, slot,
+                                   temperature=self.args.meta_temperature)
 
     def _initial_call(self, ctx: MethodContext, state: SampleState, agent: AgentView,
                       slot: str, role: str) -> Call:
         if self.args.first_answer == "independent":
             if slot == "goa-initial":  # DarkForest's own generation: one shared cache entry
                 return independent_call(ctx, agent, state)
+            # a repeat or a replacement: the same prompt and budget as DarkForest's own
             user = ctx.task.agent_prompt(state.sample)
-        else:
-            spec = ctx.task.parse_spec(state.sample)
-            hint = goa_answer_hint(spec.kind, spec.n_options, spec.labels)
-            user = goa_initial_prompt(self._instruction(ctx, state), hint)
-        return Call(role, agent.id, ctx.request(agent, user, sample=state.sample, slot=slot))
+            return Call(role, agent.id, ctx.request(agent, user, sample=state.sample, slot=slot))
+        spec = ctx.task.parse_spec(state.sample)
+        hint = goa_answer_hint(spec.kind, spec.n_options, spec.labels)
+        user = goa_initial_prompt(self._instruction(ctx, state), hint)
+        return Call(role, agent.id, self._request(ctx, agent, user, state, slot))
 
     def _read_first(self, rec: CallRecord, ctx: MethodContext, state: SampleState
                     ) -> tuple[Observation, float | None]:
@@ -416,8 +470,8 @@ class GraphOfAgents(Method):
             others = [(i, self._text(state, nodes[i]["key"])) for i in range(k) if i != j]
             user = goa_scoring_prompt(instruction, others, [r.text for r in replies])
             agent = ctx.agent(nodes[j]["agent"])
-            c = Call(SCORE_ROLE, agent.id, ctx.request(
-                agent, user, sample=state.sample, slot=f"goa-score-{j}-{len(replies)}"))
+            c = Call(SCORE_ROLE, agent.id, self._request(
+                ctx, agent, user, state, f"goa-score-{j}-{len(replies)}"))
             jd["keys"].append(c.request.key())
             calls.append(c)
         if calls:
@@ -472,8 +526,8 @@ class GraphOfAgents(Method):
                     user = goa_source_to_target_prompt(
                         instruction, self._text(state, mp["before"][str(target)]), refs)
                     agent = ctx.agent(nodes[target]["agent"])
-                    c = Call(S2T_ROLE, agent.id, ctx.request(
-                        agent, user, sample=state.sample, slot=f"goa-s2t-{m}-{target}"))
+                    c = Call(S2T_ROLE, agent.id, self._request(
+                        ctx, agent, user, state, f"goa-s2t-{m}-{target}"))
                     keys[str(target)] = c.request.key()
                     calls.append(c)
                 mp["s2t"] = keys
@@ -483,7 +537,7 @@ class GraphOfAgents(Method):
         if "t2s" not in mp:
             refined = mp["s2t"]
             sources = ranked[:-1] if self.pooling == "mean" else ranked[:1]
-            final_prompt = ctx.task.answer_instructions() if self.pooling == "max" else ""
+            final_prompt = self._final_prompt(ctx) if self.pooling == "max" else ""
             calls, keys = [], {}
             for source in sources:
                 targets = ranked[ranked.index(source) + 1:]
@@ -494,8 +548,8 @@ class GraphOfAgents(Method):
                     instruction, self._text(state, mp["before"][str(source)]), refs,
                     final_prompt)
                 agent = ctx.agent(nodes[source]["agent"])
-                c = Call(T2S_ROLE, agent.id, ctx.request(
-                    agent, user, sample=state.sample, slot=f"goa-t2s-{m}-{source}"))
+                c = Call(T2S_ROLE, agent.id, self._request(
+                    ctx, agent, user, state, f"goa-t2s-{m}-{source}"))
                 keys[str(source)] = c.request.key()
                 calls.append(c)
             mp["t2s"] = keys
@@ -526,8 +580,7 @@ class GraphOfAgents(Method):
         else:  # every node pruned: the first answers, unlabelled (the reference's fallback)
             refs = [(i, None, self._text(state, nd["key"])) for i, nd in enumerate(nodes)]
             slot = "goa-pool-initial"
-        user = goa_pooling_prompt(self._instruction(ctx, state), refs,
-                                  ctx.task.answer_instructions())
+        user = goa_pooling_prompt(self._instruction(ctx, state), refs, self._final_prompt(ctx))
         meta, req = self._meta_request(ctx, state, user, slot)
         d["pool_key"] = req.key()
         return [Call(POOL_ROLE, meta.id, req)]
@@ -559,7 +612,8 @@ class GraphOfAgents(Method):
                 final = reference_choice(rec.text, ctx.task.parse_spec(state.sample), seed,
                                          rec.agent)
                 extra["final_fallback"] = final.rule if final is not None else None
-        return Outcome(final=final, agent_observations=initial, extra=extra)
+        return Outcome(final=final, agent_observations=initial, extra=extra,
+                       columns={"goa_tokens": goa_counted_tokens(state)})
 
     def max_calls_per_sample(self, ctx: MethodContext) -> int:
         a = self.args
@@ -589,10 +643,34 @@ def reference_choice(text: str, spec, seed: int, agent: str) -> Observation | No
     return None if fb is None else replace(fb, raw=text, rule="goa_random")
 
 
+def without_confidence(text: str) -> str:
+    """``text`` without df_ray's confidence instruction (GoA's prompts ask for none)."""
+    return "\n".join(line for line in text.split("\n")
+                     if line.strip() != CONFIDENCE_INSTRUCTION).rstrip()
+
+
+def goa_counted_tokens(state: SampleState) -> int:
+    """A sample's prompt + completion tokens as GoA's ``process_fn`` adds them up: every
+    call, except that edge sampling contributes only its last call (the last judge's last
+    attempt: ``edge_sampling`` returns the counts of the last ``generate_vllm`` it made), and
+    nothing when it returned no graph (a single survivor, or every node pruned)."""
+    d = state.data
+    judges = d.get("judges") or {}
+    kept: set[str] = set()
+    graph = d.get("graph") or {}
+    if judges and len(graph.get("ranked") or ()) >= 2:
+        last = judges[str(max(int(j) for j in judges))]["keys"]
+        if last:
+            kept.add(last[-1])
+    return sum(r.prompt_tokens + r.completion_tokens for r in state.calls
+               if r.role != SCORE_ROLE or r.key in kept)
+
+
 def model_card(agent: AgentView) -> str:
-    """What the meta-LLM reads about a candidate node: its model card, else its model id."""
+    """What the meta-LLM reads about a candidate node: its model card as it is (GoA's
+    ``node_sampling_model_card`` shows ``model_card`` alone), else its model id."""
     if agent.description:
-        return f"{agent.model}: {agent.description}"
+        return agent.description
     return f"{agent.model} (no description)"
 
 

@@ -154,7 +154,7 @@ class Experiment:
         return f"jobs/configs/{self.name}.yaml"
 
 
-GOA_ARGS = {"top_k": 3, "threshold": 0.05, "rounds": 1}
+GOA_ARGS = {"top_k": 3, "threshold": 0.05, "rounds": 1, "max_tokens": 800}
 _LEAD = {"math": "mathstral-7b", "humaneval": "qwen25-coder-7b", "mmlu_pro": "qwen25-7b",
          "gpqa": "qwen25-7b", "finqa": "finance-llama3-8b", "legalbench": "saul-7b"}
 _AGENTS = {"math": ("mathstral-7b", "qwen25-7b", "qwen25-coder-7b"),
@@ -417,8 +417,13 @@ BASELINES: tuple[Baseline, ...] = (
               Knob("meta_temperature", "0.7", "reference", "every GoA call at 0.7"),
               Knob("invalid_final", "reference", "reference", "`main.py`: an unreadable "
                    "multiple-choice answer is its last option letter, else a random one"),
-              Knob("t2s_reads", "initial", "reference", "`_run_t_to_s` shows the targets' "
-                   "pre-round responses; `refined` follows the paper's text"))),
+              Knob("t2s_reads", "refined", "reference", "`_run_t_to_s` at c9def00 builds its "
+                   "references from `final_response_dict`, the targets' refined responses; "
+                   "`initial` (their pre-round responses) is df_ray's earlier reading "
+                   "(ablation)"),
+              Knob("max_tokens", "800", "reference", "`main`'s and `run.sh`'s "
+                   "`--max_tokens 800` for every call, the meta-LLM's included, whatever the "
+                   "benchmark's budget for the other methods"))),
     Baseline(("self_refine",), "Self-Refine (Madaan et al., 2023)",
              "madaan/self-refine `src/gsm/run.py`, `src/gsm/feedback.py`, "
              "`data/prompt/gsm/feedback.txt`",
@@ -497,8 +502,12 @@ def experiments_markdown() -> str:
         "## The backbone pool",
         "",
         "Graph-of-Agents' six 7B/8B models (the paper aligns its setup with GoA), vLLM bf16, "
-        "one GPU each; defined once in `df_ray/experiments/pool.py` with a model card each "
-        "(ours), which GoA's node sampling reads.",
+        "one GPU each; defined once in `df_ray/experiments/pool.py` with GoA's own model "
+        "card each (UNITES-Lab/GoA `endpoint.py`, MIT licence), which GoA's node sampling "
+        "shows its meta-LLM. Every model has a chat template except finance-Llama3-8B, which "
+        "df_ray prompts as a plain 'Question: ... Answer:' completion in every row; GoA's "
+        "`generate_vllm` writes ChatML for it (a 'You are a helpful assistant.' system "
+        "turn), a difference GoA's module docstring lists.",
         "",
         "| pool name | model | domain |",
         "| --- | --- | --- |",

@@ -5,6 +5,8 @@ model, selections with repeats, and the retried malformed selection."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from df_ray.config import RunConfig
@@ -12,9 +14,10 @@ from df_ray.engines.scripted import whitespace_tokens
 from df_ray.evaluation.scoring import score
 from df_ray.experiments import POOL
 from df_ray.methods import get_method
-from df_ray.methods.goa import parse_selection
+from df_ray.methods.goa import goa_counted_tokens, parse_selection, without_confidence
 from df_ray.methods.prompt_templates import goa_initial_prompt
 from df_ray.tasks import get_task
+from df_ray.tasks.answer_instruction import CONFIDENCE_LINE
 from df_ray.tasks.base import Sample
 from tests.helpers import Script, json_answer
 
@@ -23,10 +26,11 @@ QWEN, CODER, MATHSTRAL, SAUL = (POOL[n].model for n in ("qwen25-7b", "qwen25-cod
 IDS = list(POOL)  # index order of the meta-LLM's model list
 
 
-def pool_config(method: str) -> RunConfig:
+def pool_config(method: str, **over) -> RunConfig:
     return RunConfig.model_validate({
         "benchmark": "math", "method": method, "composition": "pool",
         "backbones": {n: {"kind": "scripted", "model": m.model} for n, m in POOL.items()},
+        **over,
     })
 
 
@@ -71,12 +75,12 @@ def test_first_round_uses_goas_prompt_in_its_own_calls(run_method, name):
     text = sel.request.messages[-1].content
     assert text.startswith("Select 3 models best suited for this question.")
     assert "You may repeat an index if the model is highly relevant" in text
-    assert POOL["saul-7b"].card in text
+    assert json.dumps(POOL["saul-7b"].card) in text  # GoA's own card, as its listing has it
     assert sel.request.sampling.temperature == 0.7  # GoA's, not the coordinator's 0.2
     initial = r.calls(role="goa_initial")
     assert [c.agent for c in initial] == ["qwen25-coder-7b", "mathstral-7b", "saul-7b"]
     task = get_task("math")
-    expected = goa_initial_prompt(task.agent_prompt(math_sample()),
+    expected = goa_initial_prompt(without_confidence(task.agent_prompt(math_sample())),
                                   'a mathematical expression or number (e.g., "42" or "3/4")')
     for c in initial:
         assert c.request.messages[-1].content == expected
@@ -225,3 +229,77 @@ def test_scores_read_as_the_reference_reads_them(text, expected):
     from df_ray.methods.goa import parse_scores
 
     assert parse_scores(text, 2) == (pytest.approx(expected) if expected else None)
+
+
+# ----------------------------------------------------------------------------- GoA's settings
+
+
+@pytest.mark.parametrize("name", ["goa_mean", "goa_max"])
+def test_every_goa_call_is_sent_at_800_tokens_whatever_the_benchmark_budget(run_method, name):
+    """main.py / run.sh: --max_tokens 800 for every call, the meta-LLM's included; the
+    benchmark's budget (2048 for MATH) stays the other methods'."""
+    cfg = pool_config(name, max_tokens=2048)
+    assert {a.max_tokens for a in cfg.agents} == {2048} and cfg.coordinator.max_tokens == 2048
+    sc = script("1,2,5", {(MATHSTRAL, "goa_initial"): first("5", 0.05)})  # a replacement too
+    r = run_method(name, sc, {}, samples=[math_sample()], cfg=cfg)
+    roles = {c.role for c in r.calls()}
+    assert {"selector", "goa_initial", "goa_replacement", "scorer", "source_to_target",
+            "target_to_source"} <= roles
+    assert name == "goa_max" or "pooling" in roles
+    assert {c.request.sampling.max_tokens for c in r.calls()} == {800}
+    # the argument changes it; null gives each agent its own budget
+    r2 = run_method(name, script("1,2,5"), {"max_tokens": None}, samples=[math_sample()],
+                    cfg=cfg)
+    assert {c.request.sampling.max_tokens for c in r2.calls()} == {2048}
+
+
+def test_goa_prompts_carry_no_confidence_line(run_method):
+    r = run(run_method, "goa_max", script("1,2,5"))
+    assert r.calls(role="goa_initial")
+    for c in r.calls():
+        assert CONFIDENCE_LINE not in c.request.messages[-1].content, c.role
+    # the task's own prompt does carry it: it was taken out, not never there
+    assert CONFIDENCE_LINE in get_task("math").agent_prompt(math_sample())
+
+
+def test_target_to_source_reads_the_refined_answers(run_method):
+    """c9def00 ``_run_t_to_s`` builds its references from ``final_response_dict``, which
+    source-to-target has just filled: the targets' refined answers. ``t2s_reads: initial``
+    (df_ray's earlier reading) shows their first answers instead."""
+    over = {(CODER, "goa_initial"): first("4", 0.9), (MATHSTRAL, "goa_initial"): first("4", 0.8),
+            (SAUL, "goa_initial"): first("4", 0.7),
+            (CODER, "score"): "[0.6, 0.4]", (MATHSTRAL, "score"): "[0.6, 0.4]",
+            (SAUL, "score"): "[0.6, 0.4]"}
+    for m, tag in ((CODER, "coder"), (MATHSTRAL, "mathstral"), (SAUL, "saul")):
+        over[(m, "s2t")] = f"REFINED-BY-{tag}\n\\boxed{{4}}"
+    r = run(run_method, "goa_mean", script("1,2,5", over))
+    t2s = r.calls(role="target_to_source")
+    assert t2s
+    s2t_agents = {c.agent for c in r.calls(role="source_to_target")}
+    for c in t2s:
+        text = c.request.messages[-1].content
+        shown = text.split("Updated responses from other models:")[1]
+        assert "REFINED-BY-" in shown
+        # its own response is its pre-round one ("Your initial response")
+        assert "REFINED-BY-" not in text.split("Updated responses")[0]
+    assert s2t_agents  # the refinements it reads came from these calls
+    old = run_method("goa_mean", script("1,2,5", over), {"t2s_reads": "initial"},
+                     samples=[math_sample()], cfg=pool_config("goa_mean"))
+    for c in old.calls(role="target_to_source"):
+        assert "REFINED-BY-" not in c.request.messages[-1].content
+
+
+def test_goa_counts_tokens_its_own_way(run_method):
+    """GoA's process_fn adds every call's tokens but only edge sampling's last call."""
+    sc = script("1,2,5", {(SAUL, "score"): ["not scores", "[0.5, 0.5]"]})  # a retry
+    r = run(run_method, "goa_mean", sc)
+    state = r.state
+    scoring = [c for c in state.calls if c.role == "scorer"]
+    assert len(scoring) == 4
+    every = sum(c.prompt_tokens + c.completion_tokens for c in state.calls)
+    last_judge = state.data["judges"][str(2)]["keys"][-1]
+    (last,) = [c for c in scoring if c.key == last_judge]
+    hand = every - sum(c.prompt_tokens + c.completion_tokens for c in scoring
+                       if c is not last)
+    assert goa_counted_tokens(state) == hand < every
+    assert r.outcome.columns["goa_tokens"] == hand

@@ -7,6 +7,7 @@ import pytest
 
 from df_ray.methods.base import derive_seed
 from df_ray.methods.common import INDEPENDENT_SLOT
+from df_ray.methods.goa import without_confidence
 from df_ray.methods.prompt_templates import RECONCILE_JSON_FORMAT, RECONCILE_REVIEW
 from df_ray.tasks import get_task
 from tests.helpers import AGENTS, MODELS, Script, answer, json_answer, make_sample
@@ -189,7 +190,8 @@ def test_goa_message_passing_prompts(run_method, name):
     assert sel.agent == "coord"
     for a in AGENTS:  # the candidates' model ids (no card configured for m1..m3)
         assert f"{MODELS[a]} (no description)" in user_texts(sel)[-1]
-    instruction = get_task("mmlu_pro").agent_prompt(make_sample())
+    # GoA's instruction: the task's prompt without df_ray's confidence line
+    instruction = without_confidence(get_task("mmlu_pro").agent_prompt(make_sample()))
     # scoring: each node sees the two others' answers, not its own
     for c in run.calls(role="scorer"):
         t = user_texts(c)[-1]
@@ -209,11 +211,9 @@ def test_goa_message_passing_prompts(run_method, name):
     assert "Model 1 (moderate relevance)" in s2t["a3"]
     t2s = {c.agent: user_texts(c)[-1] for c in run.calls(role="target_to_source")}
     assert set(t2s) == ({"a1"} if name == "goa_max" else {"a1", "a2"})
-    # target -> source shows the targets' responses from before the round (the reference's
-    # code), not their refinements
-    assert REASON["a2"] in t2s["a1"] and REASON["a3"] in t2s["a1"]
-    assert "S2T-a2" not in t2s["a1"]
-    answer_format = get_task("mmlu_pro").answer_instructions()
+    # target -> source shows the targets' refinements (the reference's code at c9def00)
+    assert "S2T-a2" in t2s["a1"] and REASON["a2"] not in t2s["a1"]
+    answer_format = without_confidence(get_task("mmlu_pro").answer_instructions())
     if name == "goa_max":
         assert answer_format in t2s["a1"]  # only the final node's call ends with it
         assert not run.calls(role="pooling")
@@ -227,9 +227,11 @@ def test_goa_message_passing_prompts(run_method, name):
         assert pool.request.sampling.temperature == 0.7
         assert run.outcome.final.raw.startswith("POOLED")
     assert run.outcome.final.answer == "B"
-    refined = run_method(name, Script(GOA, default="0"), {"t2s_reads": "refined"})
-    t2s = {c.agent: user_texts(c)[-1] for c in refined.calls(role="target_to_source")}
-    assert "S2T-a2" in t2s["a1"] and REASON["a2"] not in t2s["a1"]
+    # df_ray's earlier reading (ablation): the targets' responses from before the round
+    initial = run_method(name, Script(GOA, default="0"), {"t2s_reads": "initial"})
+    t2s = {c.agent: user_texts(c)[-1] for c in initial.calls(role="target_to_source")}
+    assert REASON["a2"] in t2s["a1"] and REASON["a3"] in t2s["a1"]
+    assert "S2T-a2" not in t2s["a1"]
 
 
 def test_self_refine_few_shot_feedback_reviews_the_current_solution(run_method):
