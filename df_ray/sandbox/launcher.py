@@ -604,6 +604,27 @@ def _describe(status: int | None) -> dict:
     return {"exited": None}
 
 
+def _set_oom_score(value: int, required: bool) -> None:
+    """This process's ``oom_score_adj``. Written while the process holds CAP_SYS_RESOURCE
+    (a root evaluator's launcher, and its children before their uid drop), it also becomes
+    the floor the process and its descendants can never go below: the program cannot lower
+    its OOM priority (``oom_score_adj_min``). ``required``: a failure is a setup error."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(value))
+    except OSError:
+        if required:
+            raise
+
+
+def _wait_byte(fd: int) -> bytes:
+    while True:
+        try:
+            return os.read(fd, 1)
+        except InterruptedError:
+            continue
+
+
 def main() -> None:
     result_fd = int(sys.argv[1])
     try:
@@ -612,12 +633,14 @@ def main() -> None:
         if cfg.get("nondumpable", True) and not _set_nondumpable():
             raise OSError("prctl(PR_SET_DUMPABLE) failed")
         os.chdir(cfg["workdir"])
+        # Root evaluator: the launcher is never the memory limit's victim; the verdict's
+        # process (T) and the program (P) come first (set below, in each child).
+        protect = bool(cfg.get("oom_protect"))
+        if protect:
+            _set_oom_score(-1000, True)
     except BaseException as e:
         sys.stderr.write(f"sandbox setup error: {e!r}\n")
         os._exit(SETUP_ERROR)
-    # The sandbox is set up and its input read: the runner's wall clock starts now.
-    with contextlib.suppress(OSError):
-        os.write(result_fd, b'{"started": true}\n')
     pid1 = os.getpid() == 1
     if not pid1:
         _become_subreaper()
@@ -628,20 +651,36 @@ def main() -> None:
     if tests_mode:
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
+    # Every child reports on ``ready_w`` once it is set up; P then waits on ``go_r`` and runs
+    # no program code before the launcher has seen every child ready. So a failure of the
+    # sandbox's own setup is known to the launcher, before any untrusted code ran, and is
+    # reported on RESULT_FD (which no child holds); nothing the program does can make one.
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
     _flush()
     p_pid = os.fork()
     if p_pid == 0:
         try:
-            os.close(result_fd)
+            for fd in (result_fd, ready_r, go_w):
+                os.close(fd)
             keep = (req_r, resp_w) if tests_mode else ()
             if tests_mode:
                 os.close(req_w)  # type: ignore[arg-type]
                 os.close(resp_r)  # type: ignore[arg-type]
             # At the sandbox's memory limit the kernel kills the program (and what it
-            # forks) first, not the launcher or the tests.
-            with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
-                f.write("1000")
-            _become_child(cfg, keep)  # type: ignore[arg-type]
+            # forks) first, not the launcher or the tests; and (root) it cannot lower that.
+            _set_oom_score(1000, protect)
+            _become_child(cfg, (*keep, ready_w, go_r))  # type: ignore[arg-type]
+            # Non-dumpable whatever fs.suid_dumpable says (the seccomp filter refuses
+            # PR_SET_DUMPABLE 1): its /proc files stay root's, so the program can neither
+            # lower its oom_score_adj nor be dumped to a core_pattern pipe.
+            if not _set_nondumpable():
+                raise OSError("prctl(PR_SET_DUMPABLE) failed in the program's process")
+            os.write(ready_w, b"P")
+            os.close(ready_w)
+            if _wait_byte(go_r) != b"g":
+                os._exit(SETUP_ERROR)  # the launcher went away: run nothing
+            os.close(go_r)
         except BaseException as e:
             sys.stderr.write(f"sandbox setup error: {e!r}\n")
             _flush()
@@ -649,7 +688,9 @@ def main() -> None:
         run_program(program, cfg, req_r, resp_w)
         os._exit(SETUP_ERROR)  # not reached
     del program
+    os.close(go_r)
     t_pid = None
+    setup_error = ""
     if tests_mode:
         os.close(req_r)  # type: ignore[arg-type]
         os.close(resp_w)  # type: ignore[arg-type]
@@ -659,15 +700,23 @@ def main() -> None:
             sys.stderr.write(f"sandbox setup error: {e!r}\n")
             os._exit(SETUP_ERROR)
         os.close(0)
-        t_pid = os.fork()
+        try:
+            t_pid = os.fork()
+        except OSError as e:
+            setup_error = f"could not start the tests' process: {e!r}"
         if t_pid == 0:
             try:
-                os.close(result_fd)
-                _become_child(cfg, (req_w, resp_r), "tests_uid")  # type: ignore[arg-type]
+                for fd in (result_fd, ready_r, go_w):
+                    os.close(fd)
+                _set_oom_score(0, protect)
+                _become_child(cfg, (req_w, resp_r, ready_w),  # type: ignore[arg-type]
+                              "tests_uid")
                 # After the uid change (which resets it from fs.suid_dumpable): no process
                 # of the program's may ptrace the tests or open their /proc/<pid>/mem.
                 if not _set_nondumpable():
                     raise OSError("prctl(PR_SET_DUMPABLE) failed in the tests' process")
+                os.write(ready_w, b"T")
+                os.close(ready_w)
             except BaseException as e:
                 sys.stderr.write(f"sandbox setup error: {e!r}\n")
                 _flush()
@@ -678,6 +727,35 @@ def main() -> None:
         os.close(resp_r)  # type: ignore[arg-type]
     else:
         os.close(0)
+    os.close(ready_w)
+    ready = b""
+    while not setup_error:
+        try:
+            b = os.read(ready_r, 2)
+        except InterruptedError:
+            continue
+        if not b:
+            break
+        ready += b
+    os.close(ready_r)
+    want = {b"P", b"T"} if tests_mode else {b"P"}
+    if not setup_error and {bytes([c]) for c in ready} != want:
+        setup_error = "a sandbox process failed during its setup"
+    if setup_error:
+        # No untrusted code has run: this is the sandbox's fault, not the answer's.
+        with contextlib.suppress(OSError):
+            os.write(result_fd, (json.dumps({"setup_error": setup_error}) + "\n").encode())
+        os.close(go_w)
+        if not pid1:
+            _kill_descendants(os.getpid())
+        os._exit(SETUP_ERROR)
+    # The sandbox is set up: the runner's wall clock starts now, and from here on a missing
+    # verdict is the answer's failure, never an error.
+    with contextlib.suppress(OSError):
+        os.write(result_fd, b'{"started": true}\n')
+    with contextlib.suppress(OSError):
+        os.write(go_w, b"g")
+        os.close(go_w)
     # Reap until the deciding child has exited (as PID 1, orphans come here too).
     decider = t_pid if tests_mode else p_pid
     statuses: dict[int, int] = {}

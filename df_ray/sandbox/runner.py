@@ -8,6 +8,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import select
 import shutil
 import signal
@@ -156,6 +157,22 @@ class _UidSlot:
 
 # ----------------------------------------------------------------------------- argv
 
+_CAP_SYS_RESOURCE = 24
+
+
+def has_sys_resource() -> bool:
+    """Whether this (root) evaluator holds CAP_SYS_RESOURCE, which setting an OOM priority
+    floor (``oom_score_adj_min``) needs; some containers drop it from the bounding set."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_SYS_RESOURCE & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 
 def _bwrap_argv(plan: Plan, limits: Limits, launcher_fd: int, result_fd: int,
                 seccomp_fd: int = -1) -> list[str]:
@@ -167,6 +184,10 @@ def _bwrap_argv(plan: Plan, limits: Limits, launcher_fd: int, result_fd: int,
         # Privileged mode: the launcher keeps only what it needs to drop its children to
         # their pool uid; the drop clears every capability, NO_NEW_PRIVS is set by bwrap.
         a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        if has_sys_resource():
+            # The launcher and its children set their OOM priority before the uid drop,
+            # which makes it a floor no process of the program can go below.
+            a += ["--cap-add", "CAP_SYS_RESOURCE"]
     else:
         a += ["--unshare-user", "--disable-userns", "--uid", str(INNER_UID),
               "--gid", str(INNER_UID)]
@@ -226,28 +247,73 @@ def _frame(b: bytes) -> bytes:
 # ----------------------------------------------------------------------------- helpers
 
 
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+                       "\u2066-\u2069]")
+
+
+def strip_controls(text: str) -> str:
+    """``text`` without control characters (C0 but tab and newline, DEL, C1, and the
+    bidirectional overrides): what a sandboxed program wrote can reach a log or a terminal,
+    and must not move its cursor, rewrite its lines or reorder what it shows."""
+    return _CONTROLS.sub("", text)
+
+
+#: The pipe buffer the runner asks for (root may go above ``/proc/sys/fs/pipe-max-size``):
+#: an output flood is discarded in chunks of this size.
+PIPE_BUFFER = 1 << 20
+
+
 class _CappedReader:
     """Reads a pipe to its end on a thread, keeping the first ``limit`` bytes: a program
-    may print as much as it likes, its output costs no disk and at most ``limit`` memory."""
+    may print as much as it likes, its output costs no disk and at most ``limit`` memory.
+    Past the limit the rest is moved to ``/dev/null`` inside the kernel (``splice``, in
+    pipe-buffer-sized chunks), never copied into the evaluator: reading a flood costs the
+    evaluator a few system calls per megabyte. ``copied`` counts the bytes it did copy."""
 
     def __init__(self, fd: int, limit: int):
         self.fd, self.limit = fd, limit
         self.chunks: list[bytes] = []
-        self.kept = self.total = 0
+        self.kept = self.total = self.copied = 0
+        with contextlib.suppress(OSError, AttributeError):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BUFFER)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
-    def _run(self) -> None:
+    def _discard(self) -> None:
+        try:
+            sink = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:
+            sink = -1
         try:
             while True:
-                b = os.read(self.fd, 1 << 16)
+                if sink >= 0 and hasattr(os, "splice"):
+                    try:
+                        n = os.splice(self.fd, sink, PIPE_BUFFER)
+                    except OSError:
+                        os.close(sink)
+                        sink = -1
+                        continue
+                else:
+                    n = len(os.read(self.fd, 1 << 16))
+                    self.copied += n
+                if not n:
+                    return
+                self.total += n
+        finally:
+            if sink >= 0:
+                os.close(sink)
+
+    def _run(self) -> None:
+        try:
+            while self.kept <= self.limit:
+                b = os.read(self.fd, min(1 << 16, self.limit + 1 - self.kept))
                 if not b:
-                    break
+                    return
+                self.copied += len(b)
                 self.total += len(b)
-                room = self.limit + 1 - self.kept
-                if room > 0:
-                    self.chunks.append(b[:room])
-                    self.kept += min(room, len(b))
+                self.chunks.append(b)
+                self.kept += len(b)
+            self._discard()
         except OSError:
             pass
         finally:
@@ -257,7 +323,7 @@ class _CappedReader:
     def text(self, wait_s: float = 5.0) -> str:
         self.thread.join(wait_s)
         data = b"".join(self.chunks)
-        text = data[: self.limit].decode("utf-8", errors="replace")
+        text = strip_controls(data[: self.limit].decode("utf-8", errors="replace"))
         if self.total > self.limit:
             text += f"\n[... output truncated: {self.total} bytes ...]"
         return text
@@ -417,6 +483,7 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
             "hooks": plan.backend != "bwrap",
             "read_roots": list(plan.interpreter.prefixes),
             "entry_point": (harness or {}).get("entry_point"),
+            "oom_protect": plan.root and has_sys_resource(),
         }
         payload = _frame(json.dumps(cfg).encode()) + _frame(program.encode("utf-8"))
         if mode == "tests":
@@ -458,6 +525,12 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
             for fd in (w_fd, out_w, err_w):
                 os.close(fd)
             w_fd = -1
+        if plan.root and has_sys_resource():
+            # From outside too: bubblewrap's own process (the launcher's parent, which it
+            # takes with it) is never the memory limit's victim.
+            with contextlib.suppress(OSError), \
+                    open(f"/proc/{proc.pid}/oom_score_adj", "w") as f:
+                f.write("-1000")
         readers = [_CappedReader(out_r, limits.max_output_bytes),
                    _CappedReader(err_r, limits.max_output_bytes)]
 
@@ -501,23 +574,32 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
             return SandboxResult(status, rc, stdout, stderr, duration, detail + mem_note,
                                  plan.layers, plan.level, peak, cpu_used, oom > 0, wait)
 
-        if stopped is not None:
-            return result("timeout", stopped)
-        report = None
+        started = waiter.started_at is not None
+        report = setup = None
         for line in report_text.splitlines():
             with contextlib.suppress(ValueError):
                 d = json.loads(line)
                 if isinstance(d, dict) and "decider" in d:
                     report = d
+                elif isinstance(d, dict) and "setup_error" in d:
+                    setup = str(d["setup_error"])
+        if not started:
+            # Only the launcher writes on the result pipe, and only it says "started": before
+            # that no untrusted code ran, so what went wrong is the sandbox's (bubblewrap,
+            # the launcher's setup), and stderr is theirs alone.
+            why = setup or stopped or f"exit status {rc}"
+            return result("error", f"sandbox setup failed ({why}): "
+                          + stderr.strip()[-500:])
+        if stopped is not None:
+            return result("timeout", stopped)
         if not isinstance(report, dict):
-            if rc == SETUP_ERROR or "bwrap:" in stderr:
-                return result("error", "sandbox setup failed: " + stderr.strip()[-500:])
-            return result("failed", f"no verdict from the launcher (exit status {rc})")
+            # Started, then no verdict: the launcher was killed or stopped by what the
+            # program did (memory, a held pipe). The answer failed; it was no sandbox error.
+            return result("failed", "no verdict from the launcher (the sandbox was killed "
+                          f"before it decided; exit status {rc})")
         decider = report.get("decider") or {}
         if decider.get("exited") == 0:
             return result("passed", "")
-        if decider.get("exited") == SETUP_ERROR and "sandbox setup error" in stderr:
-            return result("error", "sandbox setup failed: " + stderr.strip()[-500:])
         who = "tests" if mode == "tests" else "program"
         return result("failed", f"{who}: {_why(decider)}")
     finally:
