@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from df_ray.engines.base import ChatRequest, Completion, Engine, Message, SamplingParams
 from df_ray.engines.models import EMBEDDED_MODELS
-from df_ray.engines.spec import ENGINE_KINDS, EngineSpec, engine_class, make_spec, spec_class
+from df_ray.engines.spec import (
+    ENGINE_KINDS,
+    EngineSpec,
+    engine_class,
+    make_spec,
+    register_engine_kind,
+    spec_class,
+)
 
 __all__ = [
     "EMBEDDED_MODELS",
@@ -22,6 +29,7 @@ __all__ = [
     "SamplingParams",
     "make_engine",
     "make_spec",
+    "register_engine_kind",
     "spec_class",
 ]
 

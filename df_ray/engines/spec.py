@@ -57,6 +57,14 @@ def one_of(names: Iterable[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
+def register_engine_kind(kind: str, target: str, *, replace: bool = False) -> None:
+    """Register an engine kind ("module:Class" of its engine) under ``kind`` (a plugin's one
+    line); a taken kind is refused (``df_ray.errors.RegistryError``) unless ``replace``."""
+    from df_ray.errors import register_name
+
+    register_name(ENGINE_KINDS, kind, target, "engine kind", replace=replace)
+
+
 def engine_class(kind: str) -> type:
     """The engine class registered for ``kind`` (its module imported; the module imports
     its heavy backend only when an engine is built)."""

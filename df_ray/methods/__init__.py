@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+from df_ray.errors import register_name
 from df_ray.methods.base import (
     Call,
     CallRecord,
@@ -42,9 +43,10 @@ class UnknownMethodError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def register_method(name: str, target: str) -> None:
-    """Register a method class ("module:Class") under ``name`` (a plugin's one line)."""
-    REGISTRY[name] = target
+def register_method(name: str, target: str, *, replace: bool = False) -> None:
+    """Register a method class ("module:Class") under ``name`` (a plugin's one line); a
+    taken name is refused (``df_ray.errors.RegistryError``) unless ``replace``."""
+    register_name(REGISTRY, name, target, "method", replace=replace)
 
 
 def method_class(name: str) -> type[Method]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from df_ray.errors import register_name
 from df_ray.tasks.base import BaseTask, DataSchemaError, Grade, Sample, Split, Task
 
 REGISTRY: dict[str, str] = {
@@ -29,6 +30,13 @@ class UnknownTaskError(KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+def register_task(name: str, target: str, *, replace: bool = False) -> None:
+    """Register a benchmark class ("module:Class") under ``name`` (a plugin's one line); a
+    taken name is refused (``df_ray.errors.RegistryError``) unless ``replace``. A config
+    validated before the line ran does not see it: register at import time."""
+    register_name(REGISTRY, name, target, "benchmark", replace=replace)
 
 
 def task_class(name: str) -> type:
@@ -62,4 +70,5 @@ def task_for(cfg: Any) -> Task:
 
 
 __all__ = ["REGISTRY", "TASKS", "BaseTask", "DataSchemaError", "Grade", "Sample", "Split",
-           "Task", "UnknownTaskError", "data_location", "get_task", "task_class", "task_for"]
+           "Task", "UnknownTaskError", "data_location", "get_task", "register_task", "task_class",
+           "task_for"]

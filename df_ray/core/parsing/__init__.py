@@ -56,9 +56,12 @@ class UnknownKindError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def register_kind(name: str, module: str) -> None:
-    """Register an answer kind's module (a plugin's one line)."""
-    KINDS[name] = module
+def register_kind(name: str, module: str, *, replace: bool = False) -> None:
+    """Register an answer kind's module (a plugin's one line); a taken name is refused
+    (``df_ray.errors.RegistryError``) unless ``replace``."""
+    from df_ray.errors import register_name
+
+    register_name(KINDS, name, module, "answer kind", replace=replace)
 
 
 def kind_module(kind: str) -> ModuleType:
