@@ -1,0 +1,95 @@
+"""A hung request fails alone, through real engine actors on a real local Ray: two stuck
+requests among 40 are exactly two failed calls and 38 answers, with no replica restarted, on
+the HTTP engine (a loopback server that hangs and trickles on purpose) and on the embedded
+engine (real llama.cpp, SmolLM2-135M; its stuck requests never stop: ``ignore_eos`` and a
+context's worth of ``max_tokens``). A replica that stops answering everything is restarted
+and its in-flight requests retried once on the other replica."""
+
+from __future__ import annotations
+
+import pytest
+
+from df_ray.engines import ChatRequest, Message, SamplingParams, make_spec
+from df_ray.engines.base import REQUEST_TIMEOUT_ERROR
+from df_ray.pipeline.engine_pool import EnginePool
+from tests.engines.misbehaving_server import MisbehavingServer
+
+pytestmark = pytest.mark.slow
+
+
+def ask(prompt: str, backbone: str, model: str, *, stuck: bool = False) -> ChatRequest:
+    sampling = (SamplingParams(temperature=0.0, max_tokens=100_000, ignore_eos=True) if stuck
+                else SamplingParams(temperature=0.0, max_tokens=4))
+    return ChatRequest(model=model, messages=(Message("user", prompt),), sampling=sampling,
+                       backbone=backbone)
+
+
+def stats(pool: EnginePool, name: str) -> list[dict]:
+    import ray
+
+    return [ray.get(h.stats.remote()) for h in pool.handles[name]]
+
+
+def check_two_failed_38_answered(pool: EnginePool, reqs: list[ChatRequest], stuck: set[int]):
+    out = pool.client(retries=2).generate(reqs)
+    failed = {i for i, c in enumerate(out) if c.error}
+    assert failed == stuck, [out[i].error for i in failed]
+    assert all(out[i].error.startswith(REQUEST_TIMEOUT_ERROR) for i in failed)
+    assert sum(1 for c in out if c.error is None and c.text) == 38
+    pool.supervisor.check()
+    assert pool.supervisor.deaths == []  # the replica was never restarted
+    (s,) = stats(pool, "b")
+    assert s["served"] == 40 and s["failed"] == 2  # each request made once, on one life
+    return out
+
+
+def test_http_engine_two_hung_requests_fail_alone(ray_local):
+    with MisbehavingServer() as server:
+        pool = EnginePool({"b": make_spec(kind="openai", model="m", base_url=server.base_url,
+                                          request_timeout_s=3, engine_args={"backoff_s": 0.01})})
+        try:
+            pool.wait_ready(120)
+            stuck = {7: "hang", 23: "trickle"}
+            reqs = [ask(f"{stuck[i]} {i}" if i in stuck else f"answer {i}", "b", "m")
+                    for i in range(40)]
+            check_two_failed_38_answered(pool, reqs, set(stuck))
+            assert len(server.arrivals["hang 7"]) == len(server.arrivals["trickle 23"]) == 1
+        finally:
+            pool.shutdown()
+
+
+@pytest.mark.embedded
+def test_embedded_engine_two_hung_requests_fail_alone(ray_local):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    model = "smollm2-135m-instruct"
+    pool = EnginePool({"b": make_spec(kind="embedded", model=model, n_threads=1, n_ctx=4096,
+                                      request_timeout_s=8)})
+    try:
+        pool.wait_ready(600)
+        stuck = {7, 23}
+        reqs = [ask(f"Say one word about the number {i}.", "b", model, stuck=i in stuck)
+                for i in range(40)]
+        out = check_two_failed_38_answered(pool, reqs, stuck)
+        # the cancelled requests had been decoding: tokens spent, counted on the failed call
+        assert all(out[i].completion_tokens > 0 for i in stuck)
+    finally:
+        pool.shutdown()
+
+
+def test_a_replica_that_stops_answering_is_restarted_and_its_requests_retried_elsewhere(
+        ray_local, tmp_path):
+    # Whichever replica takes call 1 first sleeps on it in its only engine thread (a static
+    # engine): it answers nothing more. After request_timeout_s and the grace it is killed,
+    # and its requests go to the other replica, once.
+    pool = EnginePool({"b": make_spec(kind="scripted", model="m", replicas=2, script="echo",
+                                      request_timeout_s=3, max_batch_size=1,
+                                      engine_args={"hang_on_call": 1, "hang_s": 600,
+                                                   "fault_marker": str(tmp_path / "hung")})})
+    try:
+        pool.wait_ready(120)
+        reqs = [ask(f"q{i}", "b", "m") for i in range(6)]
+        out = pool.client(retries=1).generate(reqs)
+        assert [c.text for c in out] == [f"q{i}" for i in range(6)]
+        assert (tmp_path / "hung").exists()
+    finally:
+        pool.shutdown()
