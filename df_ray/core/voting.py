@@ -8,6 +8,10 @@ Ties break as in the belief: larger support (weighted vote: larger total weight,
 support), then lower agent index (the smallest index among the answer's voters; index =
 position in ``agent_order``, default sorted agent ids, unknown agents after known ones), then
 the smaller answer key.
+
+Self-Consistency's vote (:func:`first_sample_vote`) is a plurality over samples, not over
+agents: its ties go to the answer sampled first (the observation order is the sampling
+order), as a reader of the samples in order would break them; the paper defines no tie rule.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from df_ray.core.belief import agent_rank
 from df_ray.core.types import Observation
 
-__all__ = ["majority_vote", "recalibrate_reconcile", "weighted_vote"]
+__all__ = ["first_sample_vote", "majority_vote", "recalibrate_reconcile", "weighted_vote"]
 
 _TIE_DECIMALS = 12
 
@@ -54,6 +58,21 @@ def majority_vote(observations: Sequence[Observation],
                   agent_order: Sequence[str] | None = None) -> str | None:
     """The most frequent valid answer key (ties: lower agent index, then smaller key)."""
     return _tally(observations, lambda o: 1.0, agent_order)
+
+
+def first_sample_vote(observations: Sequence[Observation]) -> str | None:
+    """The most frequent valid answer key; a tie goes to the tied answer whose first valid
+    observation comes earliest in ``observations`` (Self-Consistency: the first sample)."""
+    counts: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for i, o in enumerate(observations):
+        if not o.valid or o.answer is None:
+            continue
+        counts[o.answer] = counts.get(o.answer, 0) + 1
+        first.setdefault(o.answer, i)
+    if not counts:
+        return None
+    return min(counts, key=lambda a: (-counts[a], first[a]))
 
 
 def weighted_vote(

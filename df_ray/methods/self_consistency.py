@@ -15,24 +15,29 @@ differs. The agents' sampling temperature must be above 0 for the samples to dif
 Calls per sample: samples x (number of agents drawn from).
 
 The vote is a plurality over the canonical answer keys of every valid sample (invalid samples
-do not vote; no valid sample: no answer). Ties go to the larger support, then to the answer of
-the lowest-index agent in config order, then to the smaller key (core ``majority_vote``).
-``agent_observations`` are the sample-0 answers (one per agent, as for every method).
+do not vote; no valid sample: no answer). A tie goes to the answer sampled first: the tied
+answer of the earliest valid sample in sampling order (sample 0, 1, ... of the first agent,
+then of the next; core ``first_sample_vote``). The paper defines no tie rule; the first
+sample is what a reader of the samples in order picks, and it is the single-agent answer
+when every sample differs. (df_ray's earlier rule, the smaller answer key, chose the
+lexicographically smallest program on HumanEval.) ``agent_observations`` are the sample-0
+answers (one per agent, as for every method).
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
+from df_ray.core.voting import first_sample_vote
 from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.common import (
     AGENT_ROLE,
     INDEPENDENT_SLOT,
     AgentId,
     independent_observations,
-    majority,
     observations,
     pick_agent,
+    representative,
     vote_counts,
 )
 
@@ -80,7 +85,7 @@ class SelfConsistency(Method):
 
     def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:
         obs = observations(state, ctx, round=0)
-        return Outcome(final=majority(obs, ctx),
+        return Outcome(final=representative(obs, first_sample_vote(obs)),
                        agent_observations=independent_observations(state, ctx),
                        extra={"votes": vote_counts(obs), "n_samples": len(obs)})
 

@@ -9,8 +9,11 @@ fixed solution, cut at ``### END``).
 1. The agent answers the task prompt at ``init_temperature`` 0 (slot ``"refine-init"``: its
    own call, not DarkForest's sampled generation).
 2. Up to ``iterations`` (4) times: a feedback call (slot ``"refine-fb<t>"``, at
-   ``feedback_temperature`` 0.7, stop ``### END``) on the current solution, with the task
-   kind's few-shot examples (``df_ray.methods.self_refine_fewshot``: a step-by-step review
+   ``feedback_temperature`` 0.7, ``feedback_max_tokens`` 600 (``GSMFeedback``'s
+   ``max_tokens``), stop ``### END``) on the current solution, with the task
+   kind's few-shot examples followed by every earlier (solution, feedback and rewrite) of
+   this sample, each as one more example (``GSMFeedback.update_prompt`` appends them to its
+   prompt, so the t-th feedback call reads the t-1 before it) (``df_ray.methods.self_refine_fewshot``: a step-by-step review
    marking each step "looks good" or "wrong! ...", then "Okay! Here is the rewrite:" and the
    fixed solution, or "... It is correct! Here is the rewrite (for the sake of
    completeness):"). If the feedback says "it is correct" (any case) the loop stops;
@@ -43,7 +46,8 @@ Remaining differences from the reference:
 - the few-shot examples are ours, one wrong and one correct solution per task kind, in the
   reference's format; the feedback prompt adds one line saying how the rewrite must end, so
   that it parses with the task's parser;
-- max_tokens is the agent's budget for every call (the reference's feedback has 300);
+- the first answer has the agent's budget (the reference's ``GSMInit`` has 300 tokens for a
+  short program; ours is a chain of thought);
 - the reference retries a whole sample when its output cannot be split; we keep the
   current solution and go on.
 """
@@ -82,6 +86,8 @@ FEEDBACK_ROLE = "feedback"
 REFINE_ROLE = "refine"
 INIT_ROLE = "refine_init"
 STOP = ("### END",)
+#: ``GSMFeedback(max_tokens=600)``: the feedback-and-rewrite call's budget.
+FEEDBACK_MAX_TOKENS = 600
 
 _VERDICT_RE = re.compile(r"^[\s*_#>`-]*verdict[\s*_]*:[\s*_]*([a-z]+)", re.IGNORECASE)
 
@@ -115,6 +121,10 @@ class SelfRefine(Method):
         feedback_temperature: float = Field(0.7, ge=0.0, le=2.0,
                                             description="few_shot: the feedback calls' "
                                                         "temperature (the reference's 0.7)")
+        feedback_max_tokens: int | None = Field(
+            FEEDBACK_MAX_TOKENS, strict=True, ge=1, le=32768,
+            description="few_shot: the feedback calls' completion budget (the reference's "
+                        "GSMFeedback max_tokens 600); null: the agent's own")
 
     @property
     def iterations(self) -> int:
@@ -197,11 +207,16 @@ class SelfRefine(Method):
             state.data["stopped_after_feedback"] = len(feedbacks)
             state.done = True
             return []
+        solutions = self._solutions(state)
+        history = [(sol, "" if fb.error else fb.text)
+                   for sol, fb in zip(solutions, feedbacks, strict=False)]
         user = feedback_prompt(getattr(ctx.task, "kind", ""), problem_statement(ctx.task, sample),
-                               self._solutions(state)[-1], ctx.task.answer_instructions())
+                               solutions[-1], ctx.task.answer_instructions(), history)
         req = ctx.request(agent, user, sample=sample, slot=f"refine-fb{round}",
                           temperature=self.args.feedback_temperature)
-        req = dataclasses.replace(req, sampling=dataclasses.replace(req.sampling, stop=STOP))
+        budget = self.args.feedback_max_tokens or req.sampling.max_tokens
+        req = dataclasses.replace(req, sampling=dataclasses.replace(
+            req.sampling, stop=STOP, max_tokens=budget))
         return [Call(FEEDBACK_ROLE, agent.id, req)]
 
     def _finish_few_shot(self, state: SampleState, ctx: MethodContext) -> Outcome:

@@ -12,6 +12,8 @@ one wrong and one correct solution per kind, so that the model learns both verdi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 END = "### END ###"
 REWRITE = "Okay! Here is the rewrite:"
 CORRECT_REWRITE = ("There is no error in the solution! It is correct! Here is the rewrite "
@@ -139,15 +141,23 @@ def _example(question: str, solution: str, review: list[tuple[str, str]],
             f"{REVIEW_START}\n{steps}\n\n{verdict}\n\n{END}")
 
 
-def feedback_prompt(kind: str, question: str, solution: str, instructions: str) -> str:
-    """The few-shot prompt for ``kind`` (math when the kind has no examples), then the
-    question, the solution to review and the instruction; the rewrite must end as the task's
-    ``instructions`` say."""
-    shots = "\n\n".join(_example(*e) for e in EXAMPLES.get(kind, _MATH))
-    tail = (f"Question:\n{question.strip()}\n\nSolution:\n{solution.strip() or '(none)'}\n\n"
+def _query(question: str, solution: str, instructions: str) -> str:
+    return (f"Question:\n{question.strip()}\n\nSolution:\n{solution.strip() or '(none)'}\n\n"
             f"{INSTRUCTION}\n# The rewrite must end as the question asks: "
             f"{' '.join(instructions.split())}")
-    return f"{shots}\n\n{tail}"
+
+
+def feedback_prompt(kind: str, question: str, solution: str, instructions: str,
+                    history: Sequence[tuple[str, str]] = ()) -> str:
+    """The few-shot prompt for ``kind`` (math when the kind has no examples), then each
+    earlier (solution, feedback reply) of this sample as one more example (the reference's
+    ``GSMFeedback.update_prompt`` appends every one), then the question, the solution to
+    review and the instruction; the rewrite must end as the task's ``instructions`` say."""
+    shots = "\n\n".join(_example(*e) for e in EXAMPLES.get(kind, _MATH))
+    done = "".join(f"{_query(question, sol, instructions)}\n\n"
+                   f"{reply.split('### END')[0].strip()}\n\n{END}\n\n"
+                   for sol, reply in history)
+    return f"{shots}\n\n{done}{_query(question, solution, instructions)}"
 
 
 def split_feedback(text: str) -> tuple[str, str | None]:

@@ -379,7 +379,8 @@ BASELINES: tuple[Baseline, ...] = (
                    "(df_ray/experiments/compositions.py)"),
               Knob("samples", str(SELF_CONSISTENCY_SAMPLES), "ours",
                    "read off the paper's MATH token ratio 11.8k / 4.7k (8-11 calls of one "
-                   "model; df_ray/experiments/compositions.py)"))),
+                   "model; df_ray/experiments/compositions.py); a tie goes to the first "
+                   "sample's answer (ours: the paper defines no tie rule)"))),
     Baseline(("debate",), "Multi-agent Debate (Du et al., 2023)",
              "composable-models/llm_multiagent_debate `gsm/gen_gsm.py`, `gsm/eval_gsm.py`",
              (Knob("rounds", "2", "reference", "3 agents, 2 rounds, full history, majority of "
@@ -434,7 +435,10 @@ BASELINES: tuple[Baseline, ...] = (
                    "examples (ours, per task kind, in the reference's format); `df_ray` is "
                    "df_ray's earlier zero-shot critique + refine (ablation)"),
               Knob("init_temperature", "0", "reference", "`--temperature` default 0.0"),
-              Knob("feedback_temperature", "0.7", "reference", "`GSMFeedback(temperature=0.7)`"))),
+              Knob("feedback_temperature", "0.7", "reference", "`GSMFeedback(temperature=0.7)`"),
+              Knob("feedback_max_tokens", "600", "reference", "`GSMFeedback(max_tokens=600)`; "
+                   "each feedback prompt also carries every earlier (solution, feedback, "
+                   "rewrite) of the sample, as `update_prompt` appends them"))),
     Baseline(("weighted_vote",), "Weighted Vote (the voting ablation)",
              "none: DarkForest's alpha-weighted vote without R_pi",
              (Knob("majority", "false", "ours", "true: the plain plurality vote"),)),

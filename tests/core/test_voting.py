@@ -7,7 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from df_ray.core.types import Observation
-from df_ray.core.voting import majority_vote, recalibrate_reconcile, weighted_vote
+from df_ray.core.voting import (
+    first_sample_vote,
+    majority_vote,
+    recalibrate_reconcile,
+    weighted_vote,
+)
 
 Obs = Observation
 
@@ -74,3 +79,13 @@ def test_votes_independent_of_order(obs, perm):
         assert valid.count(winner) == max(valid.count(v) for v in valid)
     else:
         assert winner is None
+
+
+def test_first_sample_vote_breaks_ties_by_the_first_sample():
+    def o(ans, valid=True):
+        return Observation(agent="a", answer=ans, confidence=0.5, valid=valid)
+    assert first_sample_vote([o("z"), o("a"), o("a"), o("z")]) == "z"
+    assert first_sample_vote([o("a"), o("z"), o("z")]) == "z"  # a plurality still wins
+    assert first_sample_vote([o("z", valid=False), o("b"), o("z"), o("b"), o("z")]) == "b"
+    assert first_sample_vote([o("q", valid=False)]) is None
+    assert first_sample_vote([]) is None

@@ -54,6 +54,19 @@ def test_self_consistency_tie_goes_to_the_lower_index_agent(run_method):
     assert final(run) == "C"  # a1 supports C, a2 supports A
 
 
+def test_self_consistency_tie_returns_the_first_sample_s_answer(run_method):
+    """One agent, four samples B, A, A, B: a 2-2 tie; the first sample's B wins (the
+    smaller key, df_ray's earlier rule, would have given A)."""
+    table = {("a1", "independent"): [answer("B"), answer("A"), answer("A"), answer("B")]}
+    run = run_method("self_consistency", Script(table), {"agent": "a1", "samples": 4})
+    assert run.outcome.extra["votes"] == {"A": 2, "B": 2}
+    assert final(run) == "B"
+    # an invalid first sample does not vote: the first valid one breaks the tie
+    table = {("a1", "independent"): [BAD, answer("A"), answer("B"), answer("B"), answer("A")]}
+    run = run_method("self_consistency", Script(table), {"agent": "a1", "samples": 5})
+    assert final(run) == "A"
+
+
 def test_self_consistency_with_no_valid_sample_has_no_answer(run_method):
     assert final(run_method("self_consistency", Script({}, default=BAD))) is None
 

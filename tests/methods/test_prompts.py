@@ -242,16 +242,41 @@ def test_self_refine_few_shot_feedback_reviews_the_current_solution(run_method):
     run = run_method("self_refine", Script(table), {"iterations": 2})
     fb = [user_texts(c)[-1] for c in run.calls(role="feedback")]
     assert len(fb) == 2
-    for t in fb:  # the task kind's examples (multiple choice), both verdicts shown
+    for i, t in enumerate(fb):  # the task kind's examples (multiple choice), both verdicts
         assert "Which gas makes up most of Earth's atmosphere?" in t
         assert "Okay! Here is the rewrite:" in t and "It is correct!" in t
-        assert t.count("### END ###") == 2
+        assert t.count("### END ###") == 2 + i  # and every earlier round of this sample
         assert " ".join(get_task("mmlu_pro").answer_instructions().split()) in t
     assert "FIRST-ATTEMPT" in fb[0].split("### END ###")[-1]
     assert "SECOND-ATTEMPT" in fb[1].split("### END ###")[-1]
     assert "FIRST-ATTEMPT" not in fb[1].split("### END ###")[-1]  # the current solution only
     assert {c.agent for c in run.calls()} == {"a1"}
     assert run.outcome.final.answer == "B"
+
+
+def test_self_refine_feedback_accumulates_the_earlier_attempts(run_method):
+    """GSMFeedback.update_prompt appends each (solution, feedback, rewrite) to its prompt:
+    the third feedback call reads the first two attempts and their feedback, in order, each
+    closed by ### END ###; every feedback call has GSMFeedback's 600 tokens."""
+    fix = "# wrong!\n\nOkay! Here is the rewrite:\n\n"
+    table = {("a1", "independent"): answer("A", 0.6, "FIRST-ATTEMPT"),
+             ("a1", "fewshot_feedback"): [fix.replace("wrong!", "wrong! FB-ONE")
+                                          + answer("B", 0.8, "SECOND-ATTEMPT"),
+                                          fix.replace("wrong!", "wrong! FB-TWO")
+                                          + answer("C", 0.9, "THIRD-ATTEMPT"),
+                                          fix + answer("C", 0.9, "FOURTH-ATTEMPT")]}
+    run = run_method("self_refine", Script(table), {"iterations": 3})
+    calls = run.calls(role="feedback")
+    assert len(calls) == 3
+    assert {c.request.sampling.max_tokens for c in calls} == {600}
+    third = user_texts(calls[2])[-1]
+    blocks = third.split("### END ###")
+    assert len(blocks) == 5  # 2 examples, 2 earlier rounds, the current query
+    assert "FIRST-ATTEMPT" in blocks[2] and "FB-ONE" in blocks[2] and "SECOND-ATTEMPT" in blocks[2]
+    assert "FB-TWO" in blocks[3] and "THIRD-ATTEMPT" in blocks[3]
+    assert "THIRD-ATTEMPT" in blocks[4] and "FIRST-ATTEMPT" not in blocks[4]
+    assert third.index("FIRST-ATTEMPT") < third.index("SECOND-ATTEMPT") < third.index("FB-TWO")
+    assert run.outcome.final.answer == "C"
 
 
 def test_self_refine_df_ray_refinement_reads_the_attempt_and_its_feedback(run_method):
