@@ -1,0 +1,15 @@
+"""Every question a finished sweep's generation cache can answer with no new LLM call:
+compute-matched frontiers, agent subsets, the guardrail's thresholds, early stopping.
+
+    from df_ray.analysis import analyze
+
+    a = analyze("jobs/configs/cpu_humaneval.yaml")
+    print(a.to_markdown())
+    a.write("reports/cpu_humaneval/analysis")
+
+``df-ray analyze --config <sweep.yaml>`` is the same from the command line.
+"""
+
+from df_ray.analysis.api import Analysis, AnalysisError, BenchmarkAnalysis, analyze
+
+__all__ = ["Analysis", "AnalysisError", "BenchmarkAnalysis", "analyze"]

@@ -1,0 +1,105 @@
+"""Agent subsets from the cache equal the subsets run as real scripted sweeps; Shapley values."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from df_ray.analysis import analyze
+from df_ray.analysis.subsets import all_subsets, sampled_subsets, shapley_exact, shapley_sampled
+from df_ray.pipeline.cache import count_parts
+from tests.analysis.sweep import AGENTS, run_config, run_sweep, sweep_config, variant
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("subsets")
+    sweep = sweep_config(tmp)
+    evs = run_sweep(sweep)
+    parts = count_parts(sweep.base["cache_root"])
+    analysis = analyze(sweep)
+    return sweep, evs, analysis, parts, tmp
+
+
+def test_analysis_makes_no_call_and_writes_nothing_to_the_cache(swept):
+    sweep, _, analysis, parts, _ = swept
+    assert count_parts(sweep.base["cache_root"]) == parts
+    assert "0 LLM calls made" in analysis.to_markdown()
+
+
+def test_every_subset_equals_a_real_scripted_sweep_of_it(swept):
+    sweep, evs, analysis, _, tmp = swept
+    (b,) = analysis.benchmarks
+    table = b.subsets.table.set_index("agents")
+    assert len(table) == 2 ** len(AGENTS) - 1
+    pool = next(c for c in sweep.expand() if c.name == "darkforest")
+    for subset in all_subsets(AGENTS):
+        agents = [a for a in pool.model_dump(mode="json")["agents"] if a["id"] in subset]
+        # a calibration folder of its own: the subset's file is fitted by its own run
+        cal = {**pool.calibration.model_dump(), "dir": str(tmp / "subset_calibration")}
+        vote = run_config(variant(pool, agents=agents, method="weighted_vote",
+                                  method_args={"majority": True}), write=False)
+        belief = run_config(variant(pool, agents=agents, calibration=cal,
+                                    method_args={"belief_only": True}), write=False)
+        row = table.loc["+".join(subset)]
+        assert row["vote"] == pytest.approx(vote.accuracy, abs=1e-12), subset
+        assert row["belief_only"] == pytest.approx(belief.accuracy, abs=1e-12), subset
+        assert vote.metrics["fresh_calls"] == 0 and belief.metrics["fresh_calls"] == 0
+    full = table.loc["+".join(AGENTS)]
+    assert full["darkforest"] == pytest.approx(evs["darkforest"].accuracy, abs=1e-12)
+    assert full["belief_only"] == pytest.approx(evs["darkforest belief only"].accuracy)
+    assert full["vote"] == pytest.approx(evs["majority_vote"].accuracy)
+
+
+def test_shapley_values_are_efficient_and_match_brute_force_over_orders(swept):
+    _, _, analysis, _, _ = swept
+    (b,) = analysis.benchmarks
+    table = b.subsets.table.set_index("agents")
+    shap = b.subsets.shapley.set_index("agent")
+    for metric in ("vote", "belief_only"):
+        def v(s, metric=metric):
+            return float(table.loc["+".join(a for a in AGENTS if a in s), metric]) if s else 0.0
+        assert shap[metric].sum() == pytest.approx(v(set(AGENTS)) - v(set()), abs=1e-12)
+        brute = dict.fromkeys(AGENTS, 0.0)
+        orders = list(itertools.permutations(AGENTS))
+        for order in orders:
+            seen: set = set()
+            for a in order:
+                brute[a] += (v(seen | {a}) - v(seen)) / len(orders)
+                seen.add(a)
+        for a in AGENTS:
+            assert shap.loc[a, metric] == pytest.approx(brute[a], abs=1e-12)
+
+
+def test_leave_one_out_is_the_full_pool_minus_the_rest(swept):
+    _, _, analysis, _, _ = swept
+    (b,) = analysis.benchmarks
+    table = b.subsets.table.set_index("agents")
+    loo = b.subsets.leave_one_out.set_index("left_out")
+    for a in AGENTS:
+        rest = "+".join(x for x in AGENTS if x != a)
+        assert loo.loc[a, "vote_change"] == pytest.approx(
+            table.loc["+".join(AGENTS), "vote"] - table.loc[rest, "vote"])
+
+
+def test_shapley_of_a_known_game():
+    # v(S) = |S|^2 is symmetric: every player gets n^2 / n; a dummy player gets 0
+    players = ["p", "q", "r"]
+    phi = shapley_exact(players, lambda s: float(len(s) ** 2))
+    assert all(math.isclose(x, 3.0) for x in phi.values())
+    phi = shapley_exact(players, lambda s: float(len(s - {"r"})))
+    assert phi["r"] == 0.0 and math.isclose(phi["p"], 1.0)
+    # an additive game: every order gives each player its own weight
+    weight = {"p": 0.5, "q": 0.25, "r": 0.0}
+    sampled = shapley_sampled(players, lambda s: sum(weight[x] for x in s), 7, seed=1)
+    assert all(math.isclose(sampled[x], weight[x]) for x in players)
+
+
+def test_beyond_the_exact_limit_the_subsets_are_a_stated_seeded_sample():
+    agents = [f"x{i}" for i in range(12)]
+    one = sampled_subsets(agents, 40, seed=3)
+    assert one == sampled_subsets(agents, 40, seed=3)
+    assert len(one) == 12 + 12 + 1 + 40
+    assert tuple(agents) in one and all((a,) in one for a in agents)
