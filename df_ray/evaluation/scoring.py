@@ -17,6 +17,7 @@ from typing import Any
 from df_ray.core.types import Observation
 from df_ray.errors import EngineFailure
 from df_ray.methods.base import Method, MethodArgsError, MethodContext, Outcome, SampleState
+from df_ray.tasks.base import Grade, GradingUnavailable
 
 
 def _col(kind: str, *, summed: bool = False, doc: str = "") -> Any:
@@ -194,24 +195,41 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext,
     task = ctx.task
     sample = state.sample
     grades: dict[Any, Any] = {}
+    ungraded: dict[Any, str] = {}
 
     def grade_obs(o: Observation | None):
         if o is None or not o.valid:
             return task.grade(sample, None)
         key = grade_key(o)
         if key not in grades:
-            grades[key] = task.grade(sample, o)
+            try:
+                grades[key] = task.grade(sample, o)
+            except GradingUnavailable as e:  # no verdict on this answer only
+                ungraded[key] = describe_exception("grade", e)
+                grades[key] = Grade(False, dict(task.grade(sample, None).scores),
+                                    ungraded[key])
         return grades[key]
 
     final_grade = grade_obs(outcome.final)
+    for o in outcome.agent_observations:
+        grade_obs(o)
+    if outcome.final is not None and grade_key(outcome.final) in ungraded:
+        raise GradingUnavailable(ungraded[grade_key(outcome.final)])
+    # An answer no grader could judge has no entry in agent_correct (neither right nor
+    # wrong); its detail says why, and the other answers keep their grades.
     agent_correct = {o.agent: bool(grade_obs(o).correct)
-                     for o in outcome.agent_observations if o.valid}
+                     for o in outcome.agent_observations
+                     if o.valid and grade_key(o) not in ungraded}
     agent_grade_detail = {o.agent: grade_obs(o).detail
                           for o in outcome.agent_observations if o.valid}
     coord = outcome.coordinator
-    own = {**outcome.columns,
-           **{k: None if o is None else bool(grade_obs(o).correct)
-              for k, o in outcome.graded.items()}}
+    def verdict(o: Observation | None) -> bool | None:
+        if o is None:
+            return None
+        ok = bool(grade_obs(o).correct)
+        return None if o.valid and grade_key(o) in ungraded else ok
+
+    own = {**outcome.columns, **{k: verdict(o) for k, o in outcome.graded.items()}}
     if declared is not None:
         undeclared = sorted(set(own) - set(declared))
         if undeclared:
@@ -227,6 +245,7 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext,
         "final_grade_detail": final_grade.detail,
         "coordinator": _obs_dict(coord) if coord is not None else None,
         "extra": outcome.extra,
+        **({"ungraded": sorted(set(ungraded.values()))} if ungraded else {}),
         "calls": acc.pop("detail_calls"),
     }
     return ResultRow(

@@ -48,6 +48,12 @@ class Grade:
     detail: str = ""
 
 
+class GradingUnavailable(RuntimeError):
+    """A grader could not grade one answer (an environment fault, e.g. a sandbox that never
+    started): no verdict on that answer. Scoring keeps every other answer's grade; only a
+    final answer that cannot be graded makes the sample an error row."""
+
+
 def problem_statement(task: Task, sample: Sample) -> str:
     """``task.problem_statement(sample)``; the bare question for a task that has none."""
     fn = getattr(task, "problem_statement", None)

