@@ -7,7 +7,8 @@ Method keys are df_ray method names. FinQA's headline accuracy is execution accu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
 from df_ray.experiments.compositions import SELF_CONSISTENCY_AGENT, SELF_CONSISTENCY_SAMPLES
 
@@ -135,10 +136,32 @@ class PlannedRun:
     #: "paper": a configuration the paper ran; "ours": one we add (beyond the paper).
     origin: str = "paper"
     note: str = ""
+    #: Run seeds (the sweep's ``seeds`` or the rows' ``seed``): the row runs once per seed,
+    #: named ``<name> seed=<s>``. None: once, at the configuration's own seed.
+    seeds: tuple[int, ...] | None = None
 
     @property
     def agents(self) -> str:
         return self.composition or self.benchmark
+
+    def names(self) -> list[str]:
+        """The configuration names this row expands to."""
+        if self.seeds is None:
+            return [self.name]
+        return [seeded_name(self.name, s) for s in self.seeds]
+
+
+#: The seeds of the sweeps whose differences the paper reports inside one standard error
+#: (Table 1's GPQA and HumanEval, Table 8, Table 9's LegalBench rows).
+SEEDS = (0, 1, 2)
+_SEED_PART = re.compile(r"\s*\bseed=-?\d+")
+
+
+def seeded_name(name: str, seed: int) -> str:
+    """How a sweep names a configuration run at ``seed``: ``seed=<s>`` after the row's name
+    (a grid's point after it: ``legalbench darkforest seed=1 guardrail.k=2 ...``)."""
+    head, _, point = name.partition(" guardrail.")
+    return f"{head} seed={seed}" + (f" guardrail.{point}" if point else "")
 
 
 @dataclass(frozen=True)
@@ -152,6 +175,19 @@ class Experiment:
     @property
     def sweep(self) -> str:
         return f"jobs/configs/{self.name}.yaml"
+
+    def configurations(self) -> list[tuple[str, PlannedRun]]:
+        """(configuration name, row) in the order the sweep file expands them: a sweep-wide
+        ``seeds`` repeats each row for each seed in turn; rows seeded one by one (Table 9's
+        LegalBench) are listed seed by seed, each seed's grid in full."""
+        if self.name == "table9_thresholds":
+            out = []
+            for bench in ("math", "legalbench"):
+                rows = [r for r in self.runs if r.benchmark == bench]
+                for s in rows[0].seeds or (None,):
+                    out += [(r.name if s is None else seeded_name(r.name, s), r) for r in rows]
+            return out
+        return [(n, r) for r in self.runs for n in r.names()]
 
 
 GOA_ARGS = {"top_k": 3, "threshold": 0.05, "rounds": 1, "max_tokens": 800}
@@ -169,6 +205,11 @@ _TITLES = {"math": "MATH", "humaneval": "HumanEval", "mmlu_pro": "MMLU-Pro",
 
 def _p(bench: str, method: str) -> dict:
     return dict(PAPER.get(bench, {}).get(method, {}))
+
+
+#: Table 1's benchmarks run at every seed of :data:`SEEDS` (the paper's GPQA margin is 0.5
+#: points, HumanEval's 2: both inside one standard error of a single run).
+SEEDED_TABLE1 = ("gpqa", "humaneval")
 
 
 def _table1(bench: str) -> Experiment:
@@ -198,6 +239,8 @@ def _table1(bench: str) -> Experiment:
                    knobs={"method_args": {"agent": lead, "iterations": 4}},
                    paper=_p(bench, "self_refine")),
     ]
+    if bench in SEEDED_TABLE1:  # differences inside one standard error: three run seeds
+        runs = [replace(r, seeds=SEEDS) for r in runs]
     return Experiment(
         name=f"table1_{bench}", title=f"Table 1, {_TITLES[bench]}: DarkForest and the baselines",
         paper_choices=("three heterogeneous 7B/8B agents, vLLM bf16; DarkForest defaults "
@@ -214,7 +257,7 @@ def _table1(bench: str) -> Experiment:
 
 def _ablation(name: str, title: str, benches: tuple[str, ...],
               variants: list[tuple[str, dict, str, dict]], paper_choices: str,
-              our_choices: str) -> Experiment:
+              our_choices: str, seeds: tuple[int, ...] | None = None) -> Experiment:
     """variants: (row suffix, knobs, origin, {bench: paper numbers})."""
     runs = []
     for b in benches:
@@ -222,7 +265,7 @@ def _ablation(name: str, title: str, benches: tuple[str, ...],
             method = knobs.get("method", "darkforest")
             kn = {k: v for k, v in knobs.items() if k != "method"}
             runs.append(PlannedRun(f"{b} {suffix}", b, method, knobs=kn,
-                                   paper=dict(numbers.get(b, {})), origin=origin))
+                                   paper=dict(numbers.get(b, {})), origin=origin, seeds=seeds))
     return Experiment(name, title, paper_choices, our_choices, tuple(runs))
 
 
@@ -248,7 +291,8 @@ def _table9() -> Experiment:
                     runs.append(PlannedRun(
                         f"{b} darkforest guardrail.k={k} guardrail.tau_p={tp} guardrail.tau_m={tm}",
                         b, knobs={"method_args": {"guardrail": {"k": k, "tau_p": tp, "tau_m": tm}}}, paper=paper,
-                        origin="paper" if paper else "ours"))
+                        origin="paper" if paper else "ours",
+                        seeds=SEEDS if b == "legalbench" else None))
     return Experiment(
         "table9_thresholds", "Table 9: guardrail thresholds (k, tau_p, tau_m)",
         paper_choices=("the default 2 / 0.66 / 0.30; tau_p 0.80 on LegalBench (-1.40); "
@@ -302,7 +346,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
          ("permissive", {"method_args": {"disclosure": "permissive"}}, "paper", {}),
          ("adaptive", {"method_args": {"disclosure": "adaptive"}}, "ours", {})],
         paper_choices="GPQA; strict, moderate, permissive; more disclosure costs 3.3 points",
-        our_choices="the adaptive row (beyond the paper)"),
+        our_choices="the adaptive row (beyond the paper); three run seeds",
+        seeds=SEEDS),
     _table9(),
     Experiment(
         "table10_finqa_scaling", "Table 10 / Figure 8: FinQA with 3, 4 and 5 backbones",
@@ -333,6 +378,10 @@ def planned_run(experiment: str, configuration: str) -> PlannedRun | None:
     for r in exp.runs:
         if r.name == configuration:
             return r
+    bare = _SEED_PART.sub("", configuration).strip()
+    for r in exp.runs:  # a seeded configuration, named with or without its seed
+        if r.seeds is not None and r.name == bare:
+            return r
     return None
 
 
@@ -344,7 +393,8 @@ def _dotted(d: dict, prefix: str = "") -> list[str]:
 
 
 def _knobs_text(r: PlannedRun) -> str:
-    return ", ".join(_dotted(r.knobs)) or "defaults"
+    text = ", ".join(_dotted(r.knobs)) or "defaults"
+    return text + (f"; seeds {', '.join(map(str, r.seeds))}" if r.seeds else "")
 
 
 # ----------------------------------------------------------------------------- baselines
@@ -590,7 +640,10 @@ def experiments_markdown() -> str:
     ]
     for exp in EXPERIMENTS.values():
         lines += ["", f"## {exp.title}", "",
-                  f"Sweep: `{exp.sweep}` ({len(exp.runs)} configurations). "
+                  f"Sweep: `{exp.sweep}` ({len(exp.configurations())} configurations"
+                  + (f": {len(exp.runs)} rows, some at seeds "
+                     f"{', '.join(map(str, SEEDS))}" if len(exp.configurations()) != len(exp.runs)
+                     else "") + "). "
                   f"Report: `df-ray report --experiment {exp.name}`.", "",
                   f"- The paper's choices: {exp.paper_choices}.",
                   f"- Ours: {exp.our_choices}.", "",

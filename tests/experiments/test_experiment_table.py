@@ -52,8 +52,13 @@ def test_every_sweep_file_is_an_experiment_of_the_table():
 def test_sweep_expands_to_the_tables_configurations(name):
     exp = EXPERIMENTS[name]
     configs = load_config(ROOT / exp.sweep).expand()
-    assert [c.name for c in configs] == [r.name for r in exp.runs]
-    for cfg, row in zip(configs, exp.runs, strict=True):
+    planned = exp.configurations()
+    assert [c.name for c in configs] == [n for n, _ in planned]
+    for cfg, (_, row) in zip(configs, planned, strict=True):
+        if row.seeds is not None:  # every seed of the row, in the row's order
+            assert f"seed={cfg.seed}" in cfg.name and cfg.seed in row.seeds, cfg.name
+        else:
+            assert cfg.seed == 0, cfg.name
         assert cfg.benchmark == row.benchmark, cfg.name
         assert cfg.method == row.method, cfg.name
         assert cfg.composition == row.agents, cfg.name

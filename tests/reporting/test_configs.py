@@ -16,12 +16,13 @@ CONFIGS = Path(__file__).resolve().parents[2] / "jobs" / "configs"
 EXPECTED = {
     # 12 = darkforest + 3 single (one per agent) + self_consistency + weighted_vote + debate
     #      + reconcile + moa + goa_mean + goa_max + self_refine
-    "table1_math": 12, "table1_humaneval": 12, "table1_mmlu_pro": 12, "table1_gpqa": 12,
+    # (GPQA and HumanEval: each at run seeds 0, 1, 2)
+    "table1_math": 12, "table1_humaneval": 36, "table1_mmlu_pro": 12, "table1_gpqa": 36,
     "table1_finqa": 12, "table1_legalbench": 12,
     "table2_decision": 8,  # 4 decision mechanisms x (MATH, LegalBench)
     "table6_voting": 6,  # majority, weighted, full x (MMLU-Pro, LegalBench)
-    "table8_disclosure": 4,  # strict, moderate, permissive, adaptive on GPQA
-    "table9_thresholds": 54,  # 3 k x 3 tau_p x 3 tau_m x (MATH, LegalBench)
+    "table8_disclosure": 12,  # strict, moderate, permissive, adaptive on GPQA, x 3 seeds
+    "table9_thresholds": 108,  # 3 k x 3 tau_p x 3 tau_m x (MATH, LegalBench x 3 seeds)
     "table10_finqa_scaling": 3,  # 3, 4, 5 backbones
     "figure7_calibration": 10,  # 5 ablations x (MATH, LegalBench)
     "figure9_coordinator": 6,  # each of the six pool backbones as FinQA's coordinator
