@@ -389,6 +389,12 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("report", help="paper-style tables and plots of a logged experiment")
     add_arguments(rep)
     rep.set_defaults(fn=run_from_args)
+    from df_ray.analysis import cli as analysis_cli
+
+    ana = sub.add_parser("analyze", help="a finished sweep's frontier, agent subsets and "
+                                         "guardrail thresholds from its cache, no LLM call")
+    analysis_cli.add_arguments(ana)
+    ana.set_defaults(fn=analysis_cli.run_from_args)
     cache = sub.add_parser("cache", help="maintain a generation cache")
     cache_sub = cache.add_subparsers(dest="cache_cmd", required=True)
     cc = cache_sub.add_parser(

@@ -10,6 +10,15 @@ compute-matched frontiers, agent subsets, the guardrail's thresholds, early stop
 ``df-ray analyze --config <sweep.yaml>`` is the same from the command line.
 """
 
-from df_ray.analysis.api import Analysis, AnalysisError, BenchmarkAnalysis, analyze
+from typing import Any
 
 __all__ = ["Analysis", "AnalysisError", "BenchmarkAnalysis", "analyze"]
+
+
+def __getattr__(name: str) -> Any:
+    # imported on first use: the command line loads this package for every command
+    if name in __all__:
+        from df_ray.analysis import api
+
+        return getattr(api, name)
+    raise AttributeError(name)
