@@ -194,6 +194,9 @@ class RunConfig(_Strict):
     #: engine starts, naming the backbone, what it asks for and what the cluster has.
     autoscaling: bool = False
     sandbox: SandboxSettings = SandboxSettings()
+    #: Options of the benchmark's constructor (HumanEval: ``candidates: behaviour`` keys
+    #: programs by their outputs on the prompt's examples; default ``text``).
+    benchmark_args: dict[str, Any] = Field(default_factory=dict)
     #: The share of failed LLM calls above which the configuration is FAILED (its MLflow run
     #: ends FAILED with the reason, a rerun runs it again, the command exits non-zero). At or
     #: below it the configuration finishes and its failed calls are counted and shown.
@@ -347,7 +350,8 @@ class RunConfig(_Strict):
         """The configured benchmark with the options this configuration sets (once)."""
         from df_ray.tasks import task_for
 
-        return self._once("task", (self.benchmark, self.sandbox.isolation),
+        return self._once("task", (self.benchmark, self.sandbox.isolation, self.cache_root,
+                                   json.dumps(self.benchmark_args, sort_keys=True)),
                           lambda: task_for(self))
 
     def _once(self, what: str, key: Any, build: Callable[[], Any]) -> Any:
@@ -371,6 +375,8 @@ class RunConfig(_Strict):
         d = self.model_dump(mode="json", exclude={"tracking", "cache_root", "results_dir", "name",
                                                   "batch_size", "concurrency", "sandbox",
                                                   "max_error_rate", "cache_compact_parts"})
+        if not d.get("benchmark_args"):  # at its default it hashes as before it existed
+            d.pop("benchmark_args", None)
         for a in [*d["agents"], *([d["coordinator"]] if d.get("coordinator") else [])]:
             if not a.get("ignore_eos"):  # a field at its default hashes as before it existed
                 a.pop("ignore_eos", None)

@@ -44,6 +44,7 @@ from df_ray.core.disclosure import POLICIES
 from df_ray.core.types import Belief, Observation
 from df_ray.methods import darkforest_explain
 from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
+from df_ray.methods.common import behaviour_seconds, rekeyed
 from df_ray.methods.prompt_templates import coordinator_prompt
 from df_ray.methods.result_columns import RowMean
 from df_ray.tasks.base import problem_statement
@@ -71,7 +72,8 @@ def observations_from_state(state: SampleState, ctx: MethodContext, round: int =
             out.append(Observation.invalid(rec.agent, raw=""))
         else:
             out.append(parse(rec.text, spec, agent=rec.agent))
-    return out
+    # the benchmark's candidate keys (HumanEval's behaviour keys; text keys: unchanged)
+    return rekeyed(out, ctx, state, f"{role}:{round}")
 
 
 def correct_override(row: Mapping[str, Any]) -> bool:
@@ -127,6 +129,7 @@ class DarkForest(Method):
         "coordinator_correct": "bool",   # null when it was not called
         "top_answer": "string",          # the belief's z*
         "coordinator_agrees": "bool",    # its answer is z* (null: not called, or no z*)
+        "behaviour_s": "double",         # sandbox seconds of behaviour keys (0: text keys)
     }
     metrics: ClassVar[dict[str, RowMean]] = {
         "trusted_rate": RowMean("trusted"),
@@ -135,6 +138,7 @@ class DarkForest(Method):
         "wrong_override_rate": RowMean(wrong_override),
         "coordinator_call_rate": RowMean("coordinator_called"),
         "coordinator_agreement": RowMean("coordinator_agrees", among="coordinator_agrees"),
+        "behaviour_s_per_sample": RowMean("behaviour_s"),
     }
 
     @classmethod
@@ -179,7 +183,7 @@ class DarkForest(Method):
                 return []
             evidence = disclose(belief, obs, self.args.disclosure,
                                 count_tokens=lambda t: ctx.count_tokens(coord.id, t),
-                                guardrail=guard)
+                                guardrail=guard, display=_cluster_programs(obs, belief, ctx))
             state.data["t_cross"] = evidence.tokens
             user = coordinator_prompt(problem_statement(ctx.task, sample), evidence.text,
                                       ctx.task.answer_instructions())
@@ -208,6 +212,8 @@ class DarkForest(Method):
         if decision.final is not None:
             if decision.final == coord_answer and decision.source == "coordinator":
                 final = coord
+            elif _behaviour_keyed(ctx):
+                final = _most_reliable(obs, decision.final, ctx) or coord
             else:
                 final = _representative(obs, decision.final) or coord
         top = belief.top.answer if belief.top else None
@@ -222,9 +228,11 @@ class DarkForest(Method):
                      "overridden": bool(decision.overridden), "coordinator_called": called,
                      "coordinator_answer": coord_answer, "top_answer": top,
                      "coordinator_agrees": (coord_answer == top)
-                     if called and top is not None else None},
+                     if called and top is not None else None,
+                     "behaviour_s": behaviour_seconds(state)},
             # a coordinator called without a valid answer is graded wrong
             graded={"coordinator_correct": coord if called else None},
+            selected=_representative(obs, top) if top is not None else None,
         )
 
     def max_calls_per_sample(self, ctx: MethodContext) -> int:
@@ -237,3 +245,33 @@ def _representative(obs: list[Observation], answer: str) -> Observation | None:
     if not members:
         return None
     return max(members, key=lambda o: (o.quality, o.confidence, -obs.index(o)))
+
+
+def _behaviour_keyed(ctx: MethodContext) -> bool:
+    return bool(getattr(ctx.task, "behaviour_keys", False))
+
+
+def _most_reliable(obs: list[Observation], answer: str, ctx: MethodContext
+                   ) -> Observation | None:
+    """A behaviour cluster's program: its most reliable member's (highest alpha, then the
+    earlier agent), a deterministic member whatever the programs' texts."""
+    members = [o for o in obs if o.valid and o.answer == answer]
+    if not members:
+        return None
+    cal = ctx.calibration
+    return max(members, key=lambda o: (cal.alpha(o.agent) if cal is not None else 0.5,
+                                       -obs.index(o)))
+
+
+def _cluster_programs(obs: list[Observation], belief: Belief, ctx: MethodContext
+                      ) -> dict[str, str] | None:
+    """What the coordinator is shown of each behaviour cluster: its program (None: the
+    answers themselves, as with text keys)."""
+    if not _behaviour_keyed(ctx):
+        return None
+    out = {}
+    for c in belief.clusters:
+        rep = _most_reliable(obs, c.answer, ctx)
+        if rep is not None and rep.extracted:
+            out[c.answer] = rep.extracted
+    return out

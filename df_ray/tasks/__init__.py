@@ -66,7 +66,14 @@ def task_for(cfg: Any) -> Task:
     sandbox = getattr(cfg, "sandbox", None)
     if getattr(cls, "sandboxed", False) and sandbox is not None:
         options["isolation"] = sandbox.isolation
-    return cls(**options)
+    if getattr(cls, "takes_cache_root", False) and getattr(cfg, "cache_root", None):
+        options["cache_root"] = cfg.cache_root
+    # the configuration's benchmark_args (HumanEval's candidates: text | behaviour)
+    options.update(getattr(cfg, "benchmark_args", None) or {})
+    try:
+        return cls(**options)
+    except TypeError as e:
+        raise ValueError(f"benchmark_args of {cfg.benchmark}: {e}") from None
 
 
 __all__ = ["REGISTRY", "TASKS", "BaseTask", "DataSchemaError", "Grade", "Sample", "Split",
