@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -169,6 +170,56 @@ class Calibration:
         for p in self.pair_stats:
             if len(p) != 2 or p[0] >= p[1] or any(a not in known for a in p):
                 raise ValueError(f"bad pair {p!r}: must be a sorted pair of distinct agents")
+        problem = self.count_problem()
+        if problem is not None:
+            raise ValueError(problem)
+
+    def count_problem(self) -> str | None:
+        """Why these counts cannot come from any fit (a negative or fractional count, more
+        right answers than valid ones, more valid answers than samples), or None."""
+        def bad(where: str, v: Any) -> str | None:
+            if isinstance(v, bool) or not isinstance(v, int):
+                return f"field {where!r} is {v!r}: counts must be whole numbers"
+            if v < 0:
+                return f"field {where!r} is {v}: counts cannot be negative"
+            return None
+
+        checks: list[tuple[str, Any]] = [("n_samples", self.n_samples),
+                                         ("fit_calls", self.fit_calls),
+                                         ("fit_tokens", self.fit_tokens)]
+        for a, st in self.agent_stats.items():
+            checks += [(f"agent_stats.{a}.n_valid", st.n_valid),
+                       (f"agent_stats.{a}.n_correct", st.n_correct)]
+        for p, ps in self.pattern_stats.items():
+            k = _SEP.join(p)
+            checks += [(f"patterns.{k}.n", ps.n), (f"patterns.{k}.n_correct", ps.n_correct)]
+        for p, qs in self.pair_stats.items():
+            k = _SEP.join(p)
+            checks += [(f"pairs.{k}.n_both_wrong", qs.n_both_wrong),
+                       (f"pairs.{k}.n_same_wrong", qs.n_same_wrong)]
+        for where, v in checks:
+            msg = bad(where, v)
+            if msg is not None:
+                return msg
+        ordered: list[tuple[str, int, str, int]] = []
+        for a, st in self.agent_stats.items():
+            ordered += [(f"agent_stats.{a}.n_correct", st.n_correct,
+                         f"agent_stats.{a}.n_valid", st.n_valid),
+                        (f"agent_stats.{a}.n_valid", st.n_valid, "n_samples", self.n_samples)]
+        for p, ps in self.pattern_stats.items():
+            k = _SEP.join(p)
+            ordered += [(f"patterns.{k}.n_correct", ps.n_correct, f"patterns.{k}.n", ps.n),
+                        (f"patterns.{k}.n", ps.n, "n_samples", self.n_samples)]
+        for p, qs in self.pair_stats.items():
+            k = _SEP.join(p)
+            ordered += [(f"pairs.{k}.n_same_wrong", qs.n_same_wrong,
+                         f"pairs.{k}.n_both_wrong", qs.n_both_wrong),
+                        (f"pairs.{k}.n_both_wrong", qs.n_both_wrong, "n_samples",
+                         self.n_samples)]
+        for small, a, big, b in ordered:
+            if a > b:
+                return f"field {small!r} is {a}, more than {big!r} ({b}): no fit counts that"
+        return None
 
     def __hash__(self) -> int:  # the mappings are dicts: hash their sorted items instead
         return hash((self.schema_version, self.benchmark, self.agents, self.n_samples,
@@ -264,33 +315,40 @@ class Calibration:
                 f"version {SCHEMA_VERSION}. Refit it (see calibration/README.md).")
         try:
             agents = tuple(d["agents"])
+            gamma = d["gamma"]
+            if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not (
+                    math.isfinite(gamma)):
+                raise ValueError(f"field 'gamma' is {gamma!r}: it must be a finite number "
+                                 "in [0, 1]")
             return cls(
                 schema_version=SCHEMA_VERSION,
                 benchmark=str(d["benchmark"]),
                 agents=agents,
-                n_samples=int(d["n_samples"]),
+                n_samples=_count(d, "n_samples"),
                 fitted_at=str(d["fitted_at"]),
-                gamma=float(d["gamma"]),
+                gamma=float(gamma),
                 agent_stats={
-                    a: AgentStats(int(s["n_valid"]), int(s["n_correct"]))
+                    a: AgentStats(_count(s, "n_valid", f"agent_stats.{a}."),
+                                  _count(s, "n_correct", f"agent_stats.{a}."))
                     for a, s in d.get("agent_stats", {}).items()
                 },
                 pattern_stats={
-                    tuple(k.split(_SEP)): PatternStats(int(s["n"]), int(s["n_correct"]))
+                    tuple(k.split(_SEP)): PatternStats(_count(s, "n", f"patterns.{k}."),
+                                                       _count(s, "n_correct", f"patterns.{k}."))
                     for k, s in d.get("patterns", {}).items()
                 },
                 pair_stats={
-                    tuple(k.split(_SEP)): PairStats(int(s["n_both_wrong"]),
-                                                    int(s["n_same_wrong"]))
+                    tuple(k.split(_SEP)): PairStats(_count(s, "n_both_wrong", f"pairs.{k}."),
+                                                    _count(s, "n_same_wrong", f"pairs.{k}."))
                     for k, s in d.get("pairs", {}).items()
                 },
                 identities={a: dict(v) for a, v in d.get("agent_identities", {}).items()},
                 data_source=str(d.get("data_source") or ""),
                 data_fingerprint=str(d.get("data_fingerprint") or ""),
-                fit_calls=int(d.get("fit_calls") or 0),
-                fit_tokens=int(d.get("fit_tokens") or 0),
+                fit_calls=_count(d, "fit_calls", default=0),
+                fit_tokens=_count(d, "fit_tokens", default=0),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             what = f"field {exc.args[0]!r} is missing" if isinstance(exc, KeyError) else str(exc)
             raise ValueError(f"calibration {source} is malformed: {what}; refit it (delete the "
                              "file, or set calibration.auto_fit)") from exc
@@ -427,6 +485,23 @@ def fit_calibration(
 #: The field a saved calibration file carries its own checksum in (files without one, fitted
 #: before it existed, are read unchecked).
 CHECKSUM_FIELD = "content_sha256"
+
+
+def _count(d: Mapping[str, Any], key: str, where: str = "", default: int | None = None) -> int:
+    """``d[key]`` as a count: a whole, finite, non-negative JSON number (``5.0`` is 5); a
+    ValueError naming the field (``where`` + ``key``) for anything else."""
+    if key not in d or d[key] is None:
+        if default is not None:
+            return default
+        raise KeyError(where + key)
+    v = d[key]
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"field {where + key!r} is {v!r}: counts must be whole, finite numbers")
+    if v < 0:
+        raise ValueError(f"field {where + key!r} is {v}: counts cannot be negative")
+    return v
 
 
 class CalibrationChecksumError(ValueError):

@@ -62,8 +62,10 @@ def test_http_engine_two_hung_requests_fail_alone(ray_local):
 def test_embedded_engine_two_hung_requests_fail_alone(ray_local):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     model = "smollm2-135m-instruct"
+    # 15 s: a 4-token answer takes a few decode steps, a stuck request would need 4,000
+    # (about a minute at SmolLM2's ~60 steps/s here), so either side has a wide margin
     pool = EnginePool({"b": make_spec(kind="embedded", model=model, n_threads=1, n_ctx=4096,
-                                      request_timeout_s=8)})
+                                      request_timeout_s=15, engine_args={"n_parallel": 4})})
     try:
         pool.wait_ready(600)
         stuck = {7, 23}
