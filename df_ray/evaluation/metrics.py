@@ -11,12 +11,24 @@ Definitions (per sample, averaged over samples unless noted):
   failed_calls: calls that failed (total, counted); refused_calls:
   of those, calls the engine refused for their prompt's length (total; they spend 0 tokens).
 - truncation_rate: share of the calls an engine answered that were cut off at max_tokens
-  (finish_reason ``length``): over all calls, and per agent id (``truncation_rate.<agent>``,
-  the coordinator's too); truncated_calls: their number (total).
+  (finish_reason ``length``; a call without a recorded reason, as the generation cache kept
+  calls made before it recorded them, when it used all of its max_tokens): over all calls,
+  and per agent id (``truncation_rate.<agent>``, the coordinator's too); truncated_calls:
+  their number (total). no_finish_reason_calls: answered calls without a recorded reason
+  (total); stop_unknown_calls: of them, those short of max_tokens, whose stop reason is
+  unknown (total; df_ray.evaluation.stop_reasons).
 - repaired_surrogates: lone UTF-16 surrogates the engine boundary replaced by U+FFFD in the
   texts engines returned in this run (total; a call served from the cache was repaired when
   it was made).
 - reachability: share of samples where at least one agent's independent answer was right.
+- where accuracy is won and lost (df_ray.methods.result_columns.won_and_lost), shares of all
+  samples: selected_accuracy (the selection among the independent answers was right:
+  DarkForest's z*, a vote's winner, else their plurality vote), kept_rate (it was right and
+  so is the final answer), lost_rate (right, and the final answer wrong), found_rate (wrong,
+  and the final answer right): accuracy = kept_rate + found_rate, selected_accuracy =
+  kept_rate + lost_rate. ``failure_rate.<tag>``: the share of samples with each failure tag
+  (``FAILURES``). A guardrail's saves and losses are DarkForest's correct_override_rate and
+  wrong_override_rate (its rows' guardrail_saved / guardrail_lost).
 
 A method's own metrics (``Method.metrics``, e.g. DarkForest's trusted and override rates in
 ``df_ray.methods.darkforest``) are computed over its rows beside these.
@@ -31,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from df_ray.evaluation.scoring import SUMMED
-from df_ray.methods.result_columns import RowMean, RowMeans
+from df_ray.methods.result_columns import FAILURES, RowMean, RowMeans
 
 #: Distinct call errors a configuration keeps for its failure message.
 FIRST_ERRORS = 3
@@ -55,6 +67,8 @@ class MetricsAccumulator:
     calls: int = 0
     failed_calls: int = 0
     first_errors: list[str] = field(default_factory=list)
+    #: kept, lost, found, selected_correct and failure tags: their counts over rows
+    won_lost: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.own = RowMeans(self.metrics)
@@ -75,6 +89,11 @@ class MetricsAccumulator:
             t[0] += int(answered)
             t[1] += int(cut)
         self.reach += bool(row["any_agent_correct"])
+        for k in ("selected_correct", "kept", "lost", "found"):
+            self.won_lost[k] = self.won_lost.get(k, 0) + bool(row.get(k))
+        tag = row.get("failure")
+        if tag:
+            self.won_lost[f"failure.{tag}"] = self.won_lost.get(f"failure.{tag}", 0) + 1
         self.calls += int(row["n_calls"] or 0)
         if row["n_errors"]:
             self.errors_samples += 1
@@ -115,6 +134,11 @@ class MetricsAccumulator:
             "refused_calls": self.sums.get("n_refused", 0.0),
             "samples_with_errors": float(self.errors_samples),
             "reachability": self.reach / n,
+            "selected_accuracy": self.won_lost.get("selected_correct", 0) / n,
+            "kept_rate": self.won_lost.get("kept", 0) / n,
+            "lost_rate": self.won_lost.get("lost", 0) / n,
+            "found_rate": self.won_lost.get("found", 0) / n,
+            **{f"failure_rate.{t}": self.won_lost.get(f"failure.{t}", 0) / n for t in FAILURES},
         }
         own = self.own.result()
         clash = sorted(set(own) & set(out))
@@ -126,6 +150,8 @@ class MetricsAccumulator:
         answered = sum(a for a, _ in self.truncation.values())
         out["truncated_calls"] = self.sums.get("n_truncated", 0.0)
         out["repaired_surrogates"] = self.sums.get("n_repaired", 0.0)
+        out["no_finish_reason_calls"] = self.sums.get("n_no_finish_reason", 0.0)
+        out["stop_unknown_calls"] = self.sums.get("n_stop_unknown", 0.0)
         out["truncation_rate"] = (self.sums.get("n_truncated", 0.0) / answered
                                   if answered else 0.0)
         for agent, (a, cut) in sorted(self.truncation.items()):

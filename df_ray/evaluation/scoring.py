@@ -16,7 +16,10 @@ from typing import Any
 
 from df_ray.core.types import Observation
 from df_ray.errors import EngineFailure
+from df_ray.evaluation.stop_reasons import budgets, call_stop_reason, no_budget
 from df_ray.methods.base import Method, MethodArgsError, MethodContext, Outcome, SampleState
+from df_ray.methods.common import majority
+from df_ray.methods.result_columns import won_and_lost
 from df_ray.tasks.base import Grade, GradingUnavailable
 
 
@@ -33,13 +36,27 @@ class ResultRow:
     scores: str = _col("string", doc="JSON: every metric the benchmark reports")
     final_answer: str | None = _col("string")
     any_agent_correct: bool = _col("bool", doc="candidate reachability")
+    # where accuracy is won and lost (df_ray.methods.result_columns.won_and_lost)
+    selected_correct: bool | None = _col("bool", doc="the selection (z*, a vote's winner) right")
+    kept: bool = _col("bool", doc="the selection was right and so is the final answer")
+    lost: bool = _col("bool", doc="the selection was right, the final answer is wrong")
+    found: bool = _col("bool", doc="the selection was wrong, the final answer is right")
+    guardrail_saved: bool | None = _col("bool", doc="the guardrail overrode a wrong coordinator")
+    guardrail_lost: bool | None = _col("bool", doc="the guardrail overrode a right coordinator")
+    failure: str | None = _col("string", doc="why a wrong sample is wrong (FAILURES)")
+    cluster: str | None = _col("string", doc="the benchmark's cluster of the sample")
     n_calls: int = _col("int64", summed=True)
     n_fresh_calls: int = _col("int64", summed=True)
     n_errors: int = _col("int64", summed=True)
     n_refused: int = _col("int64", summed=True,
                           doc="calls the engine refused (prompt over its context length)")
     n_truncated: int = _col("int64", summed=True,
-                            doc="answered calls cut off at max_tokens (finish_reason length)")
+                            doc="answered calls cut off at max_tokens (finish_reason length, "
+                                "or none recorded and every max_tokens token used)")
+    n_no_finish_reason: int = _col("int64", summed=True,
+                                   doc="answered calls without a recorded finish_reason")
+    n_stop_unknown: int = _col("int64", summed=True,
+                               doc="of them, those short of max_tokens (stop reason unknown)")
     n_repaired: int = _col("int64", summed=True,
                            doc="lone surrogates replaced (U+FFFD) in the texts engines returned")
     truncation: str = _col("string", doc="JSON: per agent id, [answered calls, truncated]")
@@ -142,7 +159,7 @@ def error_row(state: SampleState, ctx: MethodContext, error: str,
         scores = dict(ctx.task.grade(state.sample, None).scores)
     except Exception:
         scores = {}
-    acc = _accounting(state.calls)
+    acc = _accounting(state.calls, budgets(ctx))
     acc["detail_calls"].append({"round": None, "role": SAMPLE_ERROR_ROLE, "agent": "",
                                 "cached": False, "prompt_tokens": 0, "completion_tokens": 0,
                                 "error": f"sample error: {error}"})
@@ -153,15 +170,22 @@ def error_row(state: SampleState, ctx: MethodContext, error: str,
     acc["n_errors"] += 1
     return ResultRow(
         sample_id=state.sample.id, correct=False, scores=json.dumps(scores), final_answer=None,
-        any_agent_correct=False, **acc, t_cross=0, detail=json.dumps(detail, default=str),
+        any_agent_correct=False,
+        **won_and_lost(correct=False, reachable=False, selected_correct=None, error=True),
+        cluster=sample_cluster(ctx, state.sample), **acc, t_cross=0,
+        detail=json.dumps(detail, default=str),
         method_columns=dict.fromkeys(declared or ()))
 
 
-def _accounting(calls: Sequence[Any]) -> dict[str, Any]:
+def _accounting(calls: Sequence[Any], max_tokens=no_budget) -> dict[str, Any]:
     """The call and token columns every row has, error row or not (their one definition):
     calls, fresh, failed, refused, truncated and repaired calls, truncation by agent, the
     tokens an engine spent by role (:func:`spent_tokens`: a failed call spends none) and the
-    calls as the row's detail lists them (``detail_calls``)."""
+    calls as the row's detail lists them (``detail_calls``). A call without a recorded
+    finish_reason is truncated when it used all of its agent's ``max_tokens`` (agent id ->
+    budget; df_ray.evaluation.stop_reasons), else its stop reason is unknown."""
+    answered = [c for c in calls if not c.error]
+    reasons = [call_stop_reason(c, max_tokens) for c in answered]
     tokens = {"agent": 0, "coordinator": 0, "other": 0}
     for c in calls:
         tokens[c.role if c.role in tokens else "other"] += spent_tokens([c])
@@ -170,9 +194,11 @@ def _accounting(calls: Sequence[Any]) -> dict[str, Any]:
         "n_fresh_calls": sum(1 for c in calls if not c.cached and c.error is None),
         "n_errors": sum(1 for c in calls if c.error),
         "n_refused": sum(1 for c in calls if is_refusal(c.error)),
-        "n_truncated": sum(1 for c in calls if not c.error and c.finish_reason == "length"),
+        "n_truncated": reasons.count("length"),
+        "n_no_finish_reason": sum(1 for c in answered if c.finish_reason is None),
+        "n_stop_unknown": reasons.count("unknown"),
         "n_repaired": sum(c.repaired for c in calls),
-        "truncation": json.dumps(truncation_by_agent(calls), sort_keys=True),
+        "truncation": json.dumps(truncation_by_agent(calls, max_tokens), sort_keys=True),
         "agent_tokens": tokens["agent"],
         "coordinator_tokens": tokens["coordinator"],
         "other_tokens": tokens["other"],
@@ -236,7 +262,7 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext,
             raise ValueError(f"Outcome columns {undeclared} are not in the method's "
                              "result_columns")
         own = {k: own.get(k) for k in declared}
-    acc = _accounting(state.calls)
+    acc = _accounting(state.calls, budgets(ctx))
     detail = {
         "observations": [_obs_dict(o) for o in outcome.agent_observations],
         "agent_correct": agent_correct,
@@ -248,12 +274,22 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext,
         **({"ungraded": sorted(set(ungraded.values()))} if ungraded else {}),
         "calls": acc.pop("detail_calls"),
     }
+    # the selection among the independent answers: the method's, else their plurality vote
+    selected = outcome.selected
+    if selected is None:
+        selected = majority(outcome.agent_observations, ctx)
+    won = won_and_lost(correct=bool(final_grade.correct),
+                       reachable=any(agent_correct.values()),
+                       selected_correct=selected is not None and bool(
+                           grade_obs(selected).correct), own=own)
     return ResultRow(
         sample_id=sample.id,
         correct=bool(final_grade.correct),
         scores=json.dumps(final_grade.scores),
         final_answer=outcome.final.answer if outcome.final else None,
         any_agent_correct=any(agent_correct.values()),
+        **won,
+        cluster=sample_cluster(ctx, sample),
         **acc,
         t_cross=int(outcome.t_cross),
         detail=json.dumps(detail, default=str),
@@ -277,17 +313,28 @@ def spent_tokens(calls: Any) -> int:
     return sum(c.prompt_tokens + c.completion_tokens for c in calls if not c.error)
 
 
-def truncation_by_agent(calls: Any) -> dict[str, list[int]]:
+def truncation_by_agent(calls: Any, max_tokens=no_budget) -> dict[str, list[int]]:
     """Per agent id (the coordinator's too): [calls an engine answered, of them cut off at
-    max_tokens]."""
+    max_tokens (one without a recorded reason: when it used all of ``max_tokens(agent)``)]."""
     out: dict[str, list[int]] = {}
     for c in calls:
         if c.error:
             continue
         n = out.setdefault(c.agent, [0, 0])
         n[0] += 1
-        n[1] += int(c.finish_reason == "length")
+        n[1] += int(call_stop_reason(c, max_tokens) == "length")
     return out
+
+
+def sample_cluster(ctx: MethodContext, sample: Any) -> str | None:
+    """The benchmark's cluster of a sample (its task's ``cluster(sample)``: a LegalBench
+    task, a FinQA report), None for a benchmark that declares none; the report clusters
+    standard errors by it (and by question across run seeds)."""
+    hook = getattr(ctx.task, "cluster", None)
+    if hook is None:
+        return None
+    c = hook(sample)
+    return None if c is None else str(c)
 
 
 def is_refusal(error: str | None) -> bool:

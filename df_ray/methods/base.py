@@ -189,7 +189,10 @@ class Outcome:
     JSON-ready per-sample fields worth keeping in the row's ``detail`` (the belief's
     clusters, votes...). ``columns`` holds the values of the method's ``result_columns``,
     ``graded`` the observations whose grade is one of them (None: not graded, a null):
-    a declared column left out of both is null.
+    a declared column left out of both is null. ``selected`` is the answer the method's
+    selection among the independent answers picked before any later decision (DarkForest's
+    z*, a vote's winner); None: the plurality vote over ``agent_observations`` (its grade is
+    the row's ``selected_correct``, df_ray.methods.result_columns.won_and_lost).
     """
 
     final: Observation | None
@@ -199,6 +202,7 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
     columns: dict[str, Any] = field(default_factory=dict)
     graded: dict[str, Observation | None] = field(default_factory=dict)
+    selected: Observation | None = None
 
 
 class MethodArgs(BaseModel):

@@ -129,6 +129,7 @@ class DarkForest(Method):
         "coordinator_correct": "bool",   # null when it was not called
         "top_answer": "string",          # the belief's z*
         "coordinator_agrees": "bool",    # its answer is z* (null: not called, or no z*)
+        "top_posterior": "double",       # P(z*|O) (null: no z*): the belief's calibration
         "behaviour_s": "double",         # sandbox seconds of behaviour keys (0: text keys)
     }
     metrics: ClassVar[dict[str, RowMean]] = {
@@ -229,6 +230,7 @@ class DarkForest(Method):
                      "coordinator_answer": coord_answer, "top_answer": top,
                      "coordinator_agrees": (coord_answer == top)
                      if called and top is not None else None,
+                     "top_posterior": belief.top.posterior if belief.top else None,
                      "behaviour_s": behaviour_seconds(state)},
             # a coordinator called without a valid answer is graded wrong
             graded={"coordinator_correct": coord if called else None},

@@ -74,3 +74,59 @@ class RowMeans:
                 k = self.counted[name]
                 out[name] = self.sums[name] / k if k else math.nan
         return out
+
+
+# ----------------------------------------------------------------------------- won and lost
+
+#: Why a wrong sample is wrong (the ``failure`` column; null for a right one), first match:
+#: - ``sample_error``: the method, a parser or the grader raised (an error row);
+#: - ``guardrail_lost``: the guardrail overrode a coordinator that was right;
+#: - ``coordinator_lost``: the selection was right and what decided after it lost it
+#:   (DarkForest's coordinator; MoA's aggregator, Debate's and ReConcile's later rounds,
+#:   Self-Refine's refinements, GoA's aggregation for methods without a selection step);
+#: - ``unreachable``: no independent answer was right;
+#: - ``selection_missed``: one was, and the selection (the belief's top z*, a vote's winner)
+#:   picked a wrong one that the decision kept.
+FAILURES = ("sample_error", "guardrail_lost", "coordinator_lost", "unreachable",
+            "selection_missed")
+
+#: The generic won-and-lost columns of every row (``ResultRow``), in order.
+WON_LOST_COLUMNS = ("selected_correct", "kept", "lost", "found", "guardrail_saved",
+                    "guardrail_lost", "failure")
+
+
+def won_and_lost(*, correct: bool, reachable: bool, selected_correct: bool | None,
+                 own: Mapping[str, Any] | None = None, error: bool = False) -> dict[str, Any]:
+    """Where one sample's accuracy was won or lost, from its grades.
+
+    ``selected_correct``: the grade of the method's selection among the independent answers
+    (DarkForest's z*, a vote's winner; by default the plurality vote over the independent
+    answers). ``kept``: the selection was right and so is the final answer; ``lost``: it was
+    right and the final answer is wrong; ``found``: it was wrong and the final answer is
+    right. So accuracy = kept + found and the selection's accuracy = kept + lost, over all
+    rows. With a guardrail (a method whose own columns ``own`` have ``overridden`` and
+    ``coordinator_correct``: DarkForest) ``guardrail_saved``: it overrode a wrong coordinator
+    to a right answer; ``guardrail_lost``: it overrode a right one to a wrong answer (null
+    for methods without one). ``failure``: one of :data:`FAILURES`, null when right."""
+    own = own or {}
+    sel = None if selected_correct is None else bool(selected_correct)
+    correct = bool(correct)
+    out: dict[str, Any] = {"selected_correct": sel, "kept": bool(sel and correct),
+                           "lost": bool(sel and not correct), "found": bool(not sel and correct),
+                           "guardrail_saved": None, "guardrail_lost": None, "failure": None}
+    if "overridden" in own and "coordinator_correct" in own and not error:
+        over = bool(own.get("overridden"))
+        out["guardrail_saved"] = over and correct and own.get("coordinator_correct") is False
+        out["guardrail_lost"] = over and not correct and own.get("coordinator_correct") is True
+    if error:
+        out["failure"] = "sample_error"
+    elif not correct:
+        if out["guardrail_lost"]:
+            out["failure"] = "guardrail_lost"
+        elif sel:
+            out["failure"] = "coordinator_lost"
+        elif not reachable:
+            out["failure"] = "unreachable"
+        else:
+            out["failure"] = "selection_missed"
+    return out

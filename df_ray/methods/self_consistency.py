@@ -85,7 +85,8 @@ class SelfConsistency(Method):
 
     def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:
         obs = observations(state, ctx, round=0)
-        return Outcome(final=representative(obs, first_sample_vote(obs)),
+        final = representative(obs, first_sample_vote(obs))
+        return Outcome(final=final, selected=final,  # the vote is its selection
                        agent_observations=independent_observations(state, ctx),
                        extra={"votes": vote_counts(obs), "n_samples": len(obs)})
 

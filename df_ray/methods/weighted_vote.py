@@ -67,7 +67,7 @@ class WeightedVote(Method):
         else:
             weights = self.weights(ctx)
             final = weighted(obs, weights, ctx)
-        return Outcome(final=final, agent_observations=obs,
+        return Outcome(final=final, agent_observations=obs, selected=final,
                        extra={"votes": vote_counts(obs), "weights": weights,
                               "voting": "majority" if self.majority else "alpha"})
 

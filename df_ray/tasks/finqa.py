@@ -135,6 +135,11 @@ class FinQATask(BaseTask):
         self.test_size = test_size
         self.calibration_size = calibration_size
 
+    def cluster(self, sample: Sample) -> str:
+        """The sample's report (its FinQA id without the question's ``-<n>``): questions on
+        one filing share a cluster of the report's standard errors."""
+        return sample.id.rpartition("-")[0] or sample.id
+
 
     def data_location(self, source: str | None) -> tuple[str, str]:
         if source is not None and source not in self.remote_sources:

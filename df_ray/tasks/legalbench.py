@@ -25,11 +25,21 @@ columns (``text``, ``question``, ``contract``, ...); every string column other t
 - a single file whose rows carry a ``task`` column, and optionally ``split`` (``train``
   rows are the few-shot examples, every other row a question).
 
-Prompt (default, ``prompts="official"``): LegalBench's own ``tasks/<task>/base_prompt.txt``
-at the pinned commit ``PROMPTS_COMMIT`` of HazyResearch/legalbench, with its own few-shot
-examples, filled as LegalBench's ``generate_prompts`` fills it (every ``{{column}}`` replaced
-by the row's value); its final answer cue ``A:`` gives way to the allowed labels and df_ray's
-answer format ("reason, then 'Answer: <label>'"). The prompt file is read from a local copy
+Prompt (default, ``prompts="zero_shot"``): LegalBench's own prompt without its few-shot
+examples: the task's ``tasks/<task>/base_prompt_wo_example.txt`` where LegalBench has one (35
+tasks), else its ``base_prompt.txt`` with the example blocks taken out (the instruction, then
+the query block: :func:`without_examples`). ``prompts="official"``: the whole
+``base_prompt.txt``, with its own few-shot examples, in the agents' calls. Both at the pinned
+commit ``PROMPTS_COMMIT`` of HazyResearch/legalbench, filled as LegalBench's
+``generate_prompts`` fills them (every ``{{column}}`` replaced by the row's value). The
+template's final answer cue (``A:``, ``Label:``, ``Answer:``, ``OUTCOME:``, ``Supportive?``,
+``... FINAL ANSWER:``, ``Governed by:``: :func:`strip_cue`) gives way to the allowed labels
+and df_ray's answer format ("reason, then 'Answer: <label>'"). Whichever the variant, the
+few-shot examples are the agents' alone: the coordinator and every baseline's later calls
+(``problem_statement``) read the example-free prompt. Why zero-shot is the default: the
+paper's 1.9k tokens per DarkForest sample is about 475 a call; the few-shot prompt alone
+averages about 970 tokens, so three agents reading it already spend 1.5x the paper's figure
+(docs/experiments.md has the estimates of both variants). The prompt file is read from a local copy
 of the repository's ``tasks/`` folder when ``source`` points there, else from
 ``$DF_RAY_HOME/data/legalbench/<commit>/``, fetched there once on a machine with internet
 access; offline without it the load stops and says what to fetch. Each sample records where
@@ -219,12 +229,66 @@ def _body(inputs: dict[str, str], limit: int | None = None) -> str:
 #: LegalBench's official prompts: ``tasks/<task>/base_prompt.txt`` at this commit.
 PROMPTS_REPO = "HazyResearch/legalbench"
 PROMPTS_COMMIT = "ce482446b8eac4403b6db2c17223af4514bb24e3"
-#: ``official`` (default) or ``ours``: which prompts a LegalBenchTask builds by default.
+#: ``zero_shot`` (default), ``official`` or ``ours``: which prompts a LegalBenchTask builds.
 PROMPTS_ENV = "DF_RAY_LEGALBENCH_PROMPTS"
-PROMPT_CHOICES = ("official", "ours")
+PROMPT_CHOICES = ("zero_shot", "official", "ours")
+DEFAULT_PROMPTS = "zero_shot"
+#: LegalBench's own example-free prompt, where a task has one.
+ZERO_SHOT_FILE = "base_prompt_wo_example.txt"
 _PLACEHOLDER = re.compile(r"\{\{([^{}]+)\}\}")
-#: The answer cue LegalBench's prompts end with ("A:"), replaced by df_ray's answer format.
-_CUE = re.compile(r"\n?\s*A:\s*$")
+#: A final answer cue: the last line's tail after its last sentence, ending in ":" (``A:``,
+#: ``Label:``, ``Is this bill ...? FINAL ANSWER:``) or a short question that the template's
+#: examples answer on the same line (``Supportive? Yes``).
+_CUE_COLON = re.compile(r"(?:^|(?<=[.?!]) )([^\n.?!{}]{0,60}:)[ \t]*$")
+_CUE_QUESTION = re.compile(r"(?:^|\n)([^\n{}]{1,40}\?)[ \t]*$")
+
+
+def cue_of(template: str) -> str:
+    """The final answer cue of a LegalBench template ("" when it ends with none)."""
+    return template.rstrip()[len(strip_cue(template)):].strip()
+
+
+def strip_cue(text: str, cue: str | None = None) -> str:
+    """``text`` (a LegalBench prompt) without its final answer cue, which gives way to
+    df_ray's answer format: a last-line tail ending in ":", or a short last-line question that
+    the template's examples answer on the same line ("Supportive? Yes"). ``cue``: the cue
+    read off the whole template (:func:`cue_of`), for a prompt whose examples were taken
+    out."""
+    body = text.rstrip()
+    if cue:
+        return body[: -len(cue)].rstrip() if body.endswith(cue) else body
+    m = _CUE_COLON.search(body.rsplit("\n", 1)[-1])
+    if m:
+        return body[: len(body) - len(m.group(1))].rstrip()
+    m = _CUE_QUESTION.search(body)
+    if m:
+        cue = m.group(1).strip()
+        if re.search(r"(?m)^" + re.escape(cue) + r"[ \t]+\S", body[: m.start()]):
+            return body[: m.start()].rstrip()
+    return body
+
+
+def _blocks(template: str) -> list[str]:
+    return re.split(r"\n[ \t]*\n", template.strip())
+
+
+def without_examples(template: str) -> str:
+    """A ``base_prompt.txt`` without its few-shot examples: the blocks before the first
+    example, then the query block (the first block with a ``{{column}}``) and what follows
+    it. An example is a block that opens as the query block does (its first line up to the
+    first ``{{``: ``Q:``, ``Clause:``, ``Text:``...); a template whose query opens with the
+    field itself has its instruction (the first block) kept."""
+    bs = _blocks(template)
+    q = next((i for i, b in enumerate(bs) if _PLACEHOLDER.search(b)), None)
+    if not q:  # no field (fill refuses it) or the query comes first: nothing to take out
+        return template
+    first = bs[q].lstrip().split("\n", 1)[0]
+    m = _PLACEHOLDER.search(first)
+    prefix = (first[: m.start()] if m else first).strip()
+    if not prefix:
+        return "\n\n".join([bs[0], *bs[q:]])
+    ex = next((i for i, b in enumerate(bs[:q]) if b.lstrip().startswith(prefix)), q)
+    return "\n\n".join([*bs[:ex], *bs[q:]])
 
 
 class LegalBenchPromptUnavailable(DataUnavailable):
@@ -240,6 +304,20 @@ def prompt_cache(task: str) -> Path:
     base = os.environ.get("DF_RAY_HOME") or os.path.join(os.path.expanduser("~"), ".cache",
                                                          "df_ray")
     return Path(base) / "data" / "legalbench" / PROMPTS_COMMIT / task / "base_prompt.txt"
+
+
+def zero_shot_prompt(task: str, local: Path | None = None) -> tuple[str, str] | None:
+    """(template, origin) of LegalBench's own ``base_prompt_wo_example.txt`` for ``task``,
+    from the local copy or the cache (None when neither has one: most tasks have none, and
+    it is not fetched)."""
+    if local is not None and (local / task / ZERO_SHOT_FILE).is_file():
+        f = local / task / ZERO_SHOT_FILE
+        return f.read_text(encoding="utf-8"), str(f)
+    cached = prompt_cache(task).with_name(ZERO_SHOT_FILE)
+    if cached.is_file():
+        return (cached.read_text(encoding="utf-8"),
+                f"{PROMPTS_REPO}@{PROMPTS_COMMIT[:12]}:tasks/{task}/{ZERO_SHOT_FILE}")
+    return None
 
 
 def base_prompt(task: str, local: Path | None = None) -> tuple[str, str]:
@@ -293,7 +371,8 @@ def fill(template: str, inputs: dict[str, str], *, task: str, where: str) -> str
 
 
 def _build(parsed: list[tuple[str, str, object, dict[str, str], str]],
-           few_shot: int, templates: dict[str, tuple[str, str]] | None = None) -> list[Sample]:
+           few_shot: int, templates: dict[str, tuple[str, str, str, str]] | None = None,
+           zero_shot: bool = False) -> list[Sample]:
     labels: dict[str, set[str]] = {}
     examples: dict[str, list[list[str]]] = {}
     for t, a, _, inputs, split in parsed:
@@ -305,10 +384,13 @@ def _build(parsed: list[tuple[str, str, object, dict[str, str], str]],
         if split == "train":
             continue
         meta: dict = {"legalbench_task": t, "labels": sorted(labels[t])}
-        if templates is not None:  # LegalBench's own prompt, with its own examples
-            template, origin = templates[t]
-            meta["base_prompt"] = fill(template, inputs, task=t, where=origin)
-            meta["prompt_origin"] = origin
+        if templates is not None:  # LegalBench's own prompt, with and without its examples
+            template, origin, bare, bare_origin = templates[t]
+            meta["bare_prompt"] = fill(bare, inputs, task=t, where=bare_origin)
+            meta["base_prompt"] = (meta["bare_prompt"] if zero_shot
+                                   else fill(template, inputs, task=t, where=origin))
+            meta["prompt_origin"] = bare_origin if zero_shot else origin
+            meta["answer_cue"] = cue_of(template)
         else:
             meta["instruction"] = instruction(t)
             meta["few_shot"] = examples.get(t, [])
@@ -324,6 +406,7 @@ def _with_split(rows: list[dict], split: str) -> list[dict]:
 class LegalBenchTask(BaseTask):
     name = "legalbench"
     kind = "label"
+    hub_name = HUB
     data_source = "hub nguha/legalbench (parquet conversion, 154 exact-match tasks)"
     data_hint = ("fetch nguha/legalbench (refs/convert/parquet) into the Hugging Face cache, "
                  "or pass source=<a local copy: one folder per task, see "
@@ -336,17 +419,34 @@ class LegalBenchTask(BaseTask):
         self.test_size = test_size
         self.calibration_size = calibration_size
         self.few_shot = few_shot
-        #: ``official``: LegalBench's base_prompt.txt per task; ``ours``: df_ray's
+        #: ``zero_shot``: LegalBench's prompt per task without its examples; ``official``:
+        #: its base_prompt.txt with them (in the agents' calls); ``ours``: df_ray's
         #: instructions with few-shot examples from the train split.
-        self.prompts = prompts or os.environ.get(PROMPTS_ENV, "").strip() or "official"
+        self.prompts = prompts or os.environ.get(PROMPTS_ENV, "").strip() or DEFAULT_PROMPTS
         if self.prompts not in PROMPT_CHOICES:
             raise ValueError(f"LegalBench prompts {self.prompts!r}: allowed: "
                              f"{', '.join(PROMPT_CHOICES)} ({PROMPTS_ENV})")
 
-    def _templates(self, parsed: list, local: Path | None) -> dict[str, tuple[str, str]] | None:
-        if self.prompts != "official":
+    def cluster(self, sample: Sample) -> str | None:
+        """The sample's LegalBench task: the cluster of the report's standard errors."""
+        return sample.meta.get("legalbench_task")
+
+    def _templates(self, parsed: list, local: Path | None
+                   ) -> dict[str, tuple[str, str, str, str]] | None:
+        """task -> (base prompt, its origin, the example-free prompt, its origin)."""
+        if self.prompts == "ours":
             return None
-        return {t: base_prompt(t, local) for t in sorted({r[0] for r in parsed})}
+        out = {}
+        for t in sorted({r[0] for r in parsed}):
+            template, origin = base_prompt(t, local)
+            own = zero_shot_prompt(t, local)
+            bare = own or (without_examples(template), f"{origin} (examples taken out)")
+            out[t] = (template, origin, *bare)
+        return out
+
+    def _build(self, parsed: list, local: Path | None) -> list[Sample]:
+        return _build(parsed, self.few_shot, self._templates(parsed, local),
+                      zero_shot=self.prompts == "zero_shot")
 
     def selected(self, available: Sequence[str]) -> list[str]:
         """The tasks to run out of those a source holds: ``tasks`` if given, else every
@@ -371,7 +471,7 @@ class LegalBenchTask(BaseTask):
                     continue
                 rows = _with_split(C.dataset_rows(ds), split)
                 parsed += _parse_rows(rows, f"{HUB}/{task}:{split}", task)
-        return _build(parsed, self.few_shot, self._templates(parsed, None))
+        return self._build(parsed, None)
 
     @staticmethod
     def _local_layout(folder: Path) -> dict[str, dict[str, list[Path]]]:
@@ -403,7 +503,7 @@ class LegalBenchTask(BaseTask):
             parsed = _parse_rows(C.read_rows(p), str(p), None)
             keep = set(self.selected(sorted({t for t, *_ in parsed})))
             parsed = [r for r in parsed if r[0] in keep]
-            return _build(parsed, self.few_shot, self._templates(parsed, None))
+            return self._build(parsed, None)
         layout = self._local_layout(p)
         if not layout:
             raise FileNotFoundError(f"no LegalBench task data under {p}")
@@ -414,7 +514,7 @@ class LegalBenchTask(BaseTask):
             for split in ("train", "test"):
                 for f in layout[task][split]:
                     parsed += _parse_rows(_with_split(C.read_rows(f), split), str(f), task)
-        return _build(parsed, self.few_shot, self._templates(parsed, p))
+        return self._build(parsed, p)
 
     def _all(self, source: str | None) -> list[Sample]:
         C.check_source(source)
@@ -448,17 +548,20 @@ class LegalBenchTask(BaseTask):
     def problem_statement(self, sample: Sample) -> str:
         """Instruction, the case and the allowed labels (the few-shot examples are the
         agents' alone: later calls already read the agents' answers). With LegalBench's own
-        prompt: that prompt, filled, without its final answer cue, and the allowed labels."""
+        prompt: its example-free form, filled, without its final answer cue, and the allowed
+        labels."""
         labels = ", ".join(sample.meta["labels"])
-        if sample.meta.get("base_prompt"):
-            body = _CUE.sub("", sample.meta["base_prompt"]).rstrip()
-            return f"{body}\n\nAllowed labels: {labels}"
+        bare = sample.meta.get("bare_prompt") or sample.meta.get("base_prompt")
+        if bare:
+            return f"{strip_cue(bare, sample.meta.get('answer_cue'))}\n\nAllowed labels: {labels}"
         instr = sample.meta.get("instruction") or instruction(sample.meta["legalbench_task"])
         return f"{instr}\n\n{sample.question}\n\nAllowed labels: {labels}"
 
     def agent_prompt(self, sample: Sample) -> str:
         if sample.meta.get("base_prompt"):
-            return (f"{self.problem_statement(sample)}\n\n"
+            labels = ", ".join(sample.meta["labels"])
+            body = strip_cue(sample.meta["base_prompt"], sample.meta.get("answer_cue"))
+            return (f"{body}\n\nAllowed labels: {labels}\n\n"
                     + answer_instruction("Reason step by step. Then give your final answer on "
                                          "a line of the form 'Answer: <label>' using exactly "
                                          "one of the allowed labels."))
