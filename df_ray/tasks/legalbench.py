@@ -75,6 +75,7 @@ from __future__ import annotations
 import os
 import re
 import string
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -307,16 +308,35 @@ def prompt_cache(task: str) -> Path:
 
 
 def zero_shot_prompt(task: str, local: Path | None = None) -> tuple[str, str] | None:
-    """(template, origin) of LegalBench's own ``base_prompt_wo_example.txt`` for ``task``,
-    from the local copy or the cache (None when neither has one: most tasks have none, and
-    it is not fetched)."""
-    if local is not None and (local / task / ZERO_SHOT_FILE).is_file():
+    """(template, origin) of LegalBench's own ``base_prompt_wo_example.txt`` for ``task``
+    (35 tasks have one), or None: from the local copy when ``local`` is given (its absence
+    there is the answer), else the cache, else fetched once beside the cached base prompt
+    (a task without one leaves an empty ``.absent`` marker, so every machine that has the
+    cache reads the same). Offline with neither: None, and the base prompt's examples are
+    taken out instead; the sample's ``prompt_origin`` says which."""
+    from df_ray.tasks.goa import offline
+
+    if local is not None:
         f = local / task / ZERO_SHOT_FILE
-        return f.read_text(encoding="utf-8"), str(f)
+        return (f.read_text(encoding="utf-8"), str(f)) if f.is_file() else None
     cached = prompt_cache(task).with_name(ZERO_SHOT_FILE)
+    absent = cached.with_name(ZERO_SHOT_FILE + ".absent")
+    origin = f"{PROMPTS_REPO}@{PROMPTS_COMMIT[:12]}:tasks/{task}/{ZERO_SHOT_FILE}"
+    if not cached.is_file() and not absent.is_file() and not offline():
+        url = prompt_url(task).rsplit("/", 1)[0] + "/" + ZERO_SHOT_FILE
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with urllib.request.urlopen(url, timeout=60) as r:
+                tmp = cached.with_name(f".{ZERO_SHOT_FILE}.{os.getpid()}.tmp")
+                tmp.write_bytes(r.read())
+                os.replace(tmp, cached)
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                absent.touch()
+        except OSError:
+            pass
     if cached.is_file():
-        return (cached.read_text(encoding="utf-8"),
-                f"{PROMPTS_REPO}@{PROMPTS_COMMIT[:12]}:tasks/{task}/{ZERO_SHOT_FILE}")
+        return cached.read_text(encoding="utf-8"), origin
     return None
 
 
