@@ -2,7 +2,15 @@
 grow with the run.
 
 Definitions (per sample, averaged over samples unless noted):
-- accuracy: the benchmark's headline metric; ``accuracy_se`` = sqrt(p(1-p)/n).
+- accuracy: the benchmark's headline metric; ``accuracy_se`` = sqrt(p(1-p)/n);
+  ``accuracy_ci_lo`` / ``accuracy_ci_hi`` its exact (Clopper-Pearson) 95% interval and
+  ``accuracy_wilson_lo`` / ``accuracy_wilson_hi`` the Wilson one; for a benchmark that
+  declares clusters (the rows' ``cluster``: LegalBench tasks, FinQA reports)
+  ``accuracy_se_clustered`` clustered by them and ``clusters`` their number
+  (df_ray.reporting.stats).
+- belief_ece, belief_brier: for rows with a posterior of their selection (DarkForest's
+  ``top_posterior``), the expected calibration error (10 equal-width bins) and Brier score
+  of P(z*|O) against whether z* was right.
 - tokens_*: prompt + completion tokens of every call an engine answered (a failed or refused
   call counts 0), split by role; ``t_cross`` the evidence
   tokens DarkForest shows its coordinator (coordinator tokenizer).
@@ -42,6 +50,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from df_ray.evaluation.scoring import SUMMED
 from df_ray.methods.result_columns import FAILURES, RowMean, RowMeans
 
@@ -69,6 +79,10 @@ class MetricsAccumulator:
     first_errors: list[str] = field(default_factory=list)
     #: kept, lost, found, selected_correct and failure tags: their counts over rows
     won_lost: dict[str, int] = field(default_factory=dict)
+    #: per row: its benchmark cluster and grade (when it has a cluster)
+    clustered: list[tuple[str, bool]] = field(default_factory=list)
+    #: per row with a posterior of its selection: (P(z*|O), z* right)
+    beliefs: list[tuple[float, bool]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.own = RowMeans(self.metrics)
@@ -91,6 +105,10 @@ class MetricsAccumulator:
         self.reach += bool(row["any_agent_correct"])
         for k in ("selected_correct", "kept", "lost", "found"):
             self.won_lost[k] = self.won_lost.get(k, 0) + bool(row.get(k))
+        if row.get("cluster") is not None:
+            self.clustered.append((str(row["cluster"]), bool(row["correct"])))
+        if row.get("top_posterior") is not None and row.get("selected_correct") is not None:
+            self.beliefs.append((float(row["top_posterior"]), bool(row["selected_correct"])))
         tag = row.get("failure")
         if tag:
             self.won_lost[f"failure.{tag}"] = self.won_lost.get(f"failure.{tag}", 0) + 1
@@ -140,6 +158,7 @@ class MetricsAccumulator:
             "found_rate": self.won_lost.get("found", 0) / n,
             **{f"failure_rate.{t}": self.won_lost.get(f"failure.{t}", 0) / n for t in FAILURES},
         }
+        out.update(self._intervals())
         own = self.own.result()
         clash = sorted(set(own) & set(out))
         if clash:
@@ -156,6 +175,27 @@ class MetricsAccumulator:
                                   if answered else 0.0)
         for agent, (a, cut) in sorted(self.truncation.items()):
             out[f"truncation_rate.{agent}"] = cut / a if a else 0.0
+        return out
+
+    def _intervals(self) -> dict[str, float]:
+        """The accuracy's intervals, its clustered standard error, the belief's calibration."""
+        from df_ray.reporting.stats import brier, clustered_mean, ece, proportion_interval
+
+        out: dict[str, float] = {}
+        if self.n:
+            out["accuracy_ci_lo"], out["accuracy_ci_hi"] = proportion_interval(
+                self.correct, self.n, "beta")
+            out["accuracy_wilson_lo"], out["accuracy_wilson_hi"] = proportion_interval(
+                self.correct, self.n, "wilson")
+        if self.clustered:
+            labels, ok = zip(*self.clustered, strict=True)
+            cm = clustered_mean(np.asarray(ok, dtype=float), labels)
+            out["accuracy_se_clustered"] = cm.se
+            out["clusters"] = float(cm.clusters)
+        if self.beliefs:
+            p, y = (np.asarray(v, dtype=float) for v in zip(*self.beliefs, strict=True))
+            out["belief_ece"] = ece(p, y)
+            out["belief_brier"] = brier(p, y)
         return out
 
 

@@ -91,6 +91,18 @@ def test_darkforest_won_and_lost_hits_every_category():
         want = sum(t == tag for t in tags.values()) / n
         assert m[f"failure_rate.{tag}"] == pytest.approx(want), tag
     assert m["accuracy"] + sum(m[f"failure_rate.{t}"] for t in FAILURES) == pytest.approx(1)
+    # the configuration's intervals and its belief's calibration, logged beside them
+    from statsmodels.stats.proportion import proportion_confint
+
+    assert (m["accuracy_ci_lo"], m["accuracy_ci_hi"]) == pytest.approx(
+        proportion_confint(3, n, method="beta"))
+    assert (m["accuracy_wilson_lo"], m["accuracy_wilson_hi"]) == pytest.approx(
+        proportion_confint(3, n, method="wilson"))
+    # P(z*|O) 1/3 on five samples (z* right on two), 1 on two (right on one): by hand,
+    # ECE = 5/7 |2/5 - 1/3| + 2/7 |1/2 - 1|; Brier = (2 (2/3)^2 + 3 (1/3)^2 + 0 + 1) / 7
+    assert m["belief_ece"] == pytest.approx(5 / 7 * (2 / 5 - 1 / 3) + 2 / 7 * 0.5)
+    assert m["belief_brier"] == pytest.approx((2 * 4 / 9 + 3 / 9 + 1) / 7)
+    assert "accuracy_se_clustered" not in m  # MMLU-Pro declares no clusters
 
 
 def test_a_vote_is_its_own_selection():
