@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,19 +106,17 @@ def load_calibration_samples(cfg: Any) -> HeldOut:
     """The configuration's calibration split, disjoint from its whole test split (by id and by
     ``question_key``), at most ``calibration.limit`` samples:
 
-    - ``calibration_source`` given: every sample that source holds (the loader's
-      ``held_out_pool``; for a loader without one, its test and calibration splits of it),
-      in a seeded order;
-    - else, a test split from a local file (``source``): the hub's calibration split (the
-      loader's ``hub_source``, default ``"hub"``); when that cannot be loaded,
+    - ``calibration_source`` given: every sample that source holds (``Task.held_out_pool``;
+      ``BaseTask``'s: its test and calibration splits of it), in a seeded order;
+    - else, a test split from a local file (``source``): the hub's calibration split
+      (``Task.hub_source``, ``Task.hub_name`` in messages); when that cannot be loaded,
       CalibrationDataError says what to pass instead;
     - else the loader's calibration split of ``source`` (today's hub splits are disjoint by
       construction; the removal changes nothing there).
     """
-    from df_ray.tasks import data_location
     from df_ray.tasks._common import pinned_revision, seeded_order
 
-    task = task_for(cfg)
+    task = _task(cfg)
     test: list[Sample] = []
     if cfg.split == "test":  # the whole test split, whatever the run's limit
         with pinned_revision(getattr(cfg, "data_revision", None)):
@@ -134,20 +131,14 @@ def load_calibration_samples(cfg: Any) -> HeldOut:
                                        "an existing file or folder")
         pool: list[Sample] = []
         seen: set[str] = set()
-        if hasattr(task, "held_out_pool"):
-            parts = [task.held_out_pool(cal_source)]
-        else:
-            parts = [task.load(split, source=cal_source, seed=SPLIT_SEED)
-                     for split in ("calibration", "test")]
-        for s in (s for part in parts for s in part):
+        for s in task.held_out_pool(cal_source):
             if s.id not in seen:
                 seen.add(s.id)
                 pool.append(s)
         pool = seeded_order(pool, lambda s: s.id, SPLIT_SEED, "calibration-source")
     elif _is_local(cfg.source):
-        hub = getattr(task, "hub_source", "hub")
-        where = getattr(sys.modules.get(type(task).__module__), "HUB", None)
-        where = f"hub {where}" if where else data_location(cfg.benchmark, hub)[0]
+        hub = task.hub_source
+        where = f"hub {task.hub_name}" if task.hub_name else task.data_location(hub)[0]
         origin = f"{where}, calibration split"
         try:
             with pinned_revision(getattr(cfg, "data_revision", None)):
@@ -161,7 +152,7 @@ def load_calibration_samples(cfg: Any) -> HeldOut:
                 "removed from it), or a calibration.path fitted on enough held-out data"
             ) from None
     else:
-        where, _ = data_location(cfg.benchmark, cfg.source)
+        where, _ = task.data_location(cfg.source)
         origin = f"{where}, calibration split"
         # The whole calibration split: the run's `limit` caps its test samples, not these.
         with pinned_revision(getattr(cfg, "data_revision", None)):

@@ -90,6 +90,16 @@ class Member:
         return self.method.calibration_rounds if self.calibration else self.method.rounds
 
     @classmethod
+    def from_plan(cls, plan: Any, count_tokens: Callable[[str, str], int] | None = None, *,
+                  for_calibration: bool = False) -> Member:
+        """A resolved plan's member (``df_ray.evaluation.plan.RunPlan``): its Method as the
+        plan holds it, its context over the plan's configuration and calibration."""
+        return cls(plan.method,
+                   build_context(plan.cfg, plan.calibration, count_tokens,
+                                 for_calibration=for_calibration),
+                   for_calibration)
+
+    @classmethod
     def from_config(cls, cfg: Any, calibration: Any = None,
                     count_tokens: Callable[[str, str], int] | None = None, *,
                     for_calibration: bool = False) -> Member:

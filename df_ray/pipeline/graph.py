@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from df_ray.config import RunConfig
-from df_ray.core import Calibration
+from df_ray.evaluation.plan import RunPlan
 from df_ray.pipeline.rows import encode_sample
 from df_ray.tasks.base import Sample
 
@@ -31,12 +31,13 @@ def initial_rows(samples: Sequence[Sample]) -> list[dict[str, str]]:
     return [{"sample_id": s.id, "sample": encode_sample(s)} for s in samples]
 
 
-def stream_batches(handles: dict[str, Any], members: Sequence[tuple[RunConfig, Calibration | None]],
+def stream_batches(handles: dict[str, Any], members: Sequence[RunPlan],
                    samples: Sequence[Sample], for_calibration: bool = False,
                    capacities: dict[str, int] | None = None) -> Iterator[Any]:
     """Yield graded batches (pyarrow tables) as they come out of the pipeline.
 
-    ``members`` are configurations over the same samples and cache root: one pipeline
+    ``members`` are resolved plans (``df_ray.evaluation.plan.RunPlan``, calibration set)
+    of configurations over the same samples and cache root, pickled to the stage: one pipeline
     carries them all (each row the sample once; the stage runs every configuration on it),
     so the stage starts once, a call that several configurations make is made once (the
     first configuration pays, the others read it as cached) and a configuration that needs
@@ -47,8 +48,8 @@ def stream_batches(handles: dict[str, Any], members: Sequence[tuple[RunConfig, C
 
     from df_ray.pipeline.stages import EvaluationStage
 
-    lead = members[0][0]
-    methods = [c.build_method() for c, _ in members]
+    lead = members[0].cfg
+    methods = [p.method for p in members]
     rounds = max(m.calibration_rounds if for_calibration else m.rounds for m in methods)
     rows = initial_rows(samples)
     n_blocks = max(1, min(len(rows), (len(rows) + lead.batch_size - 1) // lead.batch_size))
@@ -58,10 +59,8 @@ def stream_batches(handles: dict[str, Any], members: Sequence[tuple[RunConfig, C
                                          enable_true_multi_threading=calls > 1)
     ds = ds.map_batches(EvaluationStage, batch_size=lead.batch_size, num_cpus=0.25,
                         batch_format="numpy", compute=compute, fn_constructor_kwargs={
-                            "configs": [c.model_dump_json() for c, _ in members],
-                            "calibrations": [cal.to_dict() if cal else None
-                                             for _, cal in members],
-                            "handles": handles, "for_calibration": for_calibration})
+                            "plans": list(members), "handles": handles,
+                            "for_calibration": for_calibration})
     yield from ds.iter_batches(batch_size=64, batch_format="pyarrow")
 
 

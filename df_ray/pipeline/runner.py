@@ -32,6 +32,7 @@ from df_ray.evaluation.context import (
     samples_fingerprint,
 )
 from df_ray.evaluation.driver import record_from_dict
+from df_ray.evaluation.plan import RunPlan, samples_key
 from df_ray.pipeline.error_text import first_line
 from df_ray.pipeline.graph import MAX_BATCHES_IN_FLIGHT, stage_plan, stream_batches
 from df_ray.pipeline.lifecycle import EngineLifecycle, shared_backbones
@@ -132,6 +133,11 @@ def init_ray(address: str | None = None) -> None:
     ctx.enable_progress_bars = False
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     ctx.print_on_execution_start = False
+    # A stage's exception as itself (Ray's task error carries it as its cause), not Ray
+    # Data's UserCodeException "from" it: the chain does not survive the trip from the stage
+    # actor, and an engine failure a stage raised (a token count's) must reach the run whole.
+    if hasattr(ctx, "raise_original_map_exception"):
+        ctx.raise_original_map_exception = True
     # Ray Data fails a dataset that moves no block for 30 minutes; a batch of real-model calls
     # on a busy CPU (or a long-context GPU sweep) legitimately takes longer than that. Every
     # engine call is bounded by its backbone's request_timeout_s (a hung replica is killed),
@@ -154,11 +160,6 @@ def calibration_metrics(calibration: Calibration | None) -> dict[str, float]:
             "calibration_tokens_per_sample": calibration.fit_tokens / n if n else 0.0}
 
 
-def samples_key(cfg: RunConfig) -> tuple:
-    """What decides a configuration's samples: configurations with equal keys share them."""
-    return (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.data_revision)
-
-
 #: A hash of exactly the samples a configuration ran (ids, questions, golds, in order): the
 #: same fingerprint the calibration file records of its held-out samples.
 dataset_fingerprint = samples_fingerprint
@@ -166,18 +167,15 @@ dataset_fingerprint = samples_fingerprint
 
 def provenance(cfg: RunConfig, samples: Sequence[Sample]) -> dict[str, str]:
     """What a configuration ran, for MLflow: each backbone's model and revision (``unpinned``:
-    the hub's main at engine start), the data set's fingerprint, source and revision (GoA's
-    file and pinned commit for MMLU-Pro and GPQA by default), and
-    the prompts' version (the declared version and a hash of the first sample's prompts)."""
+    the hub's main at engine start), the data set's fingerprint, source and revision (as the
+    task names them: ``Task.data_provenance``; GoA's file and pinned commit for MMLU-Pro and
+    GPQA by default), and the prompts' version (the declared version and a hash of the first
+    sample's prompts)."""
     from df_ray.methods.prompt_templates import PROMPT_VERSION
-    from df_ray.tasks import goa
     from df_ray.tasks.base import problem_statement
 
     task = cfg.build_task()
-    revision = cfg.data_revision or "default"
-    source = cfg.source or "hub"
-    if cfg.source is None and cfg.benchmark in goa.FILES:  # the paper's data: GoA's file
-        source, revision = goa.describe(cfg.benchmark), f"{goa.REPO}@{goa.COMMIT}"
+    source, revision = task.data_provenance(cfg.source, cfg.data_revision)
     out = {"provenance.dataset_fingerprint": dataset_fingerprint(samples),
            "provenance.dataset_n": str(len(samples)),
            "provenance.dataset_source": source,
@@ -211,9 +209,11 @@ def check_writable(directory: str, field: str) -> None:
                           f"it writable or set {field} to a folder you can write") from None
 
 
-def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
+def preflight(configs: Sequence[RunConfig]) -> list[RunPlan]:
     """Everything that can fail without an engine fails here: data, calibration files,
-    methods, engine arguments, the results and cache folders."""
+    methods, engine arguments, the results and cache folders. Returns each configuration's
+    resolved plan (``RunPlan``: its Method built, fingerprint computed, samples loaded once
+    per samples key), which the runner and the stage take as it is."""
     loaded: dict[tuple, list[Sample]] = {}
     check_engine_args_of(configs)
     for d in sorted({c.results_dir for c in configs}):
@@ -248,7 +248,7 @@ def preflight(configs: Sequence[RunConfig]) -> dict[tuple, list[Sample]]:
                 raise ConfigError(f"{cfg.name}: the {cfg.benchmark} {cfg.split} split is empty")
             loaded[key] = samples
         check_calibration(cfg, calibration_split)
-    return loaded
+    return [RunPlan.of(cfg, loaded[samples_key(cfg)]) for cfg in configs]
 
 
 class Runner:
@@ -286,7 +286,7 @@ class Runner:
                  f"fitting one on {len(samples)} held-out samples ({held_out.origin})")
         records = []
         tokens = calls = 0
-        for row in self._stream([(cfg, None)], samples, for_calibration=True):
+        for row in self._stream([RunPlan.of(cfg)], samples, for_calibration=True):
             if len(records) % max(1, len(samples) // 10) == 0:
                 self.say(f"calibration: {len(records)}/{len(samples)} samples")
             records.append(record_from_dict(json.loads(row["record"])))
@@ -296,13 +296,13 @@ class Runner:
                             tokens=tokens, calls=calls)
 
     # ------------------------------------------------------------------ running
-    def _stream(self, members: Sequence[tuple[RunConfig, Calibration | None]],
+    def _stream(self, members: Sequence[RunPlan],
                 samples: Sequence[Sample], for_calibration: bool = False):
         """Yield output rows (dicts) as they come out of the pipeline."""
         for batch in self._stream_batches(members, samples, for_calibration):
             yield from batch.to_pylist()
 
-    def _stream_batches(self, members: Sequence[tuple[RunConfig, Calibration | None]],
+    def _stream_batches(self, members: Sequence[RunPlan],
                         samples: Sequence[Sample], for_calibration: bool = False):
         """Yield output batches (pyarrow tables): ``df_ray.pipeline.graph.stream_batches``
         over this runner's engines, stopped at once by an engine failure."""
@@ -328,7 +328,7 @@ class Runner:
         samples = list(samples) if samples is not None else load_samples(cfg)
         return self.run_many([cfg], samples, sweep=sweep)[0]
 
-    def run_many(self, cfgs: Sequence[RunConfig], samples: Sequence[Sample],
+    def run_many(self, cfgs: Sequence[RunConfig | RunPlan], samples: Sequence[Sample],
                  sweep: str = "sweep", metric_names: Sequence[str] = ()) -> list[RunResult]:
         """Run configurations that share their samples and cache root through one pipeline.
 
@@ -336,15 +336,19 @@ class Runner:
         samples are graded; finished ones are skipped. With a tracker the configurations are
         claimed first (``Tracker.claim``): a concurrent run of the same sweep waits here, then
         skips what the other finished. ``metric_names`` (the metrics of the sweep's methods)
-        are logged NaN by a configuration whose method has not got them."""
+        are logged NaN by a configuration whose method has not got them. ``cfgs``: resolved
+        plans (``preflight``), or configurations, planned here."""
+        plans = [c if isinstance(c, RunPlan) else RunPlan.of(c, samples) for c in cfgs]
+        cfgs = [p.cfg for p in plans]
         if len({c.cache_root for c in cfgs}) > 1:
             raise ValueError("run_many: the configurations must share one cache root")
         claim = getattr(self.tracker, "claim", None)
         with (claim(cfgs, say=self.say) if claim is not None else _nullcontext()):
-            return self._run_many(cfgs, samples, sweep, metric_names)
+            return self._run_many(plans, samples, sweep, metric_names)
 
-    def _run_many(self, cfgs: Sequence[RunConfig], samples: Sequence[Sample],
+    def _run_many(self, plans: Sequence[RunPlan], samples: Sequence[Sample],
                   sweep: str, metric_names: Sequence[str] = ()) -> list[RunResult]:
+        cfgs = [p.cfg for p in plans]
         out: dict[int, RunResult] = {}
         todo: list[int] = []
         for i, cfg in enumerate(cfgs):
@@ -358,10 +362,10 @@ class Runner:
         if not todo:
             return [out[i] for i in range(len(cfgs))]
         samples = list(samples)
-        members = [(cfgs[i], self.calibration_for(cfgs[i])) for i in todo]
-        for cfg, _ in members:
-            self.say(f"{cfg.name}: {cfg.method} on {len(samples)} {cfg.benchmark} samples")
-        outs = [ResultsFile(cfg, sweep) for cfg, _ in members]
+        members = [plans[i].with_calibration(self.calibration_for(cfgs[i])) for i in todo]
+        for p in members:
+            self.say(f"{p.name}: {p.cfg.method} on {len(samples)} {p.cfg.benchmark} samples")
+        outs = [ResultsFile(p.cfg, sweep) for p in members]
         t0 = time.time()
         busy = [0.0] * len(outs)
         pool = self.pool
@@ -397,7 +401,8 @@ class Runner:
         for d in deaths:
             self.say(f"worker died during the run: {d}")
         walls = own_wall_times(wall, busy)
-        for (cfg, calibration), f, i, own in zip(members, outs, todo, walls, strict=True):
+        for plan, f, i, own in zip(members, outs, todo, walls, strict=True):
+            cfg, calibration = plan.cfg, plan.calibration
             path = f.commit()
             metrics = f.acc.result()
             metrics["wall_time_s"] = own
@@ -457,7 +462,7 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
     # Under `ray job submit`, relative paths resolve against DF_RAY_HOME (or the job is refused
     # here, before anything starts); the experiment gets the user's namespace on shared stores.
     configs = resolve_storage(sweep.expand())
-    loaded = preflight(configs)
+    plans = preflight(configs)
     if tracker == "default":
         from df_ray.tracking import Tracker
 
@@ -475,8 +480,8 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
     try:
         ctx = tracker.sweep(sweep) if tracker is not None else _nullcontext()
         with ctx:
-            for group in pipeline_groups(configs, fuse=sweep.fuse):
-                results += runner.run_many(group, loaded[samples_key(group[0])],
+            for group in pipeline_groups(plans, fuse=sweep.fuse):
+                results += runner.run_many(group, group[0].samples,
                                            sweep=sweep.name, metric_names=metric_names)
             failed = [r.config.name for r in results if r.failure]
             if failed and tracker is not None:
@@ -524,10 +529,11 @@ def compact_caches(configs: Sequence[RunConfig], say: Callable[[str], None]) -> 
                 f"one holding {f['entries']} calls")
 
 
-def pipeline_groups(configs: Sequence[RunConfig], fuse: bool = True) -> list[list[RunConfig]]:
-    """Consecutive configurations over the same samples and cache root share one pipeline
-    (``fuse``); otherwise each runs alone. Order is kept: results come back in sweep order."""
-    groups: list[list[RunConfig]] = []
+def pipeline_groups(configs: Sequence[Any], fuse: bool = True) -> list[list[Any]]:
+    """Consecutive configurations (or their plans) over the same samples and cache root share
+    one pipeline (``fuse``); otherwise each runs alone. Order is kept: results come back in
+    sweep order."""
+    groups: list[list[Any]] = []
     for cfg in configs:
         if fuse and groups and _group_key(groups[-1][0]) == _group_key(cfg):
             groups[-1].append(cfg)
@@ -536,7 +542,8 @@ def pipeline_groups(configs: Sequence[RunConfig], fuse: bool = True) -> list[lis
     return groups
 
 
-def _group_key(cfg: RunConfig) -> tuple:
+def _group_key(cfg: Any) -> tuple:
+    cfg = cfg.cfg if isinstance(cfg, RunPlan) else cfg
     return (*samples_key(cfg), cfg.cache_root)
 
 

@@ -16,8 +16,8 @@ import threading
 from typing import Any
 
 from df_ray.config import RunConfig
-from df_ray.core import Calibration
 from df_ray.evaluation.driver import Driver, Member, record_to_dict
+from df_ray.evaluation.plan import RunPlan
 from df_ray.evaluation.scoring import spent_tokens
 from df_ray.pipeline import faults, lifeline
 from df_ray.pipeline.cache import GenerationCache
@@ -68,17 +68,17 @@ class EvaluationStage:
     (``jobs/perf/pipeline_efficiency.py``).
     """
 
-    def __init__(self, configs: list[str], calibrations: list[dict | None], handles: dict,
+    def __init__(self, plans: list[RunPlan], handles: dict,
                  for_calibration: bool = False) -> None:
         faults.install(f"stage-{type(self).__name__}")  # a fatal signal is reported, by name
         lifeline.hold()
-        cfgs = [RunConfig.model_validate_json(c) for c in configs]
+        # The plans preflight resolved, unpickled: their configurations are not validated
+        # again and their Methods not built again; each Task is built once, here.
+        cfgs = [p.cfg for p in plans]
         self.client = make_client(handles, shared_backbones(cfgs),
                                   retries=cfgs[0].max_request_retries)
-        self.members = [
-            Member.from_config(c, Calibration.from_dict(cal) if cal else None,
-                               token_counter(c, self.client), for_calibration=for_calibration)
-            for c, cal in zip(cfgs, calibrations, strict=True)]
+        self.members = [Member.from_plan(p, token_counter(p.cfg, self.client),
+                                         for_calibration=for_calibration) for p in plans]
         self.for_calibration = for_calibration
         cache = GenerationCache(self.members[0].ctx.settings.cache_root)
         self.driver = Driver(self.members, self.client, cache,

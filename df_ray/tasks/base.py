@@ -111,6 +111,23 @@ class Task(Protocol):
         fetch when it is missing), for ``source`` (None: the default)."""
         ...
 
+    # What calibration and provenance need (``BaseTask`` has the defaults):
+    #: The ``source`` of the hub's calibration split, for a test split read from a local file
+    #: (None: the benchmark has none; its calibration split must come from elsewhere).
+    hub_source: str | None
+    #: The hub dataset behind ``hub_source`` (e.g. "TIGER-Lab/MMLU-Pro"), for messages.
+    hub_name: str | None
+
+    def held_out_pool(self, source: str) -> list[Sample]:
+        """Every sample a local ``calibration_source`` holds, for calibration (test samples
+        are removed from it afterwards)."""
+        ...
+
+    def data_provenance(self, source: str | None, revision: str | None) -> tuple[str, str]:
+        """(the data's source, its revision) as a run records them, for the configuration's
+        ``source`` and ``data_revision``."""
+        ...
+
 
 class BaseTask:
     """Defaults for a benchmark: not sandboxed, no extra tags, data from ``data_source``
@@ -136,3 +153,20 @@ class BaseTask:
         if source is not None and source not in self.remote_sources:
             return f"local {source}", self.data_hint
         return self.data_source, self.data_hint
+
+    hub_source: str | None = "hub"
+    hub_name: str | None = None
+
+    def held_out_pool(self, source: str) -> list[Sample]:
+        """The test and calibration splits of ``source``, each sample once."""
+        seen: set[str] = set()
+        out: list[Sample] = []
+        for split in ("calibration", "test"):
+            for s in self.load(split, source=source, seed=0):
+                if s.id not in seen:
+                    seen.add(s.id)
+                    out.append(s)
+        return out
+
+    def data_provenance(self, source: str | None, revision: str | None) -> tuple[str, str]:
+        return source or "hub", revision or "default"

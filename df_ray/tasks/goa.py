@@ -79,6 +79,11 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def data_provenance(benchmark: str) -> tuple[str, str]:
+    """(source, revision) of a run on the benchmark's GoA file, as its provenance records."""
+    return describe(benchmark), f"{REPO}@{COMMIT}"
+
+
 def describe(benchmark: str) -> str:
     """Where a benchmark's GoA file comes from, in words (provenance, messages)."""
     f = FILES[benchmark]

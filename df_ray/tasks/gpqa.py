@@ -125,6 +125,14 @@ def _rows_to_samples(rows: list[dict], file: str, seed: int) -> list[Sample]:
 class GPQATask(BaseTask):
     name = "gpqa"
     kind = "choice"
+    hub_name = HUB
+
+    def data_provenance(self, source: str | None, revision: str | None) -> tuple[str, str]:
+        if source is None:  # the paper's data: GoA's file at its pinned commit
+            from df_ray.tasks.goa import data_provenance
+
+            return data_provenance(self.name)
+        return super().data_provenance(source, revision)
     data_source = ("GoA's GPQA_test.json (UNITES-Lab/GoA at the pinned commit; calibration: "
                    "hub Idavidrein/gpqa, gated: HF_TOKEN)")
     data_hint = ("run once with internet access (GoA's file is fetched and cached under "

