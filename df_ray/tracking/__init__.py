@@ -10,11 +10,14 @@ looked up, run and logged under its own, so the second run waits for the first a
 skips what it finished: exactly one FINISHED run per configuration. A run killed while it
 logged leaves its configuration's run RUNNING; the rerun, holding the configuration's lock,
 ends it KILLED with the reason (tag ``df_ray.failure_reason``) before it runs the
-configuration again.
+configuration again, and then logs the configuration into that same run (FINISHED, the
+reason removed): no KILLED run is left beside the finished one. A rerun that fails again
+leaves it KILLED for the next.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -148,6 +151,8 @@ class Tracker:
             raise
         self.experiment = experiment
         self.parent_id: str | None = None
+        #: Runs a kill left behind, per configuration fingerprint: the rerun logs into them.
+        self._interrupted: dict[str, list[str]] = {}
 
     def _waiting(self, say: Callable[[str], None]) -> Callable[[str, str], None]:
         def waiting(name: str, holder: str) -> None:
@@ -168,7 +173,8 @@ class Tracker:
     def close_interrupted(self, cfg: RunConfig) -> int:
         """End every RUNNING run of this configuration (in this sweep) KILLED, with the
         reason; only called under the configuration's lock. Returns how many."""
-        filt = f"tags.`{FINGERPRINT_TAG}` = '{cfg.fingerprint()}' and attributes.status = 'RUNNING'"
+        fp = cfg.fingerprint()
+        filt = f"tags.`{FINGERPRINT_TAG}` = '{fp}' and attributes.status = 'RUNNING'"
         if self.parent_id:
             filt += f" and tags.`{PARENT_TAG}` = '{self.parent_id}'"
         n = 0
@@ -178,6 +184,14 @@ class Tracker:
                                 "closed by a rerun of its sweep")
             self.client.set_terminated(run.info.run_id, status="KILLED")
             n += 1
+        # every interrupted run of it (this one's and an earlier rerun's): the next log of
+        # the configuration goes into the newest, the others are deleted then
+        killed = filt.replace("attributes.status = 'RUNNING'", "attributes.status = 'KILLED'")
+        self._interrupted[fp] = [
+            r.info.run_id for r in self.client.search_runs(
+                [self.experiment_id], filter_string=killed,
+                order_by=["attributes.start_time DESC"])
+            if (r.data.tags.get(FAILURE_TAG) or "").startswith("interrupted")]
         return n
 
     @contextmanager
@@ -276,8 +290,22 @@ class Tracker:
         if self.parent_id:
             tags[PARENT_TAG] = self.parent_id
         params_extra = dict(params or {})
-        run = self.client.create_run(self.experiment_id, run_name=cfg.name, tags=tags)
-        rid = run.info.run_id
+        reused = self._interrupted.pop(cfg.fingerprint(), [])
+        logged: dict[str, str] = {}
+        if reused:  # the run a kill left: logged into, so no KILLED run stays beside it
+            rid, extra = reused[0], reused[1:]
+            self.client.update_run(rid, status="RUNNING")
+            with contextlib.suppress(Exception):
+                self.client.delete_tag(rid, FAILURE_TAG)
+            for k, v in tags.items():
+                self.client.set_tag(rid, k, v)
+            logged = dict(self.client.get_run(rid).data.params)
+            for other in extra:
+                with contextlib.suppress(Exception):
+                    self.client.delete_run(other)
+        else:
+            rid = self.client.create_run(self.experiment_id, run_name=cfg.name,
+                                         tags=tags).info.run_id
         try:
             params = _flatten(cfg.model_dump(mode="json"))
             if calibration is not None:
@@ -286,7 +314,8 @@ class Tracker:
                 params["calibration.data_source"] = calibration.data_source or "unknown"
                 params["calibration.data_fingerprint"] = calibration.data_fingerprint or "unknown"
             params.update(params_extra)
-            items = [Param(k[:250], v[:6000]) for k, v in sorted(params.items())]
+            items = [Param(k[:250], v[:6000]) for k, v in sorted(params.items())
+                     if k[:250] not in logged]  # (a reused run has some: never re-logged)
             for i in range(0, len(items), 100):
                 self.client.log_batch(rid, params=items[i:i + 100])
             now = int(time.time() * 1000)
@@ -304,8 +333,13 @@ class Tracker:
             self.client.log_artifact(rid, str(samples_path))
         except Exception:
             try:
-                self.client.set_terminated(rid, status="FAILED")
-                self.client.delete_run(rid)
+                if reused:  # left for the next rerun, as it was
+                    self.client.set_tag(rid, FAILURE_TAG, "interrupted: logging it failed; "
+                                        "closed by a rerun of its sweep")
+                    self.client.set_terminated(rid, status="KILLED")
+                else:
+                    self.client.set_terminated(rid, status="FAILED")
+                    self.client.delete_run(rid)
             except Exception:  # the store that failed may fail again: the rerun closes it
                 pass
             raise

@@ -58,10 +58,18 @@ def test_a_rerun_closes_the_running_run_a_kill_during_logging_left(tmp_path, ray
     (again,) = run_sweep(sweep, progress=lambda m: None)
     assert not again.skipped and again.metrics["fresh_calls"] == 0
     runs = {r.info.run_id: r for r in configuration_runs(uri)}
-    assert runs[first.run_id].info.status == "KILLED"
-    assert "interrupted" in runs[first.run_id].data.tags[FAILURE_TAG]
-    assert runs[again.run_id].info.status == "FINISHED"
-    assert [r.info.status for r in runs.values()].count("RUNNING") == 0
+    # the rerun logged into the run the kill left: one FINISHED run, no KILLED one beside it
+    assert again.run_id == first.run_id
+    assert [r.info.status for r in runs.values()] == ["FINISHED"]
+    assert FAILURE_TAG not in runs[again.run_id].data.tags
+    # a rerun interrupted again before it logs leaves the run KILLED, with the reason
+    tracker = Tracker(uri, "reliability", str(tmp_path / "results"))
+    client.update_run(first.run_id, status="RUNNING")
+    cfg = sweep.expand()[0]
+    tracker.parent_id = runs[first.run_id].data.tags["mlflow.parentRunId"]
+    assert tracker.close_interrupted(cfg) == 1
+    closed = client.get_run(first.run_id)
+    assert closed.info.status == "KILLED" and "interrupted" in closed.data.tags[FAILURE_TAG]
 
 
 @pytest.mark.slow  # three spawned processes, each opening MLflow
