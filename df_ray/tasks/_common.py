@@ -11,8 +11,10 @@ import csv
 import gzip
 import hashlib
 import json
+import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -22,6 +24,8 @@ from typing import Any
 from df_ray.tasks.base import DataSchemaError, Sample
 
 _MISSING = object()
+
+log = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- hashing
@@ -125,13 +129,34 @@ def apply_limit(samples: list[Sample], limit: int | None) -> list[Sample]:
 
 
 def dedupe_ids(samples: Iterable[Sample]) -> list[Sample]:
-    """Keep the first sample of each id (identical content gives identical ids)."""
-    seen: set[str] = set()
+    """One sample per id. A repeated id with the same content (question and gold answer) is
+    the same row given twice: the first is kept, and the repeats are said once. A repeated
+    id with different content cannot be both: a `DataSchemaError` naming the ids."""
+    first: dict[str, Sample] = {}
     out = []
+    repeats: list[str] = []
+    conflicts: list[str] = []
     for s in samples:
-        if s.id not in seen:
-            seen.add(s.id)
+        kept = first.get(s.id)
+        if kept is None:
+            first[s.id] = s
             out.append(s)
+        elif (kept.question, kept.gold) == (s.question, s.gold):
+            repeats.append(s.id)
+        elif s.id not in conflicts:
+            conflicts.append(s.id)
+    if conflicts:
+        shown = ", ".join(repr(c) for c in conflicts[:5])
+        more = f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
+        raise DataSchemaError(
+            f"{len(conflicts)} id(s) appear more than once with different content (question "
+            f"or gold answer): {shown}{more}; give each row its own id, or remove the wrong "
+            "copy")
+    if repeats:
+        ids = list(dict.fromkeys(repeats))
+        log.warning("data: %d repeated row(s) with the same id and content were read once "
+                    "(%s%s)", len(repeats), ", ".join(repr(r) for r in ids[:5]),
+                    " ..." if len(ids) > 5 else "")
     return out
 
 
@@ -278,34 +303,62 @@ def read_rows(path: str | os.PathLike[str]) -> list[dict]:
     if name.endswith(".parquet"):
         return _read_parquet(p)
     if name.endswith((".csv", ".tsv")):
-        with p.open(newline="", encoding="utf-8") as f:
-            return [dict(r) for r in csv.DictReader(
-                f, delimiter="\t" if name.endswith(".tsv") else ",")]
+        try:
+            with p.open(newline="", encoding="utf-8") as f:
+                return [dict(r) for r in csv.DictReader(
+                    f, delimiter="\t" if name.endswith(".tsv") else ",")]
+        except UnicodeDecodeError as e:
+            raise _not_utf8(p, e) from None
     opener = gzip.open if name.endswith(".gz") else open
-    with opener(p, "rt", encoding="utf-8") as f:  # type: ignore[operator]
-        text = f.read()
+    try:
+        with opener(p, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise _not_utf8(p, e) from None
+    except (OSError, EOFError) as e:
+        if name.endswith(".gz") and not isinstance(e, FileNotFoundError):
+            raise DataSchemaError(f"{p}: not a readable gzip file ({e})") from None
+        raise
     stripped = text.lstrip()
     if name.endswith((".json", ".json.gz")) and stripped.startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise DataSchemaError(f"{p}: not valid JSON: {e}") from e
+        data = _json(text, p)
         if not isinstance(data, list):
             raise DataSchemaError(f"{p}: expected a JSON list of rows")
         return data
     if name.endswith((".json", ".json.gz")) and stripped.startswith("{") and "\n" not in \
             stripped.strip():
-        data = json.loads(text)
-        return [data]
+        return [_json(text, p)]
     rows = []
     for i, line in enumerate(text.splitlines()):
         if not line.strip():
             continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise DataSchemaError(f"{p}: line {i + 1}: not valid JSON: {e}") from e
+        rows.append(_json(line, p, f"line {i + 1}: "))
     return rows
+
+
+def _json(text: str, p: Path, where: str = "") -> Any:
+    """``json.loads(text)``; a `DataSchemaError` naming the file (and line) for text that is
+    not JSON, or holds a number Python will not read (an integer of more than 4,300 digits,
+    the interpreter's integer-string limit)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataSchemaError(f"{p}: {where}not valid JSON: {e}") from None
+    except ValueError as e:  # int("9" * 5000): Python's integer-string conversion limit
+        if "digits" in str(e):
+            raise DataSchemaError(
+                f"{p}: {where}holds an integer of more than "
+                f"{sys.get_int_max_str_digits():,} digits, which Python will not read "
+                "(sys.set_int_max_str_digits); quote it as a string or remove it") from None
+        raise DataSchemaError(f"{p}: {where}not valid JSON: {e}") from None
+    except RecursionError:
+        raise DataSchemaError(f"{p}: {where}JSON nested too deeply to read") from None
+
+
+def _not_utf8(p: Path, e: UnicodeDecodeError) -> DataSchemaError:
+    return DataSchemaError(
+        f"{p}: not UTF-8 text: byte 0x{e.object[e.start]:02x} at offset {e.start} cannot be "
+        "decoded; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)")
 
 
 def _read_parquet(p: Path) -> list[dict]:

@@ -78,3 +78,52 @@ def test_a_calibration_of_impossible_size_is_refused(tmp_path, base):
     base["calibration"]["path"] = str(path)
     one_line(_cli("run", "--config", str(_write(tmp_path, base))), 2,
              "cal.json", "field 'n_samples' is inf")
+
+
+def _native_rows(n: int) -> list[dict]:
+    return [{"question_id": i, "question": f"Which option fits item {i}?",
+             "options": ["w", "x", "y", "z"], "answer": "ABCD"[i % 4],
+             "category": "reliability"} for i in range(n)]
+
+
+@pytest.mark.parametrize("write, says", [
+    (lambda p: p.write_bytes(json.dumps(_native_rows(3)).replace(
+        "item 1", "caf\u00e9 1").encode("latin-1")),
+     "not UTF-8 text: byte 0xe9"),
+    (lambda p: p.write_text(json.dumps(_native_rows(3)).replace(
+        '"question_id": 2', '"question_id": ' + "9" * 5000)),
+     "holds an integer of more than 4,300 digits"),
+    (lambda p: p.write_text(json.dumps([*_native_rows(3), {**_native_rows(3)[1], "question": "Another question entirely?"}])),
+     "1 id(s) appear more than once with different content (question or gold answer): "
+     "'mmlu_pro/1'"),
+])
+def test_bad_data_bytes_and_conflicting_ids_are_one_data_error_before_ray(
+        tmp_path, base, write, says):
+    data = tmp_path / "native.json"
+    write(data)
+    base["source"] = str(data)
+    out = _cli("run", "--config", str(_write(tmp_path, base)))
+    one_line(out, 2, "df-ray: data error:", says)
+    assert "Ray" not in out.stdout + out.stderr
+
+
+def test_identical_repeated_rows_are_read_once_and_said_once(tmp_path):
+    from df_ray.tasks import get_task
+
+    data = tmp_path / "native.json"
+    rows = _native_rows(3)
+    data.write_text(json.dumps([*rows, rows[1], rows[2], rows[1]]))
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("df_ray.tasks._common").addHandler(handler)
+    try:
+        samples = get_task("mmlu_pro").load("test", source=str(data))
+    finally:
+        logging.getLogger("df_ray.tasks._common").removeHandler(handler)
+    assert sorted(s.id for s in samples) == ["mmlu_pro/0", "mmlu_pro/1", "mmlu_pro/2"]
+    (notice,) = [r.getMessage() for r in records]
+    assert notice.startswith("data: 3 repeated row(s) with the same id and content were read "
+                             "once ('mmlu_pro/1', 'mmlu_pro/2')")
