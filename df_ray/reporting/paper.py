@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from df_ray.experiments.compositions import SELF_CONSISTENCY_AGENT, SELF_CONSISTENCY_SAMPLES
 
@@ -368,6 +369,61 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                    for c in ("qwen25-7b", "finance-llama3-8b", "qwen25-coder-7b",
                              "mathstral-7b", "saul-7b", "biomed-llama3-8b"))),
 )}
+
+
+#: How far a configuration's tokens per sample may sit from the paper's absolute figure
+#: (Figure 3, DESIGN section 4) before the report flags it, as a share of the paper's.
+ABSOLUTE_TOKEN_TOLERANCE = 0.30
+
+
+def absolute_tokens(table: Any, runs: Any = None) -> Any:
+    """Each configuration's tokens per sample beside the paper's absolute figure, for every
+    row of ``table`` (``tables.build_table``) the paper gives tokens for: ``vs_paper`` is ours
+    over the paper's, ``flagged`` when it is more than ``ABSOLUTE_TOKEN_TOLERANCE`` away from
+    1 (a ratio to DarkForest can match while both sides are off). GoA rows also get
+    ``goa_counted`` (its ``goa_tokens_per_sample`` metric from ``runs``, counted as GoA's own
+    code counts: edge sampling's last call only) and its ratio to the paper's."""
+    import pandas as pd
+
+    cols = ["benchmark", "configuration", "method", "tokens_per_sample", "paper_tokens",
+            "vs_paper", "flagged", "goa_counted", "goa_counted_vs_paper"]
+    goa: dict[str, float] = {}
+    if runs is not None and "metrics.goa_tokens_per_sample" in runs:
+        goa = {r["run_id"]: r["metrics.goa_tokens_per_sample"] for _, r in runs.iterrows()}
+    out = []
+    for _, r in table.iterrows():
+        paper = r.get("paper_tokens")
+        if paper is None or pd.isna(paper) or not paper:
+            continue
+        ours = float(r["tokens_per_sample"])
+        ratio = ours / float(paper)
+        counted = goa.get(r.get("run_id"), float("nan"))
+        out.append({"benchmark": r["benchmark"], "configuration": r["configuration"],
+                    "method": r["method"], "tokens_per_sample": ours,
+                    "paper_tokens": float(paper), "vs_paper": ratio,
+                    "flagged": bool(abs(ratio - 1.0) > ABSOLUTE_TOKEN_TOLERANCE),
+                    "goa_counted": counted, "goa_counted_vs_paper": counted / float(paper)})
+    return pd.DataFrame(out, columns=cols)
+
+
+def absolute_tokens_markdown(check: Any) -> str:
+    """The absolute-token check as Markdown ("" when no row has a paper figure)."""
+    if check.empty:
+        return ""
+    lines = ["### Tokens per sample against the paper's", "",
+             "| benchmark | configuration | tokens/sample | paper | ours / paper | "
+             "GoA-counted | flag |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for _, r in check.iterrows():
+        goa = "–" if r["goa_counted"] != r["goa_counted"] else f"{r['goa_counted']:,.0f}"
+        lines.append(f"| {r['benchmark']} | {r['configuration']} | "
+                     f"{r['tokens_per_sample']:,.0f} | {r['paper_tokens']:,.0f} | "
+                     f"{r['vs_paper']:.2f} | {goa} | "
+                     f"{'**off by more than 30%**' if r['flagged'] else ''} |")
+    lines += ["", "A configuration more than 30% away from the paper's absolute tokens per "
+              "sample is flagged: its prompts or completion lengths are not the paper's, "
+              "whatever its ratio to DarkForest. GoA-counted: GoA's own counter (edge "
+              "sampling's last call only)."]
+    return "\n".join(lines) + "\n"
 
 
 def planned_run(experiment: str, configuration: str) -> PlannedRun | None:
