@@ -58,11 +58,16 @@ def render_options(options: list[str]) -> str:
                                                                options, strict=False))
 
 
+#: MMLU-Pro's most options per question (A-J).
+MAX_OPTIONS = 10
+
+
 def count_inline_options(question: str) -> int:
-    """Number of consecutive ``(A) (B) ...`` markers inlined in a GoA question."""
+    """Number of consecutive ``(A) (B) ...`` markers inlined in a GoA question, at most
+    ``MAX_OPTIONS``: a "(K) " further on is the question's own text, not an option."""
     found = set(_INLINE.findall(question + " "))
     n = 0
-    for letter in C.letters(26):
+    for letter in C.letters(MAX_OPTIONS):
         if letter not in found:
             break
         n += 1
