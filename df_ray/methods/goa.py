@@ -331,7 +331,7 @@ class GraphOfAgents(Method):
             user = ctx.task.agent_prompt(state.sample)
             return Call(role, agent.id, ctx.request(agent, user, sample=state.sample, slot=slot))
         spec = ctx.task.parse_spec(state.sample)
-        hint = goa_answer_hint(spec.kind, spec.n_options, spec.labels)
+        hint = goa_answer_hint(spec)
         user = goa_initial_prompt(self._instruction(ctx, state), hint)
         return Call(role, agent.id, self._request(ctx, agent, user, state, slot))
 

@@ -26,13 +26,12 @@ keys as every other parser's) and whose ``extracted`` is the answer as written; 
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import re
 from dataclasses import replace
 from typing import Any
 
-from df_ray.core.parsing import canonicalize, parse
+from df_ray.core.parsing import answer_words, canonicalize, parse
 from df_ray.core.parsing._text import brace_matches
 from df_ray.core.types import Observation, ParseSpec
 
@@ -40,7 +39,6 @@ _FENCE_RE = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
 _ANSWER_OBJ_RE = re.compile(r"\{[^{}]*\"answer\"[^{}]*\}", re.DOTALL)
 _CONF_JSON_RE = re.compile(r"\"confidence_level\"\s*:\s*\"?([\d.]+)\"?")
 _CONF_TEXT_RE = re.compile(r"confidence[:\s]+([01]\.?\d*)", re.IGNORECASE)
-_LETTER_RE = re.compile(r"([A-Z])")
 
 
 def _loads(text: str) -> dict | None:
@@ -99,16 +97,19 @@ def _float01(v: Any) -> float | None:
 
 
 def answer_key(raw: Any, spec: ParseSpec) -> str | None:
-    """The canonical key of a JSON ``answer`` field for the task (None: not a valid answer).
-    A multiple-choice answer is the first capital letter in it (GoA's reading)."""
+    """The canonical key of a JSON ``answer`` field for the task (None: not a valid answer),
+    read as the answer kind reads one (``AnswerWords.read_json``; multiple choice: the first
+    capital letter in it, GoA's reading)."""
     if raw is None or isinstance(raw, (dict, list)):
         return None
     text = str(raw).strip()
     if not text:
         return None
-    if spec.kind == "choice":
-        m = _LETTER_RE.search(text.upper())
-        return canonicalize(m.group(1), spec) if m else None
+    read = answer_words(spec).read_json  # the kind's reading (multiple choice: a letter)
+    if read is not None:
+        text = read(text)
+        if text is None:
+            return None
     return canonicalize(text, spec)
 
 
@@ -172,23 +173,12 @@ def reconcile_json(text: str, spec: ParseSpec, agent: str = "") -> tuple[Observa
 
 def fallback_answer(spec: ParseSpec, seed: int, agent: str = "") -> Observation | None:
     """ReConcile's ``invalid_result``: a random valid answer with confidence 0, drawn
-    deterministically from ``seed`` (the request's seed). Multiple choice: one of the options;
-    labels: one of the labels; math and FinQA: ``0`` (the reference's rule for numeric
-    answers); code: None (no program is a valid answer by chance)."""
-    def pick(options: list[str]) -> str:
-        h = hashlib.sha256(f"reconcile-fallback\x00{seed}".encode()).digest()
-        return options[int.from_bytes(h[:4], "big") % len(options)]
-
-    if spec.kind == "choice":
-        n = spec.n_options or 10
-        value = pick([chr(65 + i) for i in range(n)])
-    elif spec.kind == "label":
-        if not spec.labels:
-            return None
-        value = pick(list(spec.labels))
-    elif spec.kind in ("math", "finqa"):
-        value = "0"
-    else:
+    deterministically from ``seed`` (the request's seed), as the answer kind offers one
+    (``AnswerWords.random_answer``): multiple choice one of the options, labels one of the
+    labels, math and FinQA ``0`` (the reference's rule for numeric answers); code, or a kind
+    that offers none: None (no program is a valid answer by chance)."""
+    value = answer_words(spec).random_answer(seed, "reconcile-fallback")
+    if value is None:
         return None
     key = canonicalize(value, spec)
     if key is None:

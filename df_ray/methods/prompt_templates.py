@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from df_ray.core.parsing import answer_words
+from df_ray.core.types import ParseSpec
 from df_ray.tasks.answer_instruction import answer_instruction, asks_confidence
 
 #: The version of every prompt text in df_ray (tasks' agent prompts and problem statements,
@@ -115,22 +117,20 @@ RECONCILE_REVIEW = ("Carefully review the following solutions from other agents 
 RECONCILE_STANCE = "Clearly states that which pointview do you agree or disagree and why."
 
 
-def reconcile_answer_hint(kind: str, n_options: int | None = None,
+def reconcile_answer_hint(spec: ParseSpec | str, n_options: int | None = None,
                           labels: Sequence[str] | None = None) -> str:
-    """What the ``answer`` field may hold, per task kind (the reference's per-dataset line,
-    written for our benchmarks)."""
-    if kind == "choice":
-        letters = ",".join(chr(65 + i) for i in range(n_options or 4))
-        return f'Only place {letters} representing your choice in the "answer" field.'
-    if kind == "label":
-        return f'Only place one of {", ".join(labels or ())} in the "answer" field.'
-    if kind == "code":
-        return 'Only place the complete Python function in the "answer" field.'
-    if kind == "finqa":
-        return ('Only place the program in the program language above in the "answer" '
-                'field.')
-    return ('Only place the final answer (a single number or mathematical expression) in the '
-            '"answer" field.')
+    """What the ``answer`` field may hold (the reference's per-dataset line): the answer
+    kind's own sentence (``AnswerWords.answer_field_rule``). ``spec``: the sample's
+    ``ParseSpec`` (or a kind name with its ``n_options`` / ``labels``)."""
+    return answer_words(_spec(spec, n_options, labels)).answer_field_rule
+
+
+def _spec(spec: ParseSpec | str, n_options: int | None, labels: Sequence[str] | None
+          ) -> ParseSpec:
+    if isinstance(spec, ParseSpec):
+        return spec
+    given = {"n_options": n_options, "labels": tuple(labels) if labels else None}
+    return ParseSpec(spec, **{k: v for k, v in given.items() if v is not None})
 
 
 def reconcile_initial_prompt(question: str, hint: str) -> str:
@@ -209,20 +209,13 @@ GOA_SCORE_EXAMPLES = {1: "[1.0]", 2: "[0.7, 0.3]", 3: "[0.1, 0.1, 0.8]",
                       4: "[0.3, 0.4, 0.1, 0.2]", 5: "[0.2, 0.4, 0.1, 0.3, 0.0]"}
 
 
-def goa_answer_hint(kind: str, n_options: int | None = None,
+def goa_answer_hint(spec: ParseSpec | str, n_options: int | None = None,
                     labels: Sequence[str] | None = None) -> str:
-    """What the first answer's JSON ``answer`` field holds, per task kind (the reference's
-    three hints; FinQA's and LegalBench's are ours, in the same form)."""
-    if kind == "math":
-        return 'a mathematical expression or number (e.g., "42" or "3/4")'
-    if kind == "code":
-        return "the completed Python function code"
-    if kind == "finqa":
-        return 'the program in the program language above (e.g., "subtract(5, 3), divide(#0, 3)")'
-    if kind == "label":
-        return "one of the labels: " + ", ".join(labels or ())
-    n = n_options or 4
-    return "one of the answer choices: " + ", ".join(chr(65 + i) for i in range(n))
+    """What the first answer's JSON ``answer`` field holds: the answer kind's own noun phrase
+    (``AnswerWords.noun``; the reference's three hints for math, code and multiple choice,
+    FinQA's and LegalBench's ours in the same form). ``spec`` as in
+    :func:`reconcile_answer_hint`."""
+    return answer_words(_spec(spec, n_options, labels)).noun
 
 
 def goa_initial_prompt(instruction: str, hint: str) -> str:
@@ -341,26 +334,11 @@ VERDICT_CORRECT = "Verdict: CORRECT"
 VERDICT_INCORRECT = "Verdict: INCORRECT"
 
 
-#: What a Self-Refine critique checks, per task kind (the parser kind): the paper writes one
-#: feedback prompt per task; these are ours.
-FEEDBACK_FOCUS = {
-    "math": "Redo each calculation and algebraic step, check that the final answer is fully "
-            "simplified and answers exactly what was asked.",
-    "finqa": "Check that every number is taken from the right row, column and year of the "
-             "table or text, that each program step uses the right operation and step "
-             "reference, and that the program's result answers the question (units, "
-             "percentages as ratios).",
-    "code": "Trace the function on the docstring's examples and on edge cases (empty input, "
-            "zero, negatives, duplicates), and check the signature and return type.",
-    "choice": "Check every option against the question, not only the chosen one, and make "
-              "sure the chosen letter is the option the reasoning supports.",
-    "label": "Check the answer against the task's instruction and definitions, and that it is "
-             "exactly one of the allowed labels.",
-}
-
-
 def self_refine_feedback_prompt(question: str, answer: str, kind: str = "") -> str:
-    focus = FEEDBACK_FOCUS.get(kind, "")
+    """The critique of a proposed solution; what it checks is the answer kind's own
+    (``AnswerWords.critique_focus``; the paper writes one feedback prompt per task, these
+    are ours)."""
+    focus = answer_words(kind).critique_focus if kind else ""
     return (f"Question:\n{question.strip()}\n\nProposed solution:\n{response_text(answer)}\n\n"
             "Review the proposed solution step by step. "
             + (f"{focus} " if focus else "") +

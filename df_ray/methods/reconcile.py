@@ -171,7 +171,7 @@ class ReConcile(Method):
             return []
         if self.json:
             spec = ctx.task.parse_spec(sample)
-            hint = reconcile_answer_hint(spec.kind, spec.n_options, spec.labels)
+            hint = reconcile_answer_hint(spec)
             user = reconcile_discussion_prompt(problem_statement(ctx.task, sample), hint,
                                                self._top_two(prev))
         else:
@@ -186,8 +186,7 @@ class ReConcile(Method):
     def _initial(state: SampleState, ctx: MethodContext) -> str:
         spec = ctx.task.parse_spec(state.sample)
         return reconcile_initial_prompt(problem_statement(ctx.task, state.sample),
-                                        reconcile_answer_hint(spec.kind, spec.n_options,
-                                                              spec.labels))
+                                        reconcile_answer_hint(spec))
 
     @staticmethod
     def _top_two(prev: list[tuple[Observation, str]]) -> list[tuple[str, list[str]]]:

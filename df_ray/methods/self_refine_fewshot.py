@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from df_ray.core.parsing import answer_words
+
 END = "### END ###"
 REWRITE = "Okay! Here is the rewrite:"
 CORRECT_REWRITE = ("There is no error in the solution! It is correct! Here is the rewrite "
@@ -149,15 +151,17 @@ def _query(question: str, solution: str, instructions: str) -> str:
 
 def feedback_prompt(kind: str, question: str, solution: str, instructions: str,
                     history: Sequence[tuple[str, str]] = ()) -> str:
-    """The few-shot prompt for ``kind`` (math when the kind has no examples), then each
+    """The few-shot prompt for ``kind`` (a kind df_ray does not ship: the examples its
+    module's ``words`` give, ``AnswerWords.feedback_examples``; none: no shots), then each
     earlier (solution, feedback reply) of this sample as one more example (the reference's
     ``GSMFeedback.update_prompt`` appends every one), then the question, the solution to
     review and the instruction; the rewrite must end as the task's ``instructions`` say."""
-    shots = "\n\n".join(_example(*e) for e in EXAMPLES.get(kind, _MATH))
+    examples = EXAMPLES[kind] if kind in EXAMPLES else answer_words(kind).feedback_examples
+    shots = "".join(f"{_example(*e)}\n\n" for e in examples)
     done = "".join(f"{_query(question, sol, instructions)}\n\n"
                    f"{reply.split('### END')[0].strip()}\n\n{END}\n\n"
                    for sol, reply in history)
-    return f"{shots}\n\n{done}{_query(question, solution, instructions)}"
+    return f"{shots}{done}{_query(question, solution, instructions)}"
 
 
 def split_feedback(text: str) -> tuple[str, str | None]:

@@ -18,7 +18,7 @@ PLUGIN = '''
 
 from dataclasses import dataclass
 
-from df_ray.core.parsing.kinds import Found, Invalid, options_of
+from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, options_of
 from df_ray.engines.scripted import last_user_content
 from df_ray.tasks.answer_instruction import answer_instruction
 from df_ray.tasks.base import BaseTask, Grade, Sample
@@ -46,6 +46,18 @@ def parse(text, spec):
 def canonicalize(answer, spec):
     word = answer.strip().lower()
     return word if word in options_of(spec, Options).words else None
+
+
+def words(spec):
+    """What methods say about a verdict (the kind's own words)."""
+    allowed = options_of(spec, Options).words
+    example = ("Is 7 even?", "7 = 2 * 3 + 1.\\nVerdict: yes",
+               [("7 = 2 * 3 + 1.", "looks good"), ("Verdict: yes", "wrong! 7 is odd")],
+               "7 = 2 * 3 + 1.\\nVerdict: no")
+    return AnswerWords(noun="a verdict word: " + " or ".join(allowed),
+                       options=allowed,
+                       critique_focus="Check the parity of n digit by digit before the verdict.",
+                       feedback_examples=(example,))
 
 
 # ---------------------------------------------------------------- the benchmark "parity"
@@ -164,3 +176,40 @@ def test_the_sandboxed_benchmark_says_so_itself():
     tags = task.run_tags()
     assert tags["df_ray.sandbox.isolation"] == "best_effort" and "df_ray.sandbox.layers" in tags
     assert not any(get_task(n).sandboxed for n in REGISTRY if n != "humaneval")
+
+
+
+@pytest.mark.parametrize(("method", "args"), [
+    ("goa_mean", {}), ("reconcile", {}), ("self_refine", {}),
+    ("self_refine", {"protocol": "df_ray"})])
+def test_a_new_answer_kind_is_prompted_in_its_own_words(plugin, tmp_path, method, args):
+    """GoA's first answer, ReConcile's JSON answer field and Self-Refine's critique say what
+    the new kind's module says (its ``words``), never multiple-choice or math wording; an
+    invalid ReConcile answer is replaced by one of the kind's own valid answers."""
+    import parity_plugin
+
+    from df_ray.engines.scripted import ScriptedEngine
+
+    cfg = config(tmp_path, method=method, method_args=args)
+    engines = {name: ScriptedEngine(spec["model"], parity_plugin.respond)
+               for name, spec in cfg["backbones"].items()}
+    ev = df_ray.evaluate(cfg, engines=engines)
+    texts = [m.content for e in engines.values() for r in e.calls for m in r.messages
+             if m.role == "user"]
+    joined = "\n".join(texts)
+    assert texts
+    for other in ("answer choices", "mathematical expression", "A,B,C,D", "\\boxed",
+                  "Redo each calculation", "the chosen letter", "Solve the following math"):
+        assert other not in joined, (method, other)
+    if method == "goa_mean":
+        assert '"answer": "<a verdict word: yes or no>"' in joined
+    elif method == "reconcile":
+        assert 'Only place a verdict word: yes or no in the "answer" field.' in joined
+        # the replies are not JSON: each is replaced by one of the kind's own answers
+        finals = {r.final_answer for r in ev.rows}
+        assert finals <= {"yes", "no"} and finals
+    elif args:  # df_ray's critique: the kind's focus
+        assert "Check the parity of n digit by digit before the verdict." in joined
+    else:  # the reference's few-shot feedback: the kind's own example
+        assert "Is 7 even?" in joined and "wrong! 7 is odd" in joined
+    assert len(ev.rows) == 6 and ev.failure is None

@@ -170,12 +170,12 @@ def test_options_reach_every_later_prompt(run_method, method, args):
 
 
 def test_self_refine_feedback_is_task_specific(run_method):
-    from df_ray.methods.prompt_templates import FEEDBACK_FOCUS
+    from df_ray.core.parsing import answer_words
 
     run = run_method("self_refine", _disagree, {"iterations": 1, "protocol": "df_ray"},
                      samples=[FINQA], cfg=_cfg("finqa", "self_refine"))
     fb = [last_user_content(c.request) for c in run.calls(role="feedback")]
-    assert fb and FEEDBACK_FOCUS["finqa"] in fb[0]
+    assert fb and answer_words("finqa").critique_focus in fb[0]
     # the reference protocol's few-shot examples are the task kind's: FinQA programs
     run = run_method("self_refine", _disagree, {"iterations": 1}, samples=[FINQA],
                      cfg=_cfg("finqa", "self_refine"))

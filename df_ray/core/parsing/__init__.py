@@ -19,16 +19,18 @@ import logging
 from types import ModuleType
 
 from df_ray.core.parsing._text import MAX_TEXT_CHARS, extract_confidence
-from df_ray.core.parsing.kinds import Found, Invalid, ParseSpecError
+from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, ParseSpecError
 from df_ray.core.types import Observation, ParseSpec
 
 __all__ = [
     "KINDS",
     "MAX_TEXT_CHARS",
+    "AnswerWords",
     "Found",
     "Invalid",
     "ParseSpecError",
     "UnknownKindError",
+    "answer_words",
     "canonicalize",
     "extract_confidence",
     "kind_module",
@@ -72,6 +74,15 @@ def kind_module(kind: str) -> ModuleType:
         raise UnknownKindError(f"unknown answer kind {kind!r}; registered: "
                                f"{', '.join(KINDS)}") from None
     return importlib.import_module(target)
+
+
+def answer_words(spec: ParseSpec | str) -> AnswerWords:
+    """What methods say about the answers of ``spec``'s kind (a ``ParseSpec``, or a kind
+    name for what needs no options): its module's ``words(spec)``, or ``AnswerWords()`` (no
+    kind named) for a kind module without one. An unknown kind raises UnknownKindError."""
+    spec = spec if isinstance(spec, ParseSpec) else ParseSpec(spec)
+    fn = getattr(kind_module(spec.kind), "words", None)
+    return fn(spec) if callable(fn) else AnswerWords()
 
 
 def warm(kind: str) -> None:

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 
 from df_ray.core.parsing._text import boxed_spans, squeeze, strip_confidence_lines
-from df_ray.core.parsing.kinds import Found, Invalid, options_of
+from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, options_of
 from df_ray.core.types import ParseSpec
 
 LETTERS = "ABCDEFGHIJ"
@@ -192,3 +192,24 @@ def canonicalize(answer: str, spec: ParseSpec) -> str | None:
         found = extract_choice(answer)
         letter = found[0] if found else None
     return letter if letter and valid_letter(letter, n_options) else None
+
+
+_FIRST_LETTER = re.compile(r"([A-Z])")
+
+
+def _first_letter(text: str) -> str | None:
+    m = _FIRST_LETTER.search(text.upper())
+    return m.group(1) if m else None
+
+
+def words(spec: ParseSpec) -> AnswerWords:
+    """What methods say about a multiple-choice answer (``AnswerWords``): the letters of the
+    spec's options (A-D when it does not say, in a hint; A-J for a random answer)."""
+    shown = [chr(65 + i) for i in range(spec.n_options or 4)]
+    return AnswerWords(
+        noun="one of the answer choices: " + ", ".join(shown),
+        field_rule=f'Only place {",".join(shown)} representing your choice in the "answer" field.',
+        options=tuple(chr(65 + i) for i in range(spec.n_options or 10)),
+        critique_focus=("Check every option against the question, not only the chosen one, "
+                        "and make sure the chosen letter is the option the reasoning supports."),
+        read_json=_first_letter)  # GoA's reading of a JSON answer: its first capital letter

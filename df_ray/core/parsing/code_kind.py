@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from df_ray.core.parsing._text import fenced_blocks
-from df_ray.core.parsing.kinds import Found, Invalid, options_of
+from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, options_of
 from df_ray.core.types import ParseSpec
 
 _PY_LANGS = {"", "python", "python3", "py", "py3", "python3.10", "python3.11", "ipython", "pycon"}
@@ -151,3 +151,14 @@ def canonicalize(answer: str, spec: ParseSpec) -> str | None:
             return None
         answer = found[0]
     return normalize_code(answer)
+
+
+def words(spec: ParseSpec) -> AnswerWords:
+    """What methods say about a program answer (``AnswerWords``): no program is a valid answer
+    by chance, so there is no random one."""
+    return AnswerWords(
+        noun="the completed Python function code",
+        field_rule='Only place the complete Python function in the "answer" field.',
+        critique_focus=("Trace the function on the docstring's examples and on edge cases "
+                        "(empty input, zero, negatives, duplicates), and check the signature "
+                        "and return type."))

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from df_ray.core.parsing._text import fenced_blocks, squeeze, strip_confidence_lines
-from df_ray.core.parsing.kinds import Found, Invalid, options_of
+from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, options_of
 from df_ray.core.types import ParseSpec
 
 
@@ -530,3 +530,16 @@ def canonicalize(answer: str, spec: ParseSpec) -> str | None:
         return program_key(execute_program(answer, table))
     except ProgramError:
         return None
+
+
+def words(spec: ParseSpec) -> AnswerWords:
+    """What methods say about a FinQA program answer (``AnswerWords``)."""
+    return AnswerWords(
+        noun='the program in the program language above (e.g., "subtract(5, 3), divide(#0, 3)")',
+        field_rule=('Only place the program in the program language above in the "answer" '
+                    'field.'),
+        default_answer="0",  # ReConcile's rule for numeric answers
+        critique_focus=("Check that every number is taken from the right row, column and year "
+                        "of the table or text, that each program step uses the right operation "
+                        "and step reference, and that the program's result answers the question "
+                        "(units, percentages as ratios)."))

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from df_ray.core.parsing._text import boxed_spans, squeeze, strip_confidence_lines
-from df_ray.core.parsing.kinds import Found, Invalid, options_of
+from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, options_of
 from df_ray.core.types import ParseSpec
 
 _MARKER_RE = re.compile(
@@ -104,3 +104,14 @@ def parse(text: str, spec: ParseSpec) -> Found | Invalid:
 
 def canonicalize(answer: str, spec: ParseSpec) -> str | None:
     return match_label(answer, options_of(spec, Options).labels)
+
+
+def words(spec: ParseSpec) -> AnswerWords:
+    """What methods say about a label answer (``AnswerWords``): one of the spec's labels."""
+    labels = tuple(spec.labels or ())
+    return AnswerWords(
+        noun="one of the labels: " + ", ".join(labels),
+        field_rule=f'Only place one of {", ".join(labels)} in the "answer" field.',
+        options=labels or None,
+        critique_focus=("Check the answer against the task's instruction and definitions, and "
+                        "that it is exactly one of the allowed labels."))

@@ -55,7 +55,7 @@ from df_ray.core.parsing._text import (
     strip_confidence_lines,
     strip_markdown,
 )
-from df_ray.core.parsing.kinds import Found, Invalid, options_of
+from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, options_of
 from df_ray.core.types import ParseSpec
 
 #: Answers longer than this are keyed by their normalized string only (no sympy).
@@ -544,3 +544,14 @@ def parse(text: str, spec: ParseSpec) -> Found | Invalid:
 def canonicalize(answer: str, spec: ParseSpec) -> str | None:
     options_of(spec, Options)
     return canonical_math(answer)
+
+
+def words(spec: ParseSpec) -> AnswerWords:
+    """What methods say about a math answer (``AnswerWords``)."""
+    return AnswerWords(
+        noun='a mathematical expression or number (e.g., "42" or "3/4")',
+        field_rule=('Only place the final answer (a single number or mathematical expression) '
+                    'in the "answer" field.'),
+        default_answer="0",  # ReConcile's rule for numeric answers
+        critique_focus=("Redo each calculation and algebraic step, check that the final answer "
+                        "is fully simplified and answers exactly what was asked."))
