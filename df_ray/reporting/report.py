@@ -89,6 +89,9 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
                   *[f"- {m}" for m in missing]]
     for p in plots:
         lines += ["", f"![{p.stem}]({p.name})"]
+    from df_ray.analysis.report_section import analysis_section
+
+    lines += analysis_section(runs, out)  # what `df-ray analyze` logged for these sweeps
     report = out / f"{prefix}_report.md"
     report.write_text("\n".join(lines) + "\n")
     return [report, table_md, table_csv, ratios_csv, *extra, *plots]
