@@ -36,7 +36,7 @@ def _limits(timeout_s, memory_mb, cpu_s, file_size_mb, max_output_bytes, nofile,
 
 def run_untrusted(code: str, *, timeout_s: float = 10.0, memory_mb: int = 1024,
                   cpu_s: int | None = None, file_size_mb: int = 16,
-                  max_output_bytes: int = 64 * 1024, nofile: int = 64, nproc: int = 64,
+                  max_output_bytes: int = 64 * 1024, nofile: int = 64, nproc: int | None = None,
                   isolation: str | None = None, python: str | None = None) -> SandboxResult:
     """Run ``code`` as a program; ``passed`` iff it exited with status 0."""
     p = plan(check_level(isolation), python)
@@ -48,7 +48,7 @@ def run_untrusted(code: str, *, timeout_s: float = 10.0, memory_mb: int = 1024,
 def run_tests(program: str, *, tests: str, entry_point: str, prelude: str = "",
               call: str | None = None, timeout_s: float = 10.0, memory_mb: int = 1024,
               cpu_s: int | None = None, file_size_mb: int = 16,
-              max_output_bytes: int = 64 * 1024, nofile: int = 64, nproc: int = 64,
+              max_output_bytes: int = 64 * 1024, nofile: int = 64, nproc: int | None = None,
               isolation: str | None = None, python: str | None = None) -> SandboxResult:
     """Grade ``program`` (untrusted) by ``tests`` (trusted source defining e.g. ``check``).
 

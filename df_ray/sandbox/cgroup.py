@@ -179,9 +179,23 @@ class Cgroup:
                 return False
             time.sleep(0.01)
 
+    def reclaim(self) -> None:
+        """Free what the sandbox's processes left charged to it (page cache, dentries and
+        inodes, negative dentries of its failed lookups): removed with it, it would be
+        reparented to the evaluator's own cgroup and count against the evaluator."""
+        mem = self.dirs.get("memory")
+        if mem is None:
+            return
+        with contextlib.suppress(OSError):
+            if self.version == "v1":
+                _write(mem / "memory.force_empty", "0")
+            else:
+                _write(mem / "memory.reclaim", str(self.limits.memory_bytes))
+
     def remove(self) -> None:
         if self._removed:
             return
+        self.reclaim()
         for d in dict.fromkeys(self.dirs.values()):
             for _ in range(100):
                 try:
@@ -311,11 +325,26 @@ class Manager:
                 _require_no_swap("memory.memsw.limit_in_bytes")
             with contextlib.suppress(OSError):
                 _write(mem / "memory.swappiness", "0")
+            # cgroup v1 does not charge TCP socket buffers to memory.limit_in_bytes: they get
+            # a limit of their own (without it they are bounded only by the host's tcp_mem,
+            # shared by every socket of the node). Datagram sockets, which v1 never charges,
+            # are refused by the seccomp filter.
+            tcp = mem / "memory.kmem.tcp.limit_in_bytes"
+            if not tcp.exists():
+                raise CgroupUnavailable(
+                    f"the kernel's cgroup v1 memory controller has no {tcp.name} (socket "
+                    "buffers would escape the sandbox's memory limit): use cgroup v2")
+            _write(tcp, str(tcp_limit_bytes(lim.memory_bytes)))
             _write(pids / "pids.max", str(lim.pids))
             _write(cpu / "cpu.shares", str(max(2, lim.cpu_weight * 1024 // 100)))
             if lim.cpu_max is not None:
                 _write(cpu / "cpu.cfs_period_us", "100000")
                 _write(cpu / "cpu.cfs_quota_us", str(int(lim.cpu_max * 100000)))
+
+
+def tcp_limit_bytes(memory_bytes: int) -> int:
+    """cgroup v1: the TCP socket buffers a sandbox may hold, beside ``memory_bytes``."""
+    return max(memory_bytes // 8, 4 * 1024 * 1024)
 
 
 def _require_no_swap(missing: str) -> None:

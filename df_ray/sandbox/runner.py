@@ -58,6 +58,12 @@ class SandboxResult:
         return self.status == "passed"
 
 
+#: A thread or process costs at least its kernel stack, task structures and the stack pages it
+#: touches, charged to the sandbox's memory limit; the ceiling on tasks follows that limit.
+MB_PER_TASK = 4
+MIN_TASKS = 64
+
+
 @dataclass(frozen=True)
 class Limits:
     timeout_s: float = 10.0  # wall clock, not counting time spent waiting for a CPU
@@ -67,9 +73,18 @@ class Limits:
     tmpfs_mb: int = 64  # each of /tmp, the work dir and /dev/shm
     max_output_bytes: int = 64 * 1024
     nofile: int = 64
-    nproc: int = 64  # processes and threads of the whole sandbox (pids.max)
+    #: processes and threads of the whole sandbox (pids.max); None: what the memory limit
+    #: allows, one per MB_PER_TASK (256 at 1024 MB, at least 64)
+    nproc: int | None = None
     cpu_weight: int = 100  # relative CPU share (cgroup v2 cpu.weight scale)
     cpu_cores: float | None = 1.0  # CPU quota in cores (cpu.max); None: no quota
+
+    @property
+    def tasks(self) -> int:
+        """The sandbox's process and thread ceiling."""
+        if self.nproc is not None:
+            return self.nproc
+        return max(MIN_TASKS, self.memory_mb // MB_PER_TASK)
 
     @property
     def cpu_budget_s(self) -> float:
@@ -213,6 +228,12 @@ def _bwrap_argv(plan: Plan, limits: Limits, launcher_fd: int, result_fd: int,
                     made.add(anc)
             a += ["--ro-bind", rp, rp]
             bound.append(rp)
+    offered = policy.offered_site(interp)
+    if offered:
+        a += ["--perms", "0755", "--dir", os.path.dirname(policy.SITE_DIR),
+              "--perms", "0755", "--dir", policy.SITE_DIR]
+    for path, name in offered:
+        a += ["--ro-bind", path, f"{policy.SITE_DIR}/{name}"]
     if seccomp_fd >= 0:
         a += ["--add-seccomp-fd", str(seccomp_fd)]
     size = str(limits.tmpfs_mb * 1024 * 1024)
@@ -452,7 +473,7 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
         if "cgroup" in plan.layers:
             try:
                 cg = cgroup.manager().create(cgroup.CgroupLimits(
-                    memory_bytes=limits.memory_mb * 1024 * 1024, pids=limits.nproc,
+                    memory_bytes=limits.memory_mb * 1024 * 1024, pids=limits.tasks,
                     cpu_weight=limits.cpu_weight, cpu_max=limits.cpu_cores))
             except (cgroup.CgroupUnavailable, OSError) as e:
                 return SandboxResult("error", None, "", "", time.monotonic() - start,
@@ -470,7 +491,19 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
                 os.chmod(work, 0o1777)  # the tests' uid shares it
         env_inside = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
                       "HOME": workdir, "TMPDIR": workdir,
-                      "MALLOC_ARENA_MAX": str(policy.MALLOC_ARENA_MAX)}
+                      "MALLOC_ARENA_MAX": str(policy.MALLOC_ARENA_MAX), **policy.THREAD_ENV}
+        site = None
+        offered = policy.offered_site(plan.interpreter)
+        if offered and plan.backend == "bwrap":
+            site = policy.SITE_DIR
+        elif offered:  # best_effort without bubblewrap: links to the same directories
+            site_dir = root / "site"
+            site_dir.mkdir()
+            for path, name in offered:
+                os.symlink(path, site_dir / name)
+            os.chmod(root, 0o711)
+            site_dir.chmod(0o755)
+            site = str(site_dir)
         mem_rlimit = limits.memory_mb * (policy.RLIMIT_AS_FACTOR if cg is not None else 1)
         cfg = {
             "mode": mode, "workdir": workdir, "env": env_inside,
@@ -478,12 +511,13 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
             "cpu_s": int(limits.cpu_budget_s) + 1,
             "file_size_mb": limits.file_size_mb, "nofile": limits.nofile,
             # the cgroup's pids.max bounds the sandbox; RLIMIT_NPROC (per uid) stays a layer
-            "nproc": limits.nproc, "uid": slot.uid if slot else None,
+            "nproc": limits.tasks, "uid": slot.uid if slot else None,
             "tests_uid": slot.tests_uid if slot else None,
             "hooks": plan.backend != "bwrap",
             "read_roots": list(plan.interpreter.prefixes),
             "entry_point": (harness or {}).get("entry_point"),
             "oom_protect": plan.root and has_sys_resource(),
+            "site": site,
         }
         payload = _frame(json.dumps(cfg).encode()) + _frame(program.encode("utf-8"))
         if mode == "tests":
@@ -493,7 +527,8 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
         pass_fds = [w_fd, launcher_fd]
         if plan.backend == "bwrap":
             if "seccomp" in plan.layers:
-                bpf = seccomp.build()
+                # cgroup v1 charges no datagram socket's buffers: UDP is refused there
+                bpf = seccomp.build(deny_inet_datagrams=cg is None or cg.version == "v1")
                 assert bpf is not None
                 seccomp_fd, sw = os.pipe()
                 os.write(sw, bpf)  # a few hundred bytes: fits the pipe's buffer

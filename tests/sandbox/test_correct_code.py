@@ -5,6 +5,8 @@ written down in docs/sandbox.md."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from df_ray.sandbox import plan, run_tests
@@ -123,12 +125,73 @@ def test_the_program_does_not_run_as_main_and_stdin_reads_raise_as_in_the_refere
     assert res.status == "passed", res
 
 
-def test_getsource_of_its_own_function_fails_as_in_the_reference():
-    # the reference execs a string: inspect.getsource has no file to read there either
-    program = ("import inspect\ndef f(x):\n    inspect.getsource(f)\n    return x * 2\n")
+def test_getsource_of_its_own_function_works():
+    program = ("import inspect\ndef f(x):\n    src = inspect.getsource(f)\n"
+               "    return x * 2 if src.startswith('def f(x):') else 0\n")
     res = _grade(program)
-    assert res.status == "failed", res
-    assert "could not get source code" in res.stderr or "OSError" in res.stderr, res
+    assert res.status == "passed", res
+
+
+NUMBERS = """
+from decimal import Decimal
+from fractions import Fraction
+import numpy as np
+def f(kind):
+    return {"fraction": Fraction(1, 3), "decimal": Decimal("1.10"),
+            "np_int": np.int64(7), "np_float": np.float64(0.5), "np_bool": np.bool_(True),
+            "np_sum": int(np.array([1, 2, 3]).sum())}[kind]
+"""
+NUMBER_TESTS = """
+from decimal import Decimal
+from fractions import Fraction
+def check(candidate):
+    assert candidate("fraction") == Fraction(1, 3)
+    assert candidate("decimal") == Decimal("1.1")
+    assert candidate("np_int") == 7 and candidate("np_float") == 0.5
+    assert candidate("np_bool") == True
+    assert candidate("np_sum") == 6
+"""
+
+
+def test_numbers_and_numpy_cross_the_boundary_as_values():
+    # the reference's == holds for these: Fraction, Decimal, numpy scalars; numpy imports
+    res = _grade(NUMBERS, tests=NUMBER_TESTS)
+    assert res.status == "passed", res
+
+
+def test_an_io_bound_pool_of_96_threads_passes():
+    program = """
+import threading
+from concurrent.futures import ThreadPoolExecutor
+def f(x):
+    barrier = threading.Barrier(96, timeout=30)
+    def work(v):
+        barrier.wait()
+        return v
+    with ThreadPoolExecutor(96) as ex:
+        return sum(ex.map(work, [x] * 96)) // 48
+"""
+    res = _grade(program)
+    assert res.status == "passed", res
+
+
+def test_numpy_is_read_only():
+    program = """
+import os, numpy
+d = os.path.dirname(numpy.__file__)
+try:
+    open(os.path.join(d, "planted.py"), "w").write("x = 1")
+    WROTE = True
+except OSError:
+    WROTE = False
+def f(x):
+    return x * 2 if not WROTE else 0
+"""
+    res = _grade(program)
+    assert res.status == "passed", res
+    import numpy
+
+    assert not os.path.exists(os.path.join(os.path.dirname(numpy.__file__), "planted.py"))
 
 
 def test_system_exit_while_loading_fails_as_in_the_reference():
