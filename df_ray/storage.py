@@ -31,6 +31,7 @@ given. The user is ``DF_RAY_USER``, else ``USER``, else the login name.
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import shutil
 from collections.abc import Sequence
@@ -38,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from df_ray.config import ConfigError, RunConfig
+
+log = logging.getLogger(__name__)
 
 #: Set by Ray's job supervisor in the environment of a submitted job's entrypoint.
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
@@ -55,7 +58,10 @@ def in_ray_job() -> bool:
 
 def current_user() -> str:
     """Who runs this: ``DF_RAY_USER``, else ``USER``, else the login name."""
-    for var in ("DF_RAY_USER", "USER", "LOGNAME"):
+    explicit = os.environ.get("DF_RAY_USER", "").strip()
+    if explicit:
+        return validate_user(explicit)
+    for var in ("USER", "LOGNAME"):
         v = os.environ.get(var, "").strip()
         if v:
             return _safe_user(v)
@@ -65,8 +71,19 @@ def current_user() -> str:
         return "anonymous"
 
 
+def validate_user(name: str, where: str = "DF_RAY_USER") -> str:
+    """``name`` as a user's folder name (characters other than letters, digits, ``.``, ``_``
+    and ``-`` become ``_``), or a one-line ValueError for a name that would leave
+    ``users/``: a path separator, ``.``, ``..`` or a leading dot."""
+    if "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
+        raise ValueError(f"{where}={name!r} is not a valid user name: no path separators, "
+                         "no '.' or '..', not starting with '.'")
+    return _safe_user(name)
+
+
 def _safe_user(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64] or "anonymous"
+    out = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64].lstrip(".")
+    return out or "anonymous"
 
 
 def is_server_uri(uri: str) -> bool:
@@ -169,7 +186,14 @@ def resolve_storage(configs: Sequence[RunConfig], *, job: bool | None = None,
 
 def seed_calibration(source: Path, target: Path) -> int:
     """Copy the calibration files a working dir ships (``source``) into the shared folder
-    ``target``, never overwriting one already there; returns how many were copied."""
+    ``target``, never overwriting one already there; returns how many were copied.
+
+    Only files that parse as a calibration (a JSON object) and, in a git checkout, are
+    what it has committed (not modified, not untracked) are seeded: a modified copy in one
+    checkout never becomes every user's. Outside a checkout (a job's uploaded copy, which
+    has no history to check against) a file is seeded with a warning saying so. A
+    shared file that differs from this job's own copy is reported (a warning naming both
+    sha256), and the shared one is what the run uses."""
     target.mkdir(parents=True, exist_ok=True)
     if not source.is_dir() or source.resolve() == target.resolve():
         return 0
@@ -177,6 +201,16 @@ def seed_calibration(source: Path, target: Path) -> int:
     for f in sorted(source.glob("*.json")):
         dest = target / f.name
         if dest.exists():
+            mine, shared = _sha256(f), _sha256(dest)
+            if mine != shared:
+                log.warning("calibration %s in the shared folder %s differs from this job's "
+                            "copy %s (sha256 %s there, %s here): the shared one is used",
+                            f.name, target, f, shared[:12], mine[:12])
+            continue
+        why = _unseedable(f)
+        if why:
+            log.warning("calibration %s not seeded into the shared folder %s: %s",
+                        f, target, why)
             continue
         tmp = target / f".{f.name}.{os.getpid()}.tmp"
         shutil.copyfile(f, tmp)
@@ -188,3 +222,35 @@ def seed_calibration(source: Path, target: Path) -> int:
         finally:
             tmp.unlink(missing_ok=True)
     return n
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _unseedable(path: Path) -> str | None:
+    """Why ``path`` may not seed a shared folder, or None: it must parse as a JSON object and
+    be unmodified against its git checkout (when it is in one)."""
+    import json
+    import subprocess
+
+    try:
+        if not isinstance(json.loads(path.read_text()), dict):
+            return "not a calibration (a JSON object)"
+    except (OSError, ValueError) as e:
+        return f"unreadable ({type(e).__name__})"
+    try:
+        r = subprocess.run(["git", "-C", str(path.parent), "status", "--porcelain", "--",
+                            path.name], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        log.warning("calibration %s: no git to check it against a commit; seeded", path)
+        return None
+    if r.returncode != 0:
+        log.warning("calibration %s is in no git checkout: seeded without a check against "
+                    "a commit", path)
+        return None
+    if r.stdout.strip():
+        return "it differs from the committed file (modified or untracked in this checkout)"
+    return None

@@ -172,14 +172,19 @@ def sha256_file(path: Path, *, bufsize: int = 1 << 22) -> str:
 
 
 _verified: dict[tuple, bool] = {}
+
+
+def _stat_key(path: Path, st: os.stat_result) -> tuple:
+    return (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 _lock = threading.Lock()
 
 
 def verify(model: ChunkedGGUF, path: Path) -> None:
     """Refuse ``path`` unless its size and sha256 are the pinned ones (hashed once per process
-    for one (inode, size, mtime))."""
+    for one (device, inode, size, mtime, ctime): a file rewritten in place with its mtime put
+    back has a new ctime, which no one but the kernel sets, and is hashed again)."""
     st = path.stat()
-    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    key = _stat_key(path, st)
     if _verified.get(key):
         return
     if st.st_size != model.size:
@@ -227,7 +232,7 @@ def assemble(model: ChunkedGGUF, target: Path) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     st = target.stat()
-    _verified[(str(target), st.st_ino, st.st_size, st.st_mtime_ns)] = True
+    _verified[_stat_key(target, st)] = True
     return target
 
 

@@ -42,8 +42,28 @@ def lock_dir(uri: str, results_dir: str | None = None) -> Path:
         return p / ".df_ray-locks"
     if results_dir is None or "://" in results_dir:  # this machine's runs only
         digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
-        return Path(tempfile.gettempdir()) / "df_ray-locks" / digest
+        # a folder of this user's own in the shared temporary folder (checked before use)
+        return Path(tempfile.gettempdir()) / f"df_ray-locks-{os.getuid()}" / digest
     return Path(os.path.abspath(os.path.expanduser(results_dir))) / ".df_ray-locks"
+
+
+class LockDirError(RuntimeError):
+    """A lock folder that is not safe to hold locks in (a link, another user's)."""
+
+
+def _private_dir(directory: Path) -> None:
+    """Make ``directory`` (0700 when new) and refuse it when it, or a folder made for it in the
+    shared temporary folder, is a symlink or belongs to another user."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = Path(tempfile.gettempdir())
+    check = [directory] + ([directory.parent] if directory.parent.parent == tmp else [])
+    for d in check:
+        st = os.lstat(d)
+        if not os.path.isdir(d) or os.path.islink(d):
+            raise LockDirError(f"lock folder {d} is a link, not a folder: refusing to use it")
+        if st.st_uid != os.getuid() and d.parent == tmp:
+            raise LockDirError(f"lock folder {d} belongs to uid {st.st_uid}, not this user: "
+                               "refusing to use it")
 
 
 def _holder() -> str:
@@ -56,12 +76,14 @@ def exclusive(directory: Path, names: Sequence[str],
     """Hold the locks ``names`` (taken in sorted order, so two holders of overlapping sets
     cannot deadlock) in ``directory``. ``waiting(name, holder)`` is called once before
     blocking on a lock another process holds."""
-    directory.mkdir(parents=True, exist_ok=True)
+    _private_dir(directory)
     held: list[int] = []
     try:
         for name in sorted(set(names)):
             path = directory / f"{name}.lock"
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            # never through a link: a planted symlink must not make the holder's pwrite
+            # below overwrite another file
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
