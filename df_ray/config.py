@@ -377,6 +377,8 @@ class RunConfig(_Strict):
                                                   "max_error_rate", "cache_compact_parts"})
         if not d.get("benchmark_args"):  # at its default it hashes as before it existed
             d.pop("benchmark_args", None)
+        if self.method in METHOD_REGISTRY:  # method fields added later, likewise
+            d["method_args"] = method_class(self.method).hashed_args(d["method_args"])
         for a in [*d["agents"], *([d["coordinator"]] if d.get("coordinator") else [])]:
             if not a.get("ignore_eos"):  # a field at its default hashes as before it existed
                 a.pop("ignore_eos", None)

@@ -52,6 +52,8 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 _SEP = "|"
+#: The candidate keying of a file that names none (every file fitted before keyings existed).
+DEFAULT_KEYING = "text"
 
 
 class CalibrationMismatchError(ValueError):
@@ -154,10 +156,21 @@ class Calibration:
     #: samples, as the caller counted them; 0 when unknown.
     fit_calls: int = 0
     fit_tokens: int = 0
+    #: How answers were keyed into candidates when the held-out records were counted
+    #: (``text``: canonical answer text, the paper's; ``behaviour``: HumanEval programs by
+    #: their outputs). R_pi and kappa count clusters, so a file serves only runs keyed alike.
+    keying: str = DEFAULT_KEYING
+    #: The guardrail thresholds fitted on the same held-out samples with the coordinator run
+    #: there too (``df_ray.core.guardrail_fit.FitResult.to_dict()`` plus what it was fitted
+    #: for, under ``"spec"``); None when the file holds no such fit.
+    guardrail_fit: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "agents", tuple(self.agents))
         _check_agent_ids(self.agents)
+        if not isinstance(self.keying, str) or not self.keying:
+            raise ValueError(f"calibration keying must be a non-empty string, got "
+                             f"{self.keying!r}")
         if not (0.0 <= float(self.gamma) <= 1.0):
             raise ValueError(f"calibration gamma must be in [0, 1], got {self.gamma!r}")
         known = set(self.agents)
@@ -223,7 +236,8 @@ class Calibration:
 
     def __hash__(self) -> int:  # the mappings are dicts: hash their sorted items instead
         return hash((self.schema_version, self.benchmark, self.agents, self.n_samples,
-                     self.fitted_at, self.gamma, tuple(sorted(self.agent_stats.items())),
+                     self.fitted_at, self.gamma, self.keying,
+                     tuple(sorted(self.agent_stats.items())),
                      tuple(sorted(self.pattern_stats.items())),
                      tuple(sorted(self.pair_stats.items()))))
 
@@ -297,12 +311,19 @@ class Calibration:
         if self.fit_calls or self.fit_tokens:
             out["fit_calls"] = self.fit_calls
             out["fit_tokens"] = self.fit_tokens
+        # at their defaults they are left out: a text-keyed file reads (and hashes) as
+        # before either existed
+        if self.keying != DEFAULT_KEYING:
+            out["keying"] = self.keying
+        if self.guardrail_fit is not None:
+            out["guardrail_fit"] = json.loads(json.dumps(self.guardrail_fit))
         return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, source: str = "<dict>") -> Calibration:
         for name, kind in (("agents", list), ("agent_stats", dict), ("patterns", dict),
-                           ("pairs", dict), ("agent_identities", dict)):
+                           ("pairs", dict), ("agent_identities", dict),
+                           ("guardrail_fit", dict)):
             if name in d and not isinstance(d[name], kind):
                 raise ValueError(
                     f"calibration {source} is malformed: field {name!r} must be a JSON "
@@ -347,6 +368,8 @@ class Calibration:
                 data_fingerprint=str(d.get("data_fingerprint") or ""),
                 fit_calls=_count(d, "fit_calls", default=0),
                 fit_tokens=_count(d, "fit_tokens", default=0),
+                keying=str(d.get("keying") or DEFAULT_KEYING),
+                guardrail_fit=_guardrail_fit(d.get("guardrail_fit")),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             what = f"field {exc.args[0]!r} is missing" if isinstance(exc, KeyError) else str(exc)
@@ -371,10 +394,13 @@ class Calibration:
         return path
 
     def matches(self, *, agents: Sequence[str] | None = None, benchmark: str | None = None,
-                identities: Mapping[str, Mapping[str, Any]] | None = None) -> bool:
-        """Whether this calibration belongs to a run with these agents (as a set), benchmark
-        and agent identities (compared only when both sides know them)."""
+                identities: Mapping[str, Mapping[str, Any]] | None = None,
+                keying: str | None = None) -> bool:
+        """Whether this calibration belongs to a run with these agents (as a set), benchmark,
+        agent identities (compared only when both sides know them) and candidate keying."""
         if agents is not None and set(agents) != set(self.agents):
+            return False
+        if keying is not None and keying != self.keying:
             return False
         if identities is not None and self.identity_differences(identities):
             return False
@@ -410,6 +436,7 @@ def fit_calibration(
     data_fingerprint: str = "",
     fit_calls: int = 0,
     fit_tokens: int = 0,
+    keying: str = DEFAULT_KEYING,
 ) -> Calibration:
     """Count alpha, R_pi and kappa over held-out records (see the module docstring).
 
@@ -417,7 +444,8 @@ def fit_calibration(
     neither ``gold`` nor ``correct``; :class:`CalibrationTooSmallError` for fewer than
     ``min_samples`` records (None: no lower bound). ``data_source`` and ``data_fingerprint``
     describe where the records came from, ``fit_calls`` and ``fit_tokens`` what they cost;
-    all four are stored in the file.
+    all four are stored in the file. ``keying``: how the records' answers were keyed into
+    candidates (the caller keyed them; stored, and matched at load).
     """
     agents = tuple(agents)
     _check_agent_ids(agents)
@@ -477,6 +505,7 @@ def fit_calibration(
         data_fingerprint=data_fingerprint,
         fit_calls=int(fit_calls),
         fit_tokens=int(fit_tokens),
+        keying=keying,
     )
 
 
@@ -504,6 +533,23 @@ def _count(d: Mapping[str, Any], key: str, where: str = "", default: int | None 
     return v
 
 
+def _guardrail_fit(d: Any) -> Mapping[str, Any] | None:
+    """A file's ``guardrail_fit`` section, checked to name its chosen setting and bound."""
+    if d is None:
+        return None
+    from df_ray.core.guardrail_fit import fit_from_dict
+
+    try:
+        setting, bound = fit_from_dict(d)
+        setting.config()
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"field 'guardrail_fit' does not name its chosen setting and bound "
+                         f"({type(exc).__name__}: {exc})") from None
+    if not (0.0 <= bound <= 1.0):
+        raise ValueError(f"field 'guardrail_fit.bound' is {bound!r}: a rate in [0, 1]")
+    return d
+
+
 class CalibrationChecksumError(ValueError):
     """A calibration file whose content does not match its recorded checksum."""
 
@@ -523,6 +569,7 @@ def load_calibration(
     benchmark: str | None = None,
     identities: Mapping[str, Mapping[str, Any]] | None = None,
     min_samples: int | None = None,
+    keying: str | None = None,
 ) -> Calibration:
     """Read a calibration file, refusing one that does not belong to this run.
 
@@ -561,6 +608,11 @@ def load_calibration(
             f"calibration file {path} was fitted on benchmark {cal.benchmark!r}, but this run "
             f"evaluates {benchmark!r}. Refit the calibration on {benchmark!r}, or pass the "
             f"calibration file fitted on it.")
+    if keying is not None and keying != cal.keying:
+        raise CalibrationMismatchError(
+            f"calibration file {path} counts candidates keyed by {cal.keying}, but this run "
+            f"keys them by {keying}: its R_pi and kappa count other clusters. Refit the "
+            f"calibration with this keying (let the run fit one), or pass a file fitted so.")
     diffs = cal.identity_differences(identities) if identities is not None else []
     if diffs:
         raise CalibrationMismatchError(

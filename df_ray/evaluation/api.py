@@ -160,6 +160,7 @@ def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mappin
     from df_ray.engines import make_engine
     from df_ray.evaluation.calibration_files import fit_and_save, resolve_calibration
     from df_ray.evaluation.context import check_held_out, load_calibration_samples, load_samples
+    from df_ray.evaluation.guardrail_calibration import run_in_process
     from df_ray.evaluation.scoring import spent_tokens
 
     if engines is None:
@@ -182,7 +183,8 @@ def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mappin
             return fit_and_save(c, [record_from_dict(record_to_dict(r)) for _, r in recs],
                                 held_out=held_out,
                                 tokens=sum(spent_tokens(st.calls) for st in states),
-                                calls=sum(len(st.calls) for st in states))
+                                calls=sum(len(st.calls) for st in states),
+                                run_held_out=run_in_process(client, cache, count))
 
         calibration = resolve_calibration(cfg, fit)
     if samples is None:

@@ -3,12 +3,16 @@ frozen file is found, and how a missing one is fitted from a method's held-out r
 
 The core (``df_ray.core.calibration``) counts and looks up; this module holds the file
 policy: ``<calibration.dir>/<benchmark>-<hash of the agent ids>.json`` matched by content
-(benchmark, agent set, agent identities), an explicit ``calibration.path``, or a fit on the
-benchmark's calibration split when ``calibration.auto_fit`` allows it.
+(benchmark, agent set, agent identities, candidate keying and, for a fitted guardrail, the
+fit's spec), an explicit ``calibration.path``, or a fit on the benchmark's calibration split
+when ``calibration.auto_fit`` allows it. Text keying and no guardrail fit keep the names of
+files fitted before either existed; otherwise the name says which
+(``humaneval-behaviour-<hash>.json``, ``...-guardrail-<spec hash>.json``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from df_ray.core.calibration import (
+    DEFAULT_KEYING,
     Calibration,
     CalibrationChecksumError,
     CalibrationMismatchError,
@@ -30,17 +35,47 @@ from df_ray.core.calibration import (
 log = logging.getLogger(__name__)
 
 
-def calibration_filename(benchmark: str, agents: Sequence[str]) -> str:
-    """``<benchmark>-<8 hex of sha256 over the sorted agent ids>.json``; order-insensitive."""
+def calibration_filename(benchmark: str, agents: Sequence[str], keying: str = DEFAULT_KEYING,
+                         guardrail_tag: str | None = None) -> str:
+    """``<benchmark>-<8 hex of sha256 over the sorted agent ids>.json``; order-insensitive.
+    Another keying than text goes after the benchmark (``humaneval-behaviour-...``), a
+    guardrail fit's spec tag at the end (``...-guardrail-<tag>.json``)."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", benchmark).strip("_") or "benchmark"
+    if keying != DEFAULT_KEYING:
+        slug += "-" + (re.sub(r"[^A-Za-z0-9._-]+", "_", keying).strip("_") or "keyed")
     digest = hashlib.sha256("\n".join(sorted(agents)).encode("utf-8")).hexdigest()[:8]
-    return f"{slug}-{digest}.json"
+    tail = f"-guardrail-{guardrail_tag}" if guardrail_tag else ""
+    return f"{slug}-{digest}{tail}.json"
+
+
+def candidate_keying(cfg: Any) -> str:
+    """How the configuration's benchmark keys answers into candidates (``behaviour`` for
+    HumanEval's ``benchmark_args.candidates: behaviour``, else ``text``)."""
+    task = cfg.build_task() if hasattr(cfg, "build_task") else None
+    return "behaviour" if getattr(task, "behaviour_keys", False) else DEFAULT_KEYING
+
+
+def _guardrail_spec(cfg: Any) -> dict[str, Any] | None:
+    from df_ray.evaluation.guardrail_calibration import guardrail_spec
+
+    return guardrail_spec(cfg)
+
+
+def _fits(cal: Calibration, spec: Mapping[str, Any] | None) -> bool:
+    """Whether the calibration serves a configuration whose guardrail fit is ``spec``
+    (None: it fits none, and any file serves)."""
+    return spec is None or (cal.guardrail_fit is not None
+                            and cal.guardrail_fit.get("spec") == spec)
 
 
 
 def find_calibration(directory: str | Path, benchmark: str, agents: Sequence[str],
-                     identities: Mapping[str, Mapping[str, Any]] | None = None) -> Path | None:
-    """The calibration file in ``directory`` fitted for this benchmark and agent set, or None.
+                     identities: Mapping[str, Mapping[str, Any]] | None = None, *,
+                     keying: str = DEFAULT_KEYING,
+                     guardrail: Mapping[str, Any] | None = None) -> Path | None:
+    """The calibration file in ``directory`` fitted for this benchmark and agent set, with
+    this candidate ``keying`` and (when ``guardrail`` is a fit's spec) a guardrail fit for
+    it, or None.
 
     Files are matched by content, not by name: the canonical name
     (:func:`calibration_filename`) is tried first, then the others newest ``fitted_at`` first
@@ -49,7 +84,12 @@ def find_calibration(directory: str | Path, benchmark: str, agents: Sequence[str
     directory = Path(directory)
     if not directory.is_dir():
         return None
-    canonical = directory / calibration_filename(benchmark, agents)
+    tag = None
+    if guardrail is not None:
+        from df_ray.evaluation.guardrail_calibration import spec_tag
+
+        tag = spec_tag(guardrail)
+    canonical = directory / calibration_filename(benchmark, agents, keying, tag)
     candidates: list[tuple[int, str, str, Path]] = []
     for path in directory.glob("*.json"):
         try:
@@ -59,7 +99,8 @@ def find_calibration(directory: str | Path, benchmark: str, agents: Sequence[str
             if isinstance(e, CalibrationChecksumError) or _looks_like_calibration(path):
                 log.warning("calibration: skipping %s", e)
             continue
-        if cal.matches(agents=agents, benchmark=benchmark, identities=identities):
+        if (cal.matches(agents=agents, benchmark=benchmark, identities=identities,
+                        keying=keying) and _fits(cal, guardrail)):
             first = 0 if path.name == canonical.name else 1
             # newest first: invert the ISO timestamp's ordering via a negated sort later
             candidates.append((first, cal.fitted_at, path.name, path))
@@ -72,7 +113,8 @@ def find_calibration(directory: str | Path, benchmark: str, agents: Sequence[str
 
 
 def _looks_like_calibration(path: Path) -> bool:
-    return re.fullmatch(r".+-[0-9a-f]{8}(?:-[0-9a-f]+)?\.json", path.name) is not None
+    return re.fullmatch(r".+-[0-9a-f]{8}(?:-guardrail-[0-9a-f]{8})?(?:-[0-9a-f]+)?\.json",
+                        path.name) is not None
 
 
 def needs_calibration(cfg: Any) -> bool:
@@ -81,9 +123,22 @@ def needs_calibration(cfg: Any) -> bool:
 
 
 def _load(cfg: Any, path: str | Path) -> Calibration:
-    return load_calibration(path, agents=cfg.agent_ids(), benchmark=cfg.benchmark,
-                            identities=cfg.agent_identities(),
-                            min_samples=cfg.calibration.min_samples)
+    cal = load_calibration(path, agents=cfg.agent_ids(), benchmark=cfg.benchmark,
+                           identities=cfg.agent_identities(),
+                           min_samples=cfg.calibration.min_samples,
+                           keying=candidate_keying(cfg))
+    if not _fits(cal, _guardrail_spec(cfg)):
+        raise CalibrationMismatchError(
+            f"calibration file {path} holds no guardrail fit for this configuration's "
+            "method_args.guardrail (certificate, coordinator, disclosure); drop "
+            "calibration.path and let the run fit one (calibration.auto_fit)")
+    return cal
+
+
+def _find(cfg: Any) -> Path | None:
+    return find_calibration(cfg.calibration.dir, cfg.benchmark, cfg.agent_ids(),
+                            cfg.agent_identities(), keying=candidate_keying(cfg),
+                            guardrail=_guardrail_spec(cfg))
 
 
 def check_calibration(cfg: Any, held_out: Callable[[Any], Any] | None = None) -> None:
@@ -96,9 +151,13 @@ def check_calibration(cfg: Any, held_out: Callable[[Any], Any] | None = None) ->
     configurations passes a memoised one)."""
     from df_ray.config import ConfigError
     from df_ray.evaluation.context import check_held_out, load_calibration_samples
+    from df_ray.evaluation.guardrail_calibration import check_fit_possible
 
     if not needs_calibration(cfg):
         return
+    fitted = _guardrail_spec(cfg) is not None
+    if fitted:
+        check_fit_possible(cfg)
     if cfg.calibration.path:
         try:
             _load(cfg, cfg.calibration.path)
@@ -107,18 +166,23 @@ def check_calibration(cfg: Any, held_out: Callable[[Any], Any] | None = None) ->
         except (OSError, ValueError) as e:
             raise ConfigError(f"{cfg.name}: calibration.path: {e}") from None
         return
-    found = find_calibration(cfg.calibration.dir, cfg.benchmark, cfg.agent_ids(),
-                             cfg.agent_identities())
+    found = _find(cfg)
     if found is not None:
         _load(cfg, found)
     elif not cfg.calibration.auto_fit:
+        keyed = "" if candidate_keying(cfg) == DEFAULT_KEYING else \
+            f", candidates keyed by {candidate_keying(cfg)}"
         raise ConfigError(
             f"{cfg.name}: no calibration file for {cfg.benchmark} with agents "
-            f"{cfg.agent_ids()} as configured (backbone models, sampling, prompts) in "
+            f"{cfg.agent_ids()} as configured (backbone models, sampling, prompts{keyed}"
+            f"{', a guardrail fit' if fitted else ''}) in "
             f"{cfg.calibration.dir!r}, and calibration.auto_fit is off; "
             "set calibration.auto_fit: true or calibration.path")
     else:
-        check_held_out(cfg, (held_out or load_calibration_samples)(cfg))
+        split = (held_out or load_calibration_samples)(cfg)
+        check_held_out(cfg, split)
+        if fitted:
+            check_fit_possible(cfg, len(split.samples))
 
 
 def resolve_calibration(cfg: Any, fit: Callable[[Any], Calibration]) -> Calibration | None:
@@ -129,10 +193,10 @@ def resolve_calibration(cfg: Any, fit: Callable[[Any], Calibration]) -> Calibrat
 
     if not needs_calibration(cfg):
         return None
-    agents, identities = cfg.agent_ids(), cfg.agent_identities()
+    agents = cfg.agent_ids()
     if cfg.calibration.path:
         return _load(cfg, cfg.calibration.path)
-    found = find_calibration(cfg.calibration.dir, cfg.benchmark, agents, identities)
+    found = _find(cfg)
     if found is not None:
         try:
             return _load(cfg, found)
@@ -145,12 +209,17 @@ def resolve_calibration(cfg: Any, fit: Callable[[Any], Calibration]) -> Calibrat
 
 def fit_and_save(cfg: Any, records: Iterable[CalibrationRecord],
                  say: Callable[[str], None] = lambda m: None, *,
-                 held_out: Any = None, tokens: int = 0, calls: int = 0) -> Calibration:
+                 held_out: Any = None, tokens: int = 0, calls: int = 0,
+                 run_held_out: Any = None) -> Calibration:
     """Fit a calibration for the configuration's agents from held-out records and freeze it
     under ``calibration.dir`` (a name that holds other agents' file gets an identity tag).
     Fewer than ``calibration.min_samples`` records are refused (CalibrationTooSmallError);
     ``held_out`` (``df_ray.evaluation.context.HeldOut``) names their source in the file,
-    ``tokens`` and ``calls`` what the fit cost."""
+    ``tokens`` and ``calls`` what the fit cost. With ``guardrail.fit`` the guardrail is
+    fitted too before the file is frozen: ``run_held_out(cfg, calibration, samples)`` runs
+    the second pass over ``held_out.samples`` and yields its result rows
+    (``df_ray.evaluation.guardrail_calibration``); its coordinator calls count in the
+    file's calls and tokens."""
     identities = cfg.agent_identities()
     # the independence discount's strength the file records: the method's, where it has one
     gamma = {"gamma": cfg.method_args["gamma"]} if "gamma" in cfg.method_args else {}
@@ -159,8 +228,23 @@ def fit_and_save(cfg: Any, records: Iterable[CalibrationRecord],
                           min_samples=cfg.calibration.min_samples,
                           data_source=getattr(held_out, "origin", "") or "",
                           data_fingerprint=getattr(held_out, "fingerprint", "") or "",
-                          fit_calls=calls, fit_tokens=tokens, **gamma)
-    out = Path(cfg.calibration.dir) / calibration_filename(cfg.benchmark, cfg.agent_ids())
+                          fit_calls=calls, fit_tokens=tokens, keying=candidate_keying(cfg),
+                          **gamma)
+    spec = _guardrail_spec(cfg)
+    tag = None
+    if spec is not None:
+        from df_ray.evaluation.guardrail_calibration import fit_on_held_out, spec_tag
+
+        if run_held_out is None or held_out is None:
+            raise ValueError(f"{cfg.name}: a guardrail fit needs the held-out samples and a "
+                             "way to run the coordinator on them")
+        fit, g_tokens, g_calls = fit_on_held_out(cfg, cal, held_out.samples, run_held_out,
+                                                 say)
+        cal = dataclasses.replace(cal, guardrail_fit=fit, fit_tokens=cal.fit_tokens + g_tokens,
+                                  fit_calls=cal.fit_calls + g_calls)
+        tag = spec_tag(spec)
+    out = Path(cfg.calibration.dir) / calibration_filename(cfg.benchmark, cfg.agent_ids(),
+                                                           cal.keying, tag)
     if out.exists():
         # That name holds the calibration of other agents with these ids (another model,
         # other sampling): keep it, and name this one by its identities too.

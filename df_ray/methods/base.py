@@ -313,6 +313,13 @@ class Method(ABC):
     def arg_names(cls) -> tuple[str, ...]:
         return tuple(cls.Args.model_fields)
 
+    @classmethod
+    def hashed_args(cls, args: dict[str, Any]) -> dict[str, Any]:
+        """The validated ``method_args`` as the configuration's fingerprint hashes them: a
+        method leaves out fields added later at their defaults, so that configurations that
+        do not set them keep their fingerprint (the identity)."""
+        return args
+
     @property
     def needs_calibration(self) -> bool:
         """Whether this method (with these args) uses a frozen calibration."""
@@ -328,11 +335,16 @@ class Method(ABC):
     def calibration_observations(self, state: SampleState, ctx: MethodContext
                                  ) -> list[Observation]:
         """The observations a held-out sample contributes to a calibration fit, after
-        ``calibration_rounds`` rounds: by default the agents' independent answers."""
+        ``calibration_rounds`` rounds: by default the agents' independent answers, keyed
+        into candidates as the benchmark keys them at evaluation (``Task.rekey``: HumanEval's
+        behaviour keys), so R_pi and kappa count the clusters the run will see."""
+        from df_ray.methods.common import rekeyed
+
         spec = ctx.task.parse_spec(state.sample)
-        return [Observation.invalid(r.agent, raw="") if r.error
-                else parse(r.text, spec, agent=r.agent)
-                for r in state.records(role="agent")]
+        obs = [Observation.invalid(r.agent, raw="") if r.error
+               else parse(r.text, spec, agent=r.agent)
+               for r in state.records(role="agent")]
+        return rekeyed(obs, ctx, state, "agent:0")
 
     @property
     @abstractmethod

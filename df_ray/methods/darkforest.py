@@ -41,9 +41,18 @@ from df_ray.core import (
     parse,
 )
 from df_ray.core.disclosure import POLICIES
+from df_ray.core.guardrail_fit import GuardrailSetting
 from df_ray.core.types import Belief, Observation
 from df_ray.methods import darkforest_explain
-from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
+from df_ray.methods.base import (
+    Call,
+    Method,
+    MethodArgs,
+    MethodArgsError,
+    MethodContext,
+    Outcome,
+    SampleState,
+)
 from df_ray.methods.common import behaviour_seconds, rekeyed
 from df_ray.methods.prompt_templates import coordinator_prompt
 from df_ray.methods.result_columns import RowMean
@@ -54,12 +63,32 @@ Ablation = Literal[BeliefConfig.ABLATIONS]  # type: ignore[valid-type]
 
 
 class GuardrailArgs(MethodArgs):
-    """When the belief's top candidate is trusted over the coordinator (docs/method.md §6)."""
+    """When the belief's top candidate is trusted over the coordinator (docs/method.md §6).
+
+    ``fit``: the thresholds are chosen on the calibration split instead (the coordinator run
+    there too, Learn-then-Test: ``df_ray.core.guardrail_fit``), as the most accurate setting
+    whose wrong-override rate is certified at most ``max_wrong_override`` with probability
+    1 - ``delta``; the frozen calibration file records the choice. k, tau_p and tau_m then
+    only set what the ``adaptive`` disclosure calls certain."""
 
     k: int = Field(2, ge=1, description="least support |S_z*| for trust")
     tau_p: float = Field(0.66, ge=0.0, le=1.0, description="least posterior P(z*|O)")
     tau_m: float = Field(0.30, ge=0.0, le=1.0, description="least margin Delta")
     enabled: bool = Field(True, description="off: the coordinator always decides")
+    fit: bool = Field(False, description="choose k, tau_p, tau_m on the calibration split "
+                                         "(Learn-then-Test)")
+    max_wrong_override: float = Field(0.05, ge=0.0, le=1.0,
+                                      description="the fit: the certified wrong-override rate")
+    delta: float = Field(0.1, gt=0.0, lt=1.0,
+                         description="the fit: the chance the certificate may fail")
+    testing: Literal["fixed_sequence", "bonferroni"] = Field(
+        "fixed_sequence", description="the fit: how the grid's settings are tested")
+
+
+#: GuardrailArgs' fit fields and their defaults: at these values they hash as before they
+#: existed (``DarkForest.hashed_args``).
+_FIT_DEFAULTS = {"fit": False, "max_wrong_override": 0.05, "delta": 0.1,
+                 "testing": "fixed_sequence"}
 
 
 def observations_from_state(state: SampleState, ctx: MethodContext, round: int = 0,
@@ -120,6 +149,26 @@ class DarkForest(Method):
 
     needs_coordinator = True
 
+    def __init__(self, args: Any = None, **kwargs: Any) -> None:
+        super().__init__(args, **kwargs)
+        g, a = self.args.guardrail, self.args
+        if g.fit:
+            why = ("ablation no_calibration fits nothing on held-out data"
+                   if a.ablation == "no_calibration" else
+                   "belief_only never calls the coordinator" if a.belief_only else
+                   "guardrail.enabled is false" if not g.enabled else None)
+            if why is not None:
+                raise MethodArgsError(f"method 'darkforest': method_args.guardrail.fit needs "
+                                      f"the coordinator run on a calibration split, but {why}")
+
+    @classmethod
+    def hashed_args(cls, args: dict[str, Any]) -> dict[str, Any]:
+        g = args.get("guardrail")
+        if not isinstance(g, dict):
+            return args
+        g = {k: v for k, v in g.items() if not (k in _FIT_DEFAULTS and v == _FIT_DEFAULTS[k])}
+        return {**args, "guardrail": g}
+
     result_columns: ClassVar[dict[str, str]] = {
         "decision_source": "string",    # guardrail, coordinator or belief
         "trusted": "bool",              # the guardrail trusted z*
@@ -130,6 +179,8 @@ class DarkForest(Method):
         "top_answer": "string",          # the belief's z*
         "coordinator_agrees": "bool",    # its answer is z* (null: not called, or no z*)
         "top_posterior": "double",       # P(z*|O) (null: no z*): the belief's calibration
+        "top_support": "int64",          # |S_z*| (0: no z*)
+        "top_margin": "double",          # Delta (null: no z*)
         "behaviour_s": "double",         # sandbox seconds of behaviour keys (0: text keys)
     }
     metrics: ClassVar[dict[str, RowMean]] = {
@@ -159,6 +210,14 @@ class DarkForest(Method):
         return build_belief(obs, ctx.calibration, cfg, agent_order=[a.id for a in ctx.agents])
 
     def guardrail(self, ctx: MethodContext | None = None) -> GuardrailConfig:
+        """The thresholds of Trusted(z*): the configured ones, or with ``guardrail.fit`` the
+        setting the calibration file's fit chose."""
+        g = self.args.guardrail
+        if g.fit:
+            return fitted_setting(ctx).config()
+        return self._configured()
+
+    def _configured(self) -> GuardrailConfig:
         g = self.args.guardrail
         return GuardrailConfig(k=g.k, tau_p=g.tau_p, tau_m=g.tau_m, enabled=g.enabled)
 
@@ -182,9 +241,12 @@ class DarkForest(Method):
                 state.data["coordinator_skipped"] = True
                 state.data["t_cross"] = 0
                 return []
+            # the configured thresholds decide what adaptive disclosure calls certain, fitted
+            # guardrail or not: the held-out coordinator saw the same evidence
             evidence = disclose(belief, obs, self.args.disclosure,
                                 count_tokens=lambda t: ctx.count_tokens(coord.id, t),
-                                guardrail=guard, display=_cluster_programs(obs, belief, ctx))
+                                guardrail=self._configured(),
+                                display=_cluster_programs(obs, belief, ctx))
             state.data["t_cross"] = evidence.tokens
             user = coordinator_prompt(problem_statement(ctx.task, sample), evidence.text,
                                       ctx.task.answer_instructions())
@@ -213,10 +275,8 @@ class DarkForest(Method):
         if decision.final is not None:
             if decision.final == coord_answer and decision.source == "coordinator":
                 final = coord
-            elif _behaviour_keyed(ctx):
-                final = _most_reliable(obs, decision.final, ctx) or coord
             else:
-                final = _representative(obs, decision.final) or coord
+                final = _member(obs, decision.final, ctx) or coord
         top = belief.top.answer if belief.top else None
         called = bool(coord_obs)
         return Outcome(
@@ -231,10 +291,13 @@ class DarkForest(Method):
                      "coordinator_agrees": (coord_answer == top)
                      if called and top is not None else None,
                      "top_posterior": belief.top.posterior if belief.top else None,
+                     "top_support": len(belief.top.support) if belief.top else 0,
+                     "top_margin": belief.margin if belief.top else None,
                      "behaviour_s": behaviour_seconds(state)},
             # a coordinator called without a valid answer is graded wrong
             graded={"coordinator_correct": coord if called else None},
-            selected=_representative(obs, top) if top is not None else None,
+            # z*'s program as the guardrail would answer it (the fit's top_correct)
+            selected=_member(obs, top, ctx) if top is not None else None,
         )
 
     def max_calls_per_sample(self, ctx: MethodContext) -> int:
@@ -247,6 +310,28 @@ def _representative(obs: list[Observation], answer: str) -> Observation | None:
     if not members:
         return None
     return max(members, key=lambda o: (o.quality, o.confidence, -obs.index(o)))
+
+
+def _member(obs: list[Observation], answer: str, ctx: MethodContext) -> Observation | None:
+    """The observation a cluster answers with: a behaviour cluster's most reliable member,
+    a text cluster's best parsed one."""
+    if _behaviour_keyed(ctx):
+        return _most_reliable(obs, answer, ctx)
+    return _representative(obs, answer)
+
+
+def fitted_setting(ctx: MethodContext | None) -> GuardrailSetting:
+    """The guardrail setting the calibration's fit chose (``guardrail.fit``); a calibration
+    without a fit is refused with one line (preflight refuses it first on every path)."""
+    from df_ray.core.guardrail_fit import fit_from_dict
+
+    cal = ctx.calibration if ctx is not None else None
+    fit = getattr(cal, "guardrail_fit", None)
+    if not fit:
+        raise MethodArgsError("method 'darkforest': method_args.guardrail.fit is on, but the "
+                              "run's calibration holds no guardrail fit; let the run fit one "
+                              "(calibration.auto_fit) or pass a file fitted with it")
+    return fit_from_dict(fit)[0]
 
 
 def _behaviour_keyed(ctx: MethodContext) -> bool:

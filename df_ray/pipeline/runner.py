@@ -32,6 +32,8 @@ from df_ray.evaluation.context import (
     samples_fingerprint,
 )
 from df_ray.evaluation.driver import record_from_dict
+from df_ray.evaluation.guardrail_calibration import fit_metrics as guardrail_fit_metrics
+from df_ray.evaluation.guardrail_calibration import fit_params as guardrail_fit_params
 from df_ray.evaluation.plan import RunPlan, samples_key
 from df_ray.pipeline.error_text import first_line
 from df_ray.pipeline.graph import MAX_BATCHES_IN_FLIGHT, stage_plan, stream_batches
@@ -412,6 +414,7 @@ class Runner:
                 raise RuntimeError(f"{cfg.name}: {len(samples)} samples in, {f.acc.n} graded")
             metrics["failed_call_rate"] = failed_call_rate(metrics)
             metrics.update(calibration_metrics(calibration))
+            metrics.update(guardrail_fit_metrics(cfg, calibration))
             for a in [*cfg.agent_ids(), *([cfg.coordinator.id] if cfg.coordinator else [])]:
                 # every agent named, NaN for one the method never called: the configurations
                 # of a sweep carry the same metric names
@@ -424,7 +427,9 @@ class Runner:
             run_id = None
             if self.tracker is not None:
                 run_id = self.tracker.log_run(cfg, metrics, path, calibration,
-                                              params=provenance(cfg, samples), failure=failure)
+                                              params={**provenance(cfg, samples),
+                                                      **guardrail_fit_params(cfg, calibration)},
+                                              failure=failure)
             if failure:
                 self.say(f"{cfg.name}: FAILED: {failure}")
             out[i] = RunResult(cfg, metrics, str(path), run_id, failure=failure, errors=errors,

@@ -313,6 +313,7 @@ class Tracker:
                 params["calibration.n_samples"] = str(calibration.n_samples)
                 params["calibration.data_source"] = calibration.data_source or "unknown"
                 params["calibration.data_fingerprint"] = calibration.data_fingerprint or "unknown"
+                params["calibration.keying"] = getattr(calibration, "keying", "text")
             params.update(params_extra)
             items = [Param(k[:250], v[:6000]) for k, v in sorted(params.items())
                      if k[:250] not in logged]  # (a reused run has some: never re-logged)

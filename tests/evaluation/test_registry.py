@@ -176,7 +176,9 @@ def test_darkforest_knobs_live_in_method_args_only():
     b = driver_config(method_args={"disclosure": "moderate", "lazy": True, "gamma": 0.3,
                                    "guardrail": {"k": 2}, "belief_only": False})
     assert a.method_args == b.method_args and a.fingerprint() == b.fingerprint()
-    assert a.method_args["guardrail"] == {"k": 2, "tau_p": 0.66, "tau_m": 0.3, "enabled": True}
+    assert a.method_args["guardrail"] == {"k": 2, "tau_p": 0.66, "tau_m": 0.3, "enabled": True,
+                                          "fit": False, "max_wrong_override": 0.05,
+                                          "delta": 0.1, "testing": "fixed_sequence"}
     assert not {"disclosure", "lazy_coordinator", "ablation", "gamma", "guardrail",
                 "belief_only"} & set(type(a).model_fields)
 
