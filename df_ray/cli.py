@@ -327,6 +327,19 @@ def check_data(configs, load: bool) -> list[str]:
     return problems
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    """``df-ray list [NAME]`` (df_ray.catalog): generated from the registries and models."""
+    from df_ray import catalog
+
+    try:
+        lines = catalog.describe(args.name) if args.name else catalog.listing()
+    except KeyError as e:
+        print(f"df-ray: {e.args[0]}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     sweep = load_with_overrides(args.config, args.set or [], None)
     sweep = with_sources(sweep, parse_sources(args.source))
@@ -381,6 +394,10 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--data", action="store_true",
                    help="also load every test split (hub or local), not only check paths")
     v.set_defaults(fn=cmd_validate)
+    ls = sub.add_parser("list", help="the methods, benchmarks, engine kinds and answer kinds; "
+                                     "with NAME, its arguments")
+    ls.add_argument("name", nargs="?", help="a method, benchmark, engine kind or answer kind")
+    ls.set_defaults(fn=cmd_list)
     from df_ray.serving.cli import add_serve_parser
 
     add_serve_parser(sub)

@@ -81,33 +81,58 @@ class _Strict(BaseModel):
 class AgentConfig(_Strict):
     """One agent: a backbone plus how it is prompted and sampled."""
 
-    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
-    backbone: str
-    temperature: float = Field(0.7, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(512, ge=1, le=32768)
-    #: Generate exactly max_tokens tokens, past the end of sequence (throughput
-    #: measurements: vllm and simulated backbones; other engines refuse such calls).
-    ignore_eos: bool = False
-    seed: int = 0
-    system_prompt: str | None = None
-    #: What the agent's backbone is good at (a model card): GoA's node sampling shows it to
-    #: its meta-LLM. Filled from the pool for pool backbones; not part of the agent's identity.
-    description: str | None = None
+    id: str = Field(
+        min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="the agent's id: letters, digits and _ . : - (it names its calibration entry "
+                    "and its metrics)")
+    backbone: str = Field(
+        description="the backbone that answers for it: a name in backbones, or a pool backbone "
+                    "(df_ray.experiments.pool)")
+    temperature: float = Field(0.7, ge=0.0, le=2.0, description="sampling temperature")
+    top_p: float = Field(
+        1.0, gt=0.0, le=1.0,
+        description="nucleus sampling: the probability mass sampled from")
+    max_tokens: int = Field(
+        512, ge=1, le=32768,
+        description="the agent's completion budget per call (the configuration's max_tokens when "
+                    "it sets none of its own)")
+    ignore_eos: bool = Field(
+        False,
+        description="generate exactly max_tokens tokens, past the end of sequence (throughput "
+                    "measurements: vllm and simulated backbones; other engines refuse such "
+                    "calls)")
+    seed: int = Field(
+        0,
+        description="the agent's own seed, mixed with the run seed into every request's seed")
+    system_prompt: str | None = Field(
+        None,
+        description="a system message before every prompt of the agent (None: none)")
+    description: str | None = Field(
+        None,
+        description="what the agent's backbone is good at (a model card): GoA's node sampling "
+                    "shows it to its meta-LLM; filled from the pool for pool backbones; not part "
+                    "of the agent's identity")
 
 
 class CalibrationSettings(_Strict):
     """Where frozen calibration files live, whether the job may fit a missing one, and how
     many held-out samples a fit needs."""
 
-    path: str | None = None  # an explicit file; else looked up in `dir` by benchmark + agents
-    dir: str = "calibration"
-    auto_fit: bool = True
-    limit: int | None = Field(100, ge=1)  # held-out samples used when fitting
-    #: The fewest graded held-out samples a calibration may be fitted on (DESIGN: 50-150).
-    #: A run that would fit on fewer stops before its test split; a file fitted on fewer is
-    #: refused at load. Lower it only for smoke tests, never for published numbers.
-    min_samples: int = Field(50, ge=1)
+    path: str | None = Field(
+        None,
+        description="an explicit calibration file; None: looked up in dir by benchmark and "
+                    "agents")
+    dir: str = Field("calibration", description="the folder of frozen calibration files")
+    auto_fit: bool = Field(
+        True,
+        description="fit a missing calibration on the held-out split before the run (off: a "
+                    "missing file stops the run before engines start)")
+    limit: int | None = Field(100, ge=1, description="the most held-out samples a fit uses")
+    min_samples: int = Field(
+        50, ge=1,
+        description="the fewest graded held-out samples a calibration may be fitted on (DESIGN: "
+                    "50-150); a run that would fit on fewer stops before its test split, a file "
+                    "fitted on fewer is refused at load; lower it only for smoke tests")
 
 
 def default_tracking_uri() -> str:
@@ -117,11 +142,15 @@ def default_tracking_uri() -> str:
 class TrackingSettings(_Strict):
     """Where runs are logged: MLFLOW_TRACKING_URI when set, else a local sqlite store."""
 
-    uri: str = Field(default_factory=default_tracking_uri)
-    experiment: str = "df_ray"
-    #: Log to ``<user>/<experiment>``. None: yes inside a Ray job or with a tracking server
-    #: (a shared store), no with a local store (df_ray.storage).
-    per_user: bool | None = None
+    uri: str = Field(
+        default_factory=default_tracking_uri,
+        description="the MLflow tracking URI (default: MLFLOW_TRACKING_URI, else "
+                    "sqlite:///mlflow.db)")
+    experiment: str = Field("df_ray", description="the MLflow experiment")
+    per_user: bool | None = Field(
+        None,
+        description="log to <user>/<experiment>; None: yes inside a Ray job or with a tracking "
+                    "server (a shared store), no with a local store")
 
 
 class SandboxSettings(_Strict):
@@ -129,7 +158,11 @@ class SandboxSettings(_Strict):
     kernel layer (bubblewrap); ``best_effort`` must be chosen explicitly and is recorded in
     the run's MLflow tags (``df_ray.sandbox.isolation``)."""
 
-    isolation: Literal["strict", "best_effort"] = "strict"
+    isolation: Literal["strict", "best_effort"] = Field(
+        "strict",
+        description="how generated code is confined: strict refuses to run without every kernel "
+                    "layer (bubblewrap); best_effort must be chosen explicitly and is recorded "
+                    "in the run's tags")
 
 
 class RunConfig(_Strict):
@@ -143,64 +176,109 @@ class RunConfig(_Strict):
     (a partial ``coordinator`` mapping, e.g. only ``backbone``, overrides the composition's).
     """
 
-    name: str = "run"
-    benchmark: str
+    name: str = Field(
+        "run",
+        description="the configuration's name: its results folder and MLflow run name")
+    benchmark: str = Field(description="the benchmark (df-ray list shows them)")
 
     @field_validator("name")
     @classmethod
     def _check_name(cls, v: str) -> str:
         return check_name(v, "name")
-    split: Literal["test", "calibration"] = "test"
-    source: str | None = None
-    #: Where the calibration split's held-out samples come from when the test split comes
-    #: from a local file (``source``): a local file or folder in one of the benchmark's
-    #: schemas. Every test sample is removed from it. None: the hub's calibration split.
-    calibration_source: str | None = None
-    #: A revision (commit, tag or branch) of the benchmark's hub data set, to pin it.
-    data_revision: str | None = None
-    composition: str | None = None
-    limit: int | None = Field(None, ge=1)
-    seed: int = 0
-    #: The benchmark's completion budget: every agent's and the coordinator's max_tokens,
-    #: where the agent does not give its own (a composition's agents take it). Sweep files
-    #: set it per benchmark with the reason beside it. None: each agent's own (default 512).
-    max_tokens: int | None = Field(None, ge=1, le=32768)
-    method: str = "darkforest"
-    #: The method's settings, checked against its ``Args`` (``df_ray.methods``).
-    method_args: dict[str, Any] = Field(default_factory=dict, validate_default=True)
-    #: Each backbone's spec is its kind's class (``df_ray.engines.spec``), dumped with its
-    #: own fields.
-    backbones: dict[str, SerializeAsAny[EngineSpec]] = Field(default_factory=dict)
-    agents: list[AgentConfig] = Field(min_length=1)
-    coordinator: AgentConfig | None = None
-    calibration: CalibrationSettings = CalibrationSettings()
-    cache_root: str = Field(default_factory=default_cache_root)
-    #: At the end of a run, a cache root holding more than this many parts is compacted
-    #: into one (as ``df-ray cache compact`` does, safe beside running writers); 0: never.
-    cache_compact_parts: int = Field(100, ge=0, le=1_000_000)
-    tracking: TrackingSettings = TrackingSettings()
-    #: Samples per pipeline batch (one stage call).
-    batch_size: int = Field(8, ge=1, le=100_000)
-    #: Stage actors. Each works on several batches at once as threads, as many as keep every
-    #: engine replica full (`df_ray.pipeline.runner.stage_plan`); more actors add cores for
-    #: the CPU work (parsing, grading), not requests in flight. One by default: it starts one
-    #: Ray worker process instead of several and kept simulated engines busier than two did
-    #: (jobs/perf/pipeline_efficiency.py); raise it when grading needs more than one core.
-    concurrency: int = Field(1, ge=1, le=1024)
-    results_dir: str = "results"
-    max_request_retries: int = Field(2, ge=0, le=100)
-    #: The Ray cluster adds nodes on demand (an autoscaler): backbones whose GPUs or CPUs no
-    #: node offers yet are started anyway and waited for. Off, such a sweep stops before any
-    #: engine starts, naming the backbone, what it asks for and what the cluster has.
-    autoscaling: bool = False
-    sandbox: SandboxSettings = SandboxSettings()
-    #: Options of the benchmark's constructor (HumanEval: ``candidates: behaviour`` keys
-    #: programs by their outputs on the prompt's examples; default ``text``).
-    benchmark_args: dict[str, Any] = Field(default_factory=dict)
-    #: The share of failed LLM calls above which the configuration is FAILED (its MLflow run
-    #: ends FAILED with the reason, a rerun runs it again, the command exits non-zero). At or
-    #: below it the configuration finishes and its failed calls are counted and shown.
-    max_error_rate: float = Field(0.1, ge=0.0, le=1.0)
+    split: Literal["test", "calibration"] = Field("test", description="the split evaluated")
+    source: str | None = Field(
+        None,
+        description="a local data file or folder (None: the benchmark's default source)")
+    calibration_source: str | None = Field(
+        None,
+        description="where the calibration split's held-out samples come from when the test "
+                    "split is a local file: a local file or folder in one of the benchmark's "
+                    "schemas, every test sample removed from it; None: the hub's calibration "
+                    "split")
+    data_revision: str | None = Field(
+        None,
+        description="a revision (commit, tag or branch) of the benchmark's hub data set, to pin "
+                    "it")
+    composition: str | None = Field(
+        None,
+        description="a per-benchmark agent set (df_ray.experiments.compositions) that fills "
+                    "agents and coordinator where the configuration does not give them")
+    limit: int | None = Field(
+        None, ge=1,
+        description="the first N samples of the split (None: all)")
+    seed: int = Field(
+        0,
+        description="the run seed: it enters every request's seed, never which samples are in a "
+                    "split")
+    max_tokens: int | None = Field(
+        None, ge=1, le=32768,
+        description="the benchmark's completion budget: every agent's and the coordinator's "
+                    "max_tokens where the agent does not give its own; None: each agent's own "
+                    "(default 512)")
+    method: str = Field(
+        "darkforest",
+        description="the coordination method (df-ray list shows them)")
+    method_args: dict[str, Any] = Field(
+        default_factory=dict, validate_default=True,
+        description="the method's settings, checked against its Args (df-ray list METHOD shows "
+                    "them)")
+    backbones: dict[str, SerializeAsAny[EngineSpec]] = Field(
+        default_factory=dict,
+        description="backbone name -> engine spec of its kind (df-ray list KIND shows a kind's "
+                    "fields), or a pool name")
+    agents: list[AgentConfig] = Field(
+        min_length=1,
+        description="the agents, each bound to a backbone")
+    coordinator: AgentConfig | None = Field(
+        None,
+        description="the coordinator agent (DarkForest's, GoA's meta-LLM, MoA's aggregator); "
+                    "None: the method needs none")
+    calibration: CalibrationSettings = Field(
+        CalibrationSettings(),
+        description="where frozen calibration files live, whether a missing one may be fitted, "
+                    "how many held-out samples a fit needs")
+    cache_root: str = Field(
+        default_factory=default_cache_root,
+        description="the generation cache's folder (default: under DF_RAY_HOME)")
+    cache_compact_parts: int = Field(
+        100, ge=0, le=1_000_000,
+        description="at a run's end, a cache root holding more than this many parts is compacted "
+                    "into one (as df-ray cache compact does); 0: never")
+    tracking: TrackingSettings = Field(
+        TrackingSettings(),
+        description="where runs are logged (MLflow)")
+    batch_size: int = Field(
+        8, ge=1, le=100_000,
+        description="samples per pipeline batch (one stage call)")
+    concurrency: int = Field(
+        1, ge=1, le=1024,
+        description="stage actors; each works on as many batches at once as keep every engine "
+                    "replica full, so more actors add cores for parsing and grading, not "
+                    "requests in flight")
+    results_dir: str = Field(
+        "results",
+        description="the folder of results (samples.parquet per configuration)")
+    max_request_retries: int = Field(
+        2, ge=0, le=100,
+        description="how many times a failed request is tried again on a replica before it is a "
+                    "failed call")
+    autoscaling: bool = Field(
+        False,
+        description="the Ray cluster adds nodes on demand: backbones no node can hold yet are "
+                    "started anyway and waited for; off: such a sweep stops before any engine "
+                    "starts")
+    sandbox: SandboxSettings = Field(
+        SandboxSettings(),
+        description="how generated code is confined (HumanEval)")
+    benchmark_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="options of the benchmark's constructor (HumanEval: candidates: behaviour "
+                    "keys programs by their outputs on the prompt's examples; default text)")
+    max_error_rate: float = Field(
+        0.1, ge=0.0, le=1.0,
+        description="the share of failed LLM calls (sample errors counted) above which the "
+                    "configuration is FAILED: its MLflow run ends FAILED, a rerun runs it again, "
+                    "the command exits non-zero")
     #: The method and the task, built once per configuration in a process (validation,
     #: preflight, the stage graph and the stage share them), keyed by what builds them.
     _built: dict[str, tuple[Any, Any]] = PrivateAttr(default_factory=dict)
@@ -424,26 +502,35 @@ class SweepConfig(_Strict):
     product of its lists on top of every run.
     """
 
-    name: str = "sweep"
-    base: dict[str, Any]
+    name: str = Field(
+        "sweep",
+        description="the sweep's name: its MLflow parent run and results folder")
+    base: dict[str, Any] = Field(description="a RunConfig mapping every configuration starts from")
 
     @field_validator("name")
     @classmethod
     def _check_name(cls, v: str) -> str:
         return check_name(v, "sweep name")
-    runs: list[dict[str, Any]] = Field(default_factory=lambda: [{}])
-    grid: dict[str, list[Any]] = Field(default_factory=dict)
-    #: Run seeds: every configuration once per seed (named ``... seed=<s>``). The seed
-    #: enters every request's seed, never the test split; reports give the mean and the
-    #: standard error over seeds. None: each configuration's own ``seed``.
-    seeds: list[int] | None = Field(None, min_length=1)
-    #: Per benchmark, the completion budget (``RunConfig.max_tokens``) of every
-    #: configuration on it that does not set its own; the sweep file says why beside it.
-    max_tokens: dict[str, int] = Field(default_factory=dict)
-    #: Run consecutive configurations over the same samples and cache root through one
-    #: pipeline (one start, each shared call made once); off: one pipeline per configuration,
-    #: each configuration finished and logged before the next starts.
-    fuse: bool = True
+    runs: list[dict[str, Any]] = Field(
+        default_factory=lambda: [{}],
+        description="overrides (dotted keys allowed, e.g. method_args.guardrail.tau_p), each "
+                    "naming one configuration")
+    grid: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="lists whose cartesian product expands on top of every run")
+    seeds: list[int] | None = Field(
+        None, min_length=1,
+        description="run seeds: every configuration once per seed (named '... seed=<s>'); None: "
+                    "each configuration's own seed")
+    max_tokens: dict[str, int] = Field(
+        default_factory=dict,
+        description="per benchmark, the completion budget of every configuration on it that does "
+                    "not set its own")
+    fuse: bool = Field(
+        True,
+        description="run consecutive configurations over the same samples and cache root through "
+                    "one pipeline (one start, each shared call made once); off: one pipeline per "
+                    "configuration")
     _configs: list[RunConfig] | None = PrivateAttr(default=None)
 
     def expand(self) -> list[RunConfig]:
