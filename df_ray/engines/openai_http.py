@@ -42,6 +42,7 @@ import httpx
 from pydantic import field_validator, model_validator
 
 from df_ray.engines.base import (
+    CONTEXT_LENGTH_ERROR,
     ChatRequest,
     Completion,
     checked_tokens,
@@ -49,8 +50,6 @@ from df_ray.engines.base import (
     unsupported_sampling,
 )
 from df_ray.engines.spec import EngineSpec
-
-CONTEXT_LENGTH_ERROR = "context_length_exceeded"
 
 _CTX_WORDS = ("context length", "context_length", "maximum context", "too long", "max_model_len")
 _PROMPT_TOKENS_RE = re.compile(r"(\d+) (?:tokens )?in the messages|prompt \(?(?:length )?(\d+)")

@@ -39,12 +39,15 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from df_ray.engines.base import ChatRequest, Completion, unsupported_sampling
+from df_ray.engines.base import (
+    CONTEXT_LENGTH_ERROR,
+    ChatRequest,
+    Completion,
+    unsupported_sampling,
+)
 from df_ray.engines.spec import EngineSpec
 
 Responder = Callable[[ChatRequest], str]
-
-CONTEXT_LENGTH_ERROR = "context_length_exceeded"
 
 
 class InjectedFault(RuntimeError):

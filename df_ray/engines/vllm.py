@@ -46,12 +46,11 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from df_ray.engines.base import ChatRequest, Completion, timed_out
+from df_ray.engines.base import CONTEXT_LENGTH_ERROR, ChatRequest, Completion, timed_out
 from df_ray.engines.batching import generate_by_submit
 from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion_prompt
 from df_ray.engines.spec import EngineSpec
 
-CONTEXT_LENGTH_ERROR = "context_length_exceeded"
 #: Rendered prompts whose token ids an engine keeps (least recently used dropped first).
 PROMPT_IDS_CACHED = 4096
 
