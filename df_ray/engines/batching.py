@@ -154,7 +154,8 @@ class Replica:
         self._inflight: dict[str, Future] = {}
         self._recent: OrderedDict[str, Completion] = OrderedDict()
         self._recent_cap = max(0, int(recent))
-        self.served = 0  # requests answered to callers
+        self.served = 0  # callers' requests finished (answered or failed), counted as they end
+        self._waiting: dict[str, int] = {}  # callers of each request in flight
         self.generated = 0  # requests the engine answered
         self.coalesced = 0  # answered from an identical request in flight or recent
         self.failed = 0  # requests the engine raised on, or answered with an error
@@ -179,15 +180,17 @@ class Replica:
                     f: Future = Future()
                     f.set_result(hit)
                     self.coalesced += 1
+                    self.served += 1
                 elif k in self._inflight:
                     f = self._inflight[k]
                     self.coalesced += 1
+                    self._waiting[k] += 1
                 else:
                     f = Future()
                     self._inflight[k] = f
+                    self._waiting[k] = 1
                     new.append((k, r, f))
                 futs.append(f)
-            self.served += len(requests)
             self._account(len(new))
             if new and self.first_at is None:
                 self.first_at = time.time()
@@ -211,6 +214,7 @@ class Replica:
                                    f"completion ({e})")
         with self._lock:
             self._inflight.pop(key, None)
+            self.served += self._waiting.pop(key, 0)  # before any caller sees the answer
             self._account(-1)
             self.last_at = time.time()
             if result is not None:

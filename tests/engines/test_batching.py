@@ -150,3 +150,29 @@ def test_offline_time_is_continuous_batching_over_the_lengths():
 def test_simulated_engine_rejects_unknown_arguments():
     with pytest.raises(ValueError, match="unknown engine_args"):
         sim(capcity=4)
+
+
+class GatedEngine(ScriptedEngine):
+    """Answers only once ``gate`` is set (says when a batch has started)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.busy, self.gate = threading.Event(), threading.Event()
+
+    def generate(self, requests):
+        self.busy.set()
+        assert self.gate.wait(30)
+        return super().generate(requests)
+
+
+def test_served_counts_the_calls_that_finished_not_those_submitted():
+    engine = GatedEngine("m", "echo")
+    b = Replica(engine, max_batch_size=8)
+    futs = b.submit([req("a"), req("b"), req("a")])  # "a" twice: one generation, two callers
+    assert engine.busy.wait(30)
+    assert b.stats()["served"] == 0  # in flight: nothing served yet
+    engine.gate.set()
+    assert [f.result(timeout=30).text for f in futs] == ["a", "b", "a"]
+    assert b.stats()["served"] == 3 and b.coalesced == 1
+    b.submit([req("a")])[0].result(timeout=30)  # a recent answer: served at once
+    assert b.stats()["served"] == 4
