@@ -139,6 +139,8 @@ def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
                 "override_rate": 100 * _own_metric(row, "override_rate"),
                 "correct_override_rate": 100 * _own_metric(row, "correct_override_rate"),
                 "wrong_override_rate": 100 * _own_metric(row, "wrong_override_rate"),
+                # a fitted guardrail's certified bound on it (Learn-then-Test, held-out)
+                "wrong_override_bound": 100 * _metric(row, "guardrail_bound"),
                 "truncation_rate": 100 * _metric(row, "truncation_rate"),
                 "calibration_tokens": _metric(row, "calibration_tokens"),
                 "calibration_tokens_per_sample": _metric(row, "calibration_tokens_per_sample"),
@@ -250,8 +252,11 @@ def to_markdown(table: pd.DataFrame) -> str:
             vals += [_f(r["tokens_per_sample"], "{:,.0f}"), _f(r["paper_tokens"], "{:,.0f}"),
                      _f(r["calls_per_sample"]), _f(r.get("truncation_rate"), "{:.1f}")]
             if overrides:
+                bound = r.get("wrong_override_bound")
+                certified = ("" if bound is None or _isnan(bound)
+                             else f", certified <= {bound:.1f}")
                 vals += [f"{_f(r['override_rate'], '{:.1f}')} ({_f(r['correct_override_rate'], '{:.1f}')}"
-                         f" / {_f(r['wrong_override_rate'], '{:.1f}')})"]
+                         f" / {_f(r['wrong_override_rate'], '{:.1f}')}{certified})"]
             vals += [_p(r)]
             lines.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
         cal = group[["calibration_tokens", "calibration_tokens_per_sample"]].dropna() \
