@@ -78,7 +78,8 @@ def test_ray_cluster_yaml_content(launcher_config):
     assert re.search(r"pip install .*df_ray\[[^\]]*vllm[^\]]*\]", setup), setup
     head = "\n".join(c["head_start_ray_commands"])
     assert "ray start --head" in head and re.search(r"--num-gpus=\d", head)
-    assert "--dashboard-host=0.0.0.0" in head  # the job API must be reachable
+    # the job API has no authentication: loopback only, reached through `ray dashboard`
+    assert "--dashboard-host=127.0.0.1" in head and "0.0.0.0" not in head
     workers = "\n".join(c["worker_start_ray_commands"])
     assert "--address=$RAY_HEAD_IP:6379" in workers and "--num-gpus" in workers
     # The repository goes to the nodes without virtual envs or results.
