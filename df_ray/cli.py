@@ -422,8 +422,18 @@ def main(argv: list[str] | None = None) -> int:
     cc.add_argument("--config", help="take cache_root from this config")
     cc.set_defaults(fn=cmd_cache_compact)
     args = p.parse_args(argv)
+    return guarded(lambda: args.fn(args), ray_was_up=ray_was_up, exit_hard=exit_hard,
+                   args=args)
+
+
+def guarded(fn, *, ray_was_up: bool, exit_hard: bool, args: argparse.Namespace | None = None
+            ) -> int:
+    """``fn()``'s exit status, every fault of the fault table (docs/faults.md) turned into
+    its one ``df-ray: ...`` line and exit status; SIGINT and SIGTERM stop it cleanly (130,
+    143: df_ray.pipeline.signals). The commands (``df-ray``, ``jobs/sweep.py``) run in it."""
     from df_ray.core.calibration import CalibrationMismatchError, CalibrationTooSmallError
     from df_ray.evaluation.context import CalibrationDataError
+    from df_ray.pipeline import signals
     from df_ray.pipeline.engine_health import EngineFailure
     from df_ray.pipeline.results import CorruptResultsError
     from df_ray.pipeline.runner import RayStartError
@@ -431,8 +441,29 @@ def main(argv: list[str] | None = None) -> int:
     from df_ray.tasks.gpqa import GatedDatasetError
     from df_ray.tracking import TrackingStoreError
 
+    if exit_hard:
+        signals.install()
     try:
-        return args.fn(args)
+        return fn()
+    except signals.Interrupted as e:
+        import logging
+
+        # what Ray's threads say while the interrupted pipeline is torn down is noise
+        logging.getLogger("ray").setLevel(logging.CRITICAL)
+        message = (f"df-ray: interrupted by {e.name}, the run stopped: answers received so "
+                   "far are in the generation cache and the MLflow runs are marked KILLED; "
+                   "rerun the same command to resume")
+        if exit_hard:
+            # Nothing is left to write. The embedded Ray shares this process's fate (its
+            # processes end with it, its workers with their raylet); a ray.shutdown() here
+            # would race the pipeline's executor thread, which then starts a Ray again.
+            print(message, file=sys.stderr)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(e.exit_status)
+        stop_ray(ray_was_up)
+        print(message, file=sys.stderr)
+        return e.exit_status
     except ConfigError as e:
         print(f"df-ray: configuration error: {e}", file=sys.stderr)
         return 2

@@ -7,6 +7,9 @@ Locally the same command without `ray job submit --` starts an embedded Ray.
 Engines are started once for the whole sweep and shared by all its configurations; with
 ``--served`` the job starts none and calls the lab's shared engine service instead
 (``df-ray serve``, cluster/README.md).
+
+Every fault ends as ``df-ray run`` ends: one ``df-ray: ...`` line and the fault table's exit
+status (docs/faults.md), 130 / 143 on SIGINT / SIGTERM (``ray job stop``).
 """
 
 from __future__ import annotations
@@ -18,8 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the working dir, under Ray
 
-from df_ray.cli import engine_failure_text, load_with_overrides, parse_seeds, print_results
-from df_ray.config import ConfigError
+from df_ray.cli import guarded, load_with_overrides, parse_seeds, print_results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,32 +43,17 @@ def main(argv: list[str] | None = None) -> int:
         import os
 
         os.environ["DF_RAY_USER"] = args.user
-    try:
-        sweep = load_with_overrides(args.config, args.set, args.limit, served=args.served,
-                                    seeds=parse_seeds(args.seeds))
-    except ConfigError as e:
-        print(f"configuration error: {e}", file=sys.stderr)
-        return 2
-    from df_ray.core.calibration import CalibrationTooSmallError
-    from df_ray.evaluation.context import CalibrationDataError
-    from df_ray.pipeline.engine_health import EngineFailure
-    from df_ray.pipeline.runner import run_sweep
-    from df_ray.tasks.base import DataUnavailable
+    loaded = sys.modules.get("ray")
+    ray_was_up = bool(loaded is not None and loaded.is_initialized())
+    return guarded(lambda: _run(args), ray_was_up=ray_was_up, exit_hard=argv is None)
 
-    try:
-        results = run_sweep(sweep)
-    except ConfigError as e:
-        print(f"configuration error: {e}", file=sys.stderr)
-        return 2
-    except (CalibrationTooSmallError, CalibrationDataError) as e:
-        print(f"calibration error: {e}", file=sys.stderr)
-        return 2
-    except DataUnavailable as e:
-        print(f"data error: {e}", file=sys.stderr)
-        return 2
-    except EngineFailure as e:
-        print(engine_failure_text(e), file=sys.stderr)
-        return 1
+
+def _run(args: argparse.Namespace) -> int:
+    from df_ray.pipeline.runner import run_sweep
+
+    sweep = load_with_overrides(args.config, args.set, args.limit, served=args.served,
+                                seeds=parse_seeds(args.seeds))
+    results = run_sweep(sweep)
     status = print_results(results)
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(

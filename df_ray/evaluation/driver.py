@@ -17,6 +17,7 @@ in a plain Python process (``df_ray.evaluate``): the engine client is anything w
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from df_ray.evaluation.scoring import (
     finish_and_score,
 )
 from df_ray.methods.base import Call, CallRecord, Method, MethodContext, Outcome, SampleState
+from df_ray.pipeline import signals
 from df_ray.tasks.base import Sample
 
 log = logging.getLogger(__name__)
@@ -63,17 +65,22 @@ class _AnswerSink:
         self.cache, self.requests = cache, requests
         self.pending: list[tuple[ChatRequest, Completion]] = []
         self.last = time.monotonic()
+        self._lock = threading.Lock()
+        # an interrupted run (SIGINT, SIGTERM) writes what it holds, from another thread
+        signals.on_interrupt(self, self.flush)
 
     def add(self, i: int, completion: Completion) -> None:
-        self.pending.append((self.requests[i], completion))
+        with self._lock:
+            self.pending.append((self.requests[i], completion))
         if time.monotonic() - self.last >= self.FLUSH_S:
             self.flush()
 
     def flush(self) -> None:
-        if self.pending:
-            self.cache.put_many(self.pending)
-            self.pending = []
-        self.last = time.monotonic()
+        with self._lock:
+            pending, self.pending = self.pending, []
+            if pending:
+                self.cache.put_many(pending)
+            self.last = time.monotonic()
 
 
 @dataclass

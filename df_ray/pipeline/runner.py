@@ -127,6 +127,9 @@ def init_ray(address: str | None = None) -> None:
         # this machine with `ray start` (which a bare ray.init() would join silently).
         _ray_init(ray, "local", num_cpus=max(8, os.cpu_count() or 1), include_dashboard=False,
                   runtime_env=runtime_env, log_to_driver=True)
+    from df_ray.pipeline import signals
+
+    signals.rearm()  # ray.init set its own SIGTERM handler (sys.exit)
     from ray.data import DataContext
 
     ctx = DataContext.get_current()
@@ -295,7 +298,9 @@ class Runner:
             tokens += int(row.get("tokens") or 0)
             calls += int(row.get("n_calls") or 0)
         return fit_and_save(cfg, records, say=self.say, held_out=held_out,
-                            tokens=tokens, calls=calls)
+                            tokens=tokens, calls=calls,
+                            run_held_out=lambda c, cal, s: self._stream(
+                                [RunPlan.of(c).with_calibration(cal)], s))
 
     # ------------------------------------------------------------------ running
     def _stream(self, members: Sequence[RunPlan],

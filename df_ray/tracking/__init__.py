@@ -217,6 +217,10 @@ class Tracker:
         try:
             yield run
             status = "FAILED" if self._sweep_failure else "FINISHED"
+        except KeyboardInterrupt as e:  # SIGINT / SIGTERM (df_ray.pipeline.signals)
+            status = "KILLED"
+            self._sweep_failure = self._sweep_failure or f"interrupted by {e or 'SIGINT'}"
+            raise
         except BaseException as e:
             self._sweep_failure = self._sweep_failure or f"{type(e).__name__}: {e}"
             raise
@@ -332,9 +336,9 @@ class Tracker:
                 tags.append(RunTag(FAILURE_TAG, failure[:5000]))
             self.client.log_batch(rid, metrics=ms, tags=tags)
             self.client.log_artifact(rid, str(samples_path))
-        except Exception:
+        except BaseException as e:
             try:
-                if reused:  # left for the next rerun, as it was
+                if reused or isinstance(e, KeyboardInterrupt):  # for the next rerun
                     self.client.set_tag(rid, FAILURE_TAG, "interrupted: logging it failed; "
                                         "closed by a rerun of its sweep")
                     self.client.set_terminated(rid, status="KILLED")
