@@ -139,12 +139,17 @@ def load_with_overrides(path: str | None, overrides: list[str], limit: int | Non
 def format_results(results) -> str:
     """The results table: one row per configuration, with its calls that succeeded and
     failed, the samples that had a failed call, the tokens spent and the share of answers
-    cut off at max_tokens."""
+    cut off at max_tokens; then the metrics the results' methods show of their own
+    (``Method.summary_metrics``, "-" for a method without one), none when no method has any."""
+    from df_ray.methods import method_class
     from df_ray.pipeline.outcome import call_counts
 
+    own: dict[str, None] = {}
+    for r in results:
+        own.update(dict.fromkeys(_summary_metrics(method_class, r.config.method)))
     cols = ["configuration", "method", "n", "accuracy", "calls ok", "calls failed",
             "samples w/ errors", "tokens", "tokens/sample", "calls/sample", "fresh calls",
-            "truncated", "trusted", "overrides", "wall s"]
+            "truncated", *(k.removesuffix("_rate") for k in own), "wall s"]
     rows = []
     for r in results:
         m = r.metrics
@@ -161,12 +166,20 @@ def format_results(results) -> str:
             f"{m.get('tokens_per_sample', 0) * n:,.0f}",
             f"{m.get('tokens_per_sample', 0):.0f}", f"{m.get('llm_calls_per_sample', 0):.2f}",
             f"{m.get('fresh_calls', 0):.0f}", f"{100 * m.get('truncation_rate', 0):.0f}%",
-            _percent(m.get("trusted_rate")), _percent(m.get("override_rate")),
+            *(_percent(m.get(k)) if k in _summary_metrics(method_class, r.config.method)
+              else "-" for k in own),
             f"{m.get('wall_time_s', 0):.1f}",
         ])
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True))  # noqa: E731
     return "\n".join([line(cols), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _summary_metrics(method_class, name: str) -> tuple[str, ...]:
+    try:
+        return tuple(method_class(name).summary_metrics)
+    except KeyError:  # a method no longer registered (an old run's)
+        return ()
 
 
 def _percent(v: float | None) -> str:

@@ -296,6 +296,9 @@ class Method(ABC):
     #: The method's own metrics over its rows (name -> RowMean), logged beside the generic
     #: ones (df_ray.methods.result_columns).
     metrics: ClassVar[dict[str, RowMean]] = {}
+    #: Of ``metrics``, those the command's results table shows (as shares), one column each
+    #: named by the metric without ``_rate``; a method that declares none adds no column.
+    summary_metrics: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def explain(cls, row: Mapping[str, Any], detail: Mapping[str, Any]) -> list[str]:

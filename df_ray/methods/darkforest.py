@@ -192,6 +192,7 @@ class DarkForest(Method):
         "coordinator_agreement": RowMean("coordinator_agrees", among="coordinator_agrees"),
         "behaviour_s_per_sample": RowMean("behaviour_s"),
     }
+    summary_metrics: ClassVar[tuple[str, ...]] = ("trusted_rate", "override_rate")
 
     @classmethod
     def explain(cls, row: Mapping[str, Any], detail: Mapping[str, Any]) -> list[str]:
