@@ -308,6 +308,20 @@ def run_method(name: str, script: Script | Callable[[ChatRequest], str] | str,
     return run
 
 
+def count_constructions(monkeypatch, **classes: type) -> dict[str, int]:
+    """Counts of each class's constructions (``name=Class``), live, from now on."""
+    built = dict.fromkeys(classes, 0)
+    for name, cls in classes.items():
+        init = cls.__init__
+
+        def counted(self, *a, _name=name, _init=init, **k):
+            built[_name] += 1
+            _init(self, *a, **k)
+
+        monkeypatch.setattr(cls, "__init__", counted)
+    return built
+
+
 def run_pipeline(cfg: RunConfig, samples: Sequence[Sample], *, track: bool = True):
     """``cfg`` on ``samples`` through the Ray pipeline (the session's local Ray: use the
     ``ray_local`` fixture), its engines started for this run and stopped after it."""

@@ -223,21 +223,9 @@ def test_the_method_and_the_task_are_built_once_per_configuration(monkeypatch):
     from df_ray.engines.scripted import ScriptedEngine
     from df_ray.methods.darkforest import DarkForest
     from df_ray.tasks.mmlu_pro import MMLUProTask
-    from tests.helpers import Script, answer
+    from tests.helpers import Script, answer, count_constructions
 
-    built = {"method": 0, "task": 0}
-    method_init, task_init = DarkForest.__init__, MMLUProTask.__init__
-
-    def count_method(self, *a, **k):
-        built["method"] += 1
-        method_init(self, *a, **k)
-
-    def count_task(self, *a, **k):
-        built["task"] += 1
-        task_init(self, *a, **k)
-
-    monkeypatch.setattr(DarkForest, "__init__", count_method)
-    monkeypatch.setattr(MMLUProTask, "__init__", count_task)
+    built = count_constructions(monkeypatch, method=DarkForest, task=MMLUProTask)
     cfg = driver_config()
     script = Script(default=answer("B"))
     engines = {f"b{a}": ScriptedEngine(m, script) for a, m in

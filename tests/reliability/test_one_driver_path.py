@@ -18,7 +18,13 @@ from df_ray.evaluation.context import build_context
 from df_ray.evaluation.scoring import SAMPLE_ERROR_ROLE, error_row, score_outcome
 from df_ray.methods.base import CallRecord, Outcome, SampleState
 from df_ray.pipeline.cache import GenerationCache
-from tests.helpers import base_config, driver_config, make_sample, write_mmlu_goa
+from tests.helpers import (
+    base_config,
+    count_constructions,
+    driver_config,
+    make_sample,
+    write_mmlu_goa,
+)
 from tests.methods.responders import respond
 from tests.reliability.faulty import FINISH_FAILS_ON, PLAN_FAILS_ON, CountingFails, Faulty
 
@@ -184,24 +190,14 @@ def test_a_plan_is_resolved_once_and_crosses_to_the_stage_whole(tmp_path, monkey
     from df_ray.pipeline.runner import preflight
     from df_ray.tasks.mmlu_pro import MMLUProTask
 
-    built = {"method": 0, "task": 0, "validated_json": 0}
-    method_init, task_init = DarkForest.__init__, MMLUProTask.__init__
+    built = count_constructions(monkeypatch, method=DarkForest, task=MMLUProTask)
+    built["validated_json"] = 0
     validate_json = RunConfig.model_validate_json
-
-    def count_method(self, *a, **k):
-        built["method"] += 1
-        method_init(self, *a, **k)
-
-    def count_task(self, *a, **k):
-        built["task"] += 1
-        task_init(self, *a, **k)
 
     def count_json(*a, **k):
         built["validated_json"] += 1
         return validate_json(*a, **k)
 
-    monkeypatch.setattr(DarkForest, "__init__", count_method)
-    monkeypatch.setattr(MMLUProTask, "__init__", count_task)
     monkeypatch.setattr(RunConfig, "model_validate_json", count_json)
     source = write_mmlu_goa(tmp_path / "mmlu.json", 6)
     base = base_config(tmp_path, source)
