@@ -1,5 +1,6 @@
 """Completion budgets per benchmark: every agent's and the coordinator's ``max_tokens`` in
-the paper's sweeps (``max_tokens:`` in each sweep file, checked against this table by the
+the paper's sweeps, except GoA's calls, which run at GoA's own 800 (its ``max_tokens``
+argument, ``df_ray.methods.goa``) (``max_tokens:`` in each sweep file, checked against this table by the
 tests and rendered into docs/experiments.md).
 
 GoA's cap of 800 tokens goes with GoA's brief answers ("2-3 key sentences"); df_ray's agents
@@ -27,5 +28,6 @@ MAX_TOKENS: dict[str, tuple[int, str]] = {
     "finqa": (1024, "a short program over the table; the paper's 4.5k tokens per sample is "
                     "mostly the table in the prompts"),
     "legalbench": (1024, "a label after brief reasoning; the paper's 1.9k tokens per sample "
-                         "is ~475 a call, the few-shot prompt included"),
+                         "is ~475 a call, prompt included (the zero-shot prompt: the few-shot "
+                         "one is ~970 tokens alone)"),
 }

@@ -26,7 +26,9 @@ Remaining differences from the reference:
   user turn with the same text, so that backbones without a system role work the same;
 - its aggregator is a separate, larger model; ours is the run's coordinator (the composition's
   general model), and its proposers are the composition's three agents;
-- max_tokens is the agents' budget (800 in our compositions) rather than its 2048;
+- max_tokens is the agents' budget, the benchmark's in the paper's sweeps (2048 for MATH,
+  MMLU-Pro and GPQA, 1024 for HumanEval, FinQA and LegalBench:
+  ``df_ray/experiments/budgets.py``), where the reference sends every call at its 2048;
 - the task's own prompt (with its answer instruction) is the query, so the aggregator's
   answer can be parsed like every other method's.
 

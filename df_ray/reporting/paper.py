@@ -192,6 +192,15 @@ class Experiment:
 
 
 GOA_ARGS = {"top_k": 3, "threshold": 0.05, "rounds": 1, "max_tokens": 800}
+#: The benchmark options of every row of a benchmark in the paper's sweeps: MMLU-Pro's own
+#: 5-shot chain-of-thought prompt (its ~1.5k tokens a call are the paper's; df_ray's
+#: zero-shot prompt is ~0.3k before the completion: docs/experiments.md).
+BENCHMARK_ARGS: dict[str, dict] = {"mmlu_pro": {"prompt": "official"}}
+
+
+def _with_benchmark_args(runs: list[PlannedRun]) -> list[PlannedRun]:
+    return [replace(r, knobs={"benchmark_args": dict(BENCHMARK_ARGS[r.benchmark]), **r.knobs})
+            if r.benchmark in BENCHMARK_ARGS else r for r in runs]
 _LEAD = {"math": "mathstral-7b", "humaneval": "qwen25-coder-7b", "mmlu_pro": "qwen25-7b",
          "gpqa": "qwen25-7b", "finqa": "finance-llama3-8b", "legalbench": "saul-7b"}
 _AGENTS = {"math": ("mathstral-7b", "qwen25-7b", "qwen25-coder-7b"),
@@ -240,6 +249,7 @@ def _table1(bench: str) -> Experiment:
                    knobs={"method_args": {"agent": lead, "iterations": 4}},
                    paper=_p(bench, "self_refine")),
     ]
+    runs = _with_benchmark_args(runs)
     if bench in SEEDED_TABLE1:  # differences inside one standard error: three run seeds
         runs = [replace(r, seeds=SEEDS) for r in runs]
     return Experiment(
@@ -267,7 +277,8 @@ def _ablation(name: str, title: str, benches: tuple[str, ...],
             kn = {k: v for k, v in knobs.items() if k != "method"}
             runs.append(PlannedRun(f"{b} {suffix}", b, method, knobs=kn,
                                    paper=dict(numbers.get(b, {})), origin=origin, seeds=seeds))
-    return Experiment(name, title, paper_choices, our_choices, tuple(runs))
+    return Experiment(name, title, paper_choices, our_choices,
+                      tuple(_with_benchmark_args(runs)))
 
 
 def _acc(v: float) -> dict:
@@ -698,6 +709,21 @@ def experiments_markdown() -> str:
         "instruction per task with up to 4 train examples instead (not the paper's prompts). "
         "`df-ray validate --config <file>` says what to fetch when data "
         "is missing; `--source BENCHMARK=PATH` points a benchmark at a local copy.",
+        "",
+        "MMLU-Pro: the paper's sweeps run MMLU-Pro's own 5-shot chain-of-thought prompt "
+        "(`benchmark_args: {prompt: official}`; TIGER-AI-Lab/MMLU-Pro `evaluate_from_local.py`: "
+        "its `cot_prompt_lib/initial_prompt.txt` naming the category, the first 5 examples "
+        "of the hub's `validation` split of the sample's category with their worked answers, "
+        "\"Answer: Let's think step by step.\", answers read by \"the answer is (X)\"). Why: "
+        "the paper's 5.9k tokens per DarkForest sample is ~1.5k a call; the official prompt "
+        "is ~1.2k tokens before the completion (the 70 validation examples average ~4,100 "
+        "characters per category), so a call of it with a ~300-token answer is that figure, "
+        "while df_ray's zero-shot prompt (`prompt: ours`, the class default) is ~0.3k and a "
+        "call ~0.7k (the token table below). The examples reach the agents' first calls "
+        "only; the reference's greedy decoding and \"Question:\" stop are not taken (the "
+        "agents sample at 0.7 in every method; `df_ray/tasks/mmlu_pro.py` lists the "
+        "differences). Offline, `validation_source=<a copy of the validation split>` or "
+        "`DF_RAY_MMLU_PRO_VALIDATION` names a local copy.",
         *baselines_markdown(),
     ]
     for exp in EXPERIMENTS.values():

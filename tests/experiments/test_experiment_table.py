@@ -161,7 +161,9 @@ def test_the_document_is_the_table():
 
 
 @pytest.mark.parametrize("stem", sorted(p.stem for p in CONFIGS.glob("*.yaml")))
-def test_validate_passes_with_local_fixture_sources(stem, capsys):
+def test_validate_passes_with_local_fixture_sources(stem, capsys, monkeypatch):
+    # MMLU-Pro's official prompt: its validation examples from the fixture copy
+    monkeypatch.setenv("DF_RAY_MMLU_PRO_VALIDATION", str(FIXTURES / "mmlu_pro_validation.json"))
     args = ["validate", "--config", str(CONFIGS / f"{stem}.yaml"), "--data"]
     for bench, src in FIXTURE_SOURCES.items():
         args += ["--source", f"{bench}={FIXTURES / src}"]
