@@ -7,6 +7,7 @@ varies in the experiment (e.g. the threshold plot when guardrail parameters vary
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import matplotlib
@@ -221,9 +222,53 @@ def backbone_scaling(table: pd.DataFrame, runs: pd.DataFrame, path: Path) -> Pat
     return _save(fig, path)
 
 
+def belief_calibration(beliefs: Mapping[tuple[str, str], tuple[np.ndarray, np.ndarray]],
+                       path: Path, bins: int = 10) -> Path | None:
+    """The belief's calibration, one row of panels per benchmark: the reliability diagram
+    of P(z*|O) against whether z* was right (10 equal-width bins, the diagonal is perfect
+    calibration, each configuration's ECE in its label) and the risk-coverage curve
+    (accuracy of z* when answering only where P(z*|O) is at least a threshold, against the
+    share answered). ``beliefs``: (benchmark, configuration) -> (posteriors, z* right), as
+    ``inference.belief_outcomes`` gives them; None when there is none."""
+    from df_ray.reporting.stats import ece, reliability, risk_coverage
+
+    benches = list(dict.fromkeys(b for b, _ in beliefs))
+    if not benches:
+        return None
+    fig, axes = plt.subplots(len(benches), 2, figsize=(10.4, 4.0 * len(benches)),
+                             squeeze=False)
+    for (ax_r, ax_c), bench in zip(axes, benches, strict=True):
+        ax_r.plot([0, 1], [0, 1], ls=":", color="gray", lw=0.8)
+        for (b, name), (p, y) in beliefs.items():
+            if b != bench:
+                continue
+            rel = reliability(p, y, bins)
+            label = f"{name[:28]} (ECE {ece(p, y, bins):.3f}, n {len(p)})"
+            ax_r.plot(rel["confidence"], rel["accuracy"], "o-", label=label)
+            rc = risk_coverage(p, y)
+            ax_c.plot(rc["coverage"], 100 * rc["accuracy"], "o-", ms=3, label=name[:28])
+        ax_r.set_xlim(-0.02, 1.02)
+        ax_r.set_ylim(-0.02, 1.02)
+        ax_r.set_xlabel("P(z*|O) (bin mean)")
+        ax_r.set_ylabel("share with z* right")
+        ax_r.set_title(f"{bench}: reliability of the belief")
+        ax_r.grid(alpha=0.3)
+        ax_r.legend(fontsize=7, loc="upper left")
+        ax_c.set_xlim(0, 1.02)
+        ax_c.set_ylim(0, 102)
+        ax_c.set_xlabel("coverage (share answered at P(z*|O) >= threshold)")
+        ax_c.set_ylabel("accuracy of z* (%)")
+        ax_c.set_title(f"{bench}: risk-coverage")
+        ax_c.grid(alpha=0.3)
+        ax_c.legend(fontsize=7, loc="lower left")
+    return _save(fig, path)
+
+
 def make_plots(table: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
-               prefix: str) -> list[Path]:
-    """Every plot that applies to the experiment, as PNG files in ``out_dir``."""
+               prefix: str, beliefs: Mapping[tuple[str, str], tuple[np.ndarray, np.ndarray]]
+               | None = None) -> list[Path]:
+    """Every plot that applies to the experiment, as PNG files in ``out_dir`` (with
+    ``beliefs``, the belief's calibration too: :func:`belief_calibration`)."""
     out_dir = Path(out_dir)
     made = [
         accuracy_vs_tokens(table, out_dir / f"{prefix}_fig3_accuracy_vs_tokens.png"),
@@ -235,5 +280,6 @@ def make_plots(table: pd.DataFrame, runs: pd.DataFrame, out_dir: Path,
                 out_dir / f"{prefix}_fig9_coordinator.png", "coordinator backbone"),
         bars_by(table, runs, "method_args.disclosure", out_dir / f"{prefix}_table8_disclosure.png",
                 "disclosure policy"),
+        belief_calibration(beliefs or {}, out_dir / f"{prefix}_belief_calibration.png"),
     ]
     return [p for p in made if p is not None]

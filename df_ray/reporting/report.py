@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from df_ray.reporting.inference import belief_outcomes, inference
 from df_ray.reporting.paper import absolute_tokens, absolute_tokens_markdown
 from df_ray.reporting.plots import make_plots
 from df_ray.reporting.runs import collect_runs, load_samples
@@ -36,11 +37,16 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
                  out_dir: str | Path = "reports", *, n_boot: int = 2000,
                  seed: int = 0) -> list[Path]:
     """Write ``<experiment>_table.md`` (the table, the token-ratio check against the paper,
-    with several run seeds the mean and standard error over seeds), ``<experiment>_table.csv``,
-    ``<experiment>_token_ratios.csv``, ``<experiment>_seeds.csv`` (several run seeds), the
-    plots that apply
-    (``<experiment>_*.png``) and ``<experiment>_report.md`` (tables + plots) into ``out_dir``;
-    returns the paths written, the report first."""
+    with several run seeds the mean and standard error over seeds, then per benchmark the
+    inference of ``df_ray.reporting.inference``: accuracy with clustered intervals, paired
+    differences with McNemar and Holm p, the power line, where accuracy is won and lost, the
+    belief's calibration), ``<experiment>_table.csv``, ``<experiment>_token_ratios.csv``,
+    ``<experiment>_seeds.csv`` (several run seeds), ``<experiment>_accuracy.csv``,
+    ``<experiment>_comparisons.csv``, ``<experiment>_power.csv``,
+    ``<experiment>_won_lost.csv``, ``<experiment>_calibration.csv`` (those with rows), the
+    plots that apply (``<experiment>_*.png``, ``<experiment>_belief_calibration.png``
+    among them) and ``<experiment>_report.md`` (tables + plots) into ``out_dir``; returns
+    the paths written, the report first."""
     runs = collect_runs(tracking_uri, experiment)
     if runs.empty:
         raise NoRunsError(f"experiment {experiment!r} at {tracking_uri} has no finished "
@@ -68,6 +74,9 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
     md_seeds = seeds_markdown(summary)
     if md_seeds:
         md_table += "\n" + md_seeds
+    found = inference(table, samples)
+    if found["markdown"]:
+        md_table += "\n" + str(found["markdown"])
     table_md = out / f"{prefix}_table.md"
     table_md.write_text(md_table)
     table_csv = out / f"{prefix}_table.csv"
@@ -79,7 +88,18 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
         seeds_csv = out / f"{prefix}_seeds.csv"
         summary.to_csv(seeds_csv, index=False, float_format="%.4f")
         extra.append(seeds_csv)
-    plots = make_plots(table, runs, out, prefix)
+    power = pd.DataFrame([{"benchmark": b, **pl._asdict()}
+                          for b, pl in found["power"].items()])  # type: ignore[union-attr]
+    for part, frame in (("accuracy", found["accuracy"]), ("comparisons", found["comparisons"]),
+                        ("power", power), ("won_lost", found["won_lost"]),
+                        ("calibration", found["calibration"])):
+        assert isinstance(frame, pd.DataFrame)
+        if not frame.empty:
+            path = out / f"{prefix}_{part}.csv"
+            frame.to_csv(path, index=False, float_format="%.10g")
+            extra.append(path)
+    plots = make_plots(table, runs, out, prefix,
+                       beliefs=belief_outcomes(found["data"]))  # type: ignore[arg-type]
     sweeps = ", ".join(sorted({str(s) for s in runs["sweep"].dropna()})) or "–"
     lines = [f"# {experiment}", "",
              f"{len(runs)} configuration run(s) from {tracking_uri} (sweeps: {sweeps}).", "",

@@ -142,6 +142,8 @@ def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
                 # a fitted guardrail's certified bound on it (Learn-then-Test, held-out)
                 "wrong_override_bound": 100 * _metric(row, "guardrail_bound"),
                 "truncation_rate": 100 * _metric(row, "truncation_rate"),
+                "no_finish_reason_calls": _metric(row, "no_finish_reason_calls"),
+                "stop_unknown_calls": _metric(row, "stop_unknown_calls"),
                 "calibration_tokens": _metric(row, "calibration_tokens"),
                 "calibration_tokens_per_sample": _metric(row, "calibration_tokens_per_sample"),
                 "p_vs_darkforest": p,
@@ -240,6 +242,10 @@ def to_markdown(table: pd.DataFrame) -> str:
         cols += ["tokens/sample", "paper tokens", "calls/sample", "truncated %"]
         if overrides:
             cols += ["overrides % (correct / wrong)"]
+        unrecorded = ("no_finish_reason_calls" in group
+                      and group["no_finish_reason_calls"].fillna(0).gt(0).any())
+        if unrecorded:
+            cols += ["calls without a stop reason (unknown)"]
         cols += ["p vs DarkForest"]
         lines = [f"### {bench}", "", "| " + " | ".join(cols) + " |",
                  "|" + "|".join(" --- " for _ in cols) + "|"]
@@ -257,6 +263,9 @@ def to_markdown(table: pd.DataFrame) -> str:
                              else f", certified <= {bound:.1f}")
                 vals += [f"{_f(r['override_rate'], '{:.1f}')} ({_f(r['correct_override_rate'], '{:.1f}')}"
                          f" / {_f(r['wrong_override_rate'], '{:.1f}')}{certified})"]
+            if unrecorded:
+                vals += [f"{_f(r['no_finish_reason_calls'], '{:.0f}')} "
+                         f"({_f(r['stop_unknown_calls'], '{:.0f}')})"]
             vals += [_p(r)]
             lines.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
         cal = group[["calibration_tokens", "calibration_tokens_per_sample"]].dropna() \
@@ -266,11 +275,18 @@ def to_markdown(table: pd.DataFrame) -> str:
                           f"tokens/sample): {cal['calibration_tokens'].max():,.0f} tokens, "
                           f"{cal['calibration_tokens_per_sample'].max():,.0f} per held-out "
                           "sample."]
+        if unrecorded:
+            lines += ["", f"Calls without a recorded stop reason (finish_reason), over the "
+                          f"table's runs: {group['no_finish_reason_calls'].sum():,.0f}; of "
+                          f"them {group['stop_unknown_calls'].sum():,.0f} stopped short of "
+                          "max_tokens (unknown) and the rest, which used all of it, count "
+                          "as truncated."]
         parts.append("\n".join(lines))
     note = (f"Accuracy: the benchmark's headline metric, 95% percentile bootstrap CI over samples. "
             f"p: exact McNemar test against the reference DarkForest run ('ref') of the same run "
             f"seed on the samples both answered; * marks p < {ALPHA}. Truncated: calls cut off "
-            f"at max_tokens, % of answered calls. Paper numbers: docs/method.md §8 (DarkForest's "
+            f"at max_tokens (a call without a recorded stop reason: when it used all of "
+            f"max_tokens), % of answered calls. Paper numbers: docs/method.md §8 (DarkForest's "
             f"only beside its default settings).")
     return "\n\n".join(parts) + "\n\n" + note + "\n"
 

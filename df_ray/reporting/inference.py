@@ -1,0 +1,356 @@
+"""The report's inference over a sweep's per-sample tables: what a claim of a difference
+needs (docs/running.md, "Reports").
+
+Per benchmark, from every configuration's ``samples.parquet`` (the seeds of one
+configuration pooled: its name without ``seed=``, :func:`tables.seedless_name`):
+
+- :func:`accuracy_table`: accuracy with its standard error clustered by question across run
+  seeds (and by the benchmark's clusters, the rows' ``cluster``, where it declares them:
+  LegalBench tasks, FinQA reports), a t interval with (clusters - 1) degrees of freedom, and
+  for a single seed the exact Clopper-Pearson and the Wilson interval.
+- :func:`comparisons`: each configuration against the reference DarkForest configuration on
+  the (question, seed) pairs both ran: the mean paired difference with its clustered
+  interval, the exact McNemar p and Holm-adjusted p over the benchmark's comparisons (of the
+  McNemar and of the clustered t test).
+- :func:`power_lines`: the smallest paired difference the benchmark's table can detect at
+  80% power and two-sided alpha 0.05, from the comparisons' observed discordance rate and
+  the seeds' within-question correlation (``stats.power_line``).
+- :func:`won_lost_table`: where accuracy is won and lost (the rows' ``selected_correct``,
+  ``kept``, ``lost``, ``found``, ``guardrail_saved``, ``guardrail_lost``, ``failure``).
+- :func:`calibration_table`: DarkForest's P(z*|O) (``top_posterior``) against whether z* was
+  right: ECE, Brier; the plots are ``plots.belief_calibration``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from df_ray.methods.result_columns import FAILURES
+from df_ray.reporting.stats import (
+    PowerLine,
+    brier,
+    clustered_mean,
+    ece,
+    holm,
+    paired_difference,
+    power_line,
+    power_text,
+    proportion_interval,
+)
+
+WON_LOST = ("selected_correct", "kept", "lost", "found", "guardrail_saved", "guardrail_lost")
+
+
+def pooled(table: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None]) -> pd.DataFrame:
+    """Every run's samples, one row per (configuration, seed, question): ``benchmark``,
+    ``group`` (the configuration's name without ``seed=``), ``method``, ``seed``,
+    ``reference`` (the run is its seed's reference DarkForest), ``sample_id``, ``correct``
+    and the won-and-lost, cluster and posterior columns the rows have."""
+    keep = ["sample_id", "correct", "any_agent_correct", "cluster", "top_posterior",
+            "failure", *WON_LOST]
+    parts = []
+    for _, r in table.iterrows():
+        s = samples.get(r["run_id"])
+        if s is None or s.empty:
+            continue
+        s = s.drop_duplicates("sample_id")
+        d = s[[c for c in keep if c in s.columns]].copy()
+        d["benchmark"], d["group"], d["method"] = r["benchmark"], r["group"], r["method"]
+        d["seed"], d["reference"] = int(r["seed"]), bool(r["reference"])
+        parts.append(d)
+    if not parts:
+        return pd.DataFrame(columns=["benchmark", "group", "method", "seed", "reference",
+                                     *keep])
+    return pd.concat(parts, ignore_index=True)
+
+
+def _declares_clusters(d: pd.DataFrame) -> bool:
+    return "cluster" in d and len(d) > 0 and bool(d["cluster"].notna().all())
+
+
+def accuracy_table(data: pd.DataFrame) -> pd.DataFrame:
+    """Per benchmark and configuration (seeds pooled): accuracy (%), the clustered standard
+    errors and interval, and with one seed the exact and Wilson intervals."""
+    rows = []
+    for (bench, group), d in data.groupby(["benchmark", "group"], sort=False):
+        y = d["correct"].astype(float).to_numpy()
+        by_q = clustered_mean(y, d["sample_id"].to_numpy())
+        by_c = clustered_mean(y, d["cluster"].to_numpy()) if _declares_clusters(d) else None
+        main = by_c or by_q
+        seeds = int(d["seed"].nunique())
+        k, n = int(y.sum()), len(y)
+        exact = proportion_interval(k, n, "beta") if seeds == 1 else (math.nan, math.nan)
+        wilson = proportion_interval(k, n, "wilson") if seeds == 1 else (math.nan, math.nan)
+        rows.append({
+            "benchmark": bench, "configuration": group, "method": d["method"].iloc[0],
+            "seeds": seeds, "questions": int(d["sample_id"].nunique()), "n": n,
+            "accuracy": 100 * main.mean, "se_question": 100 * by_q.se,
+            "se_cluster": 100 * by_c.se if by_c else math.nan,
+            "clusters": main.clusters, "cluster_by": "benchmark cluster" if by_c else "question",
+            # a share's interval, clipped to [0, 100]
+            "ci_lo": 100 * max(main.lo, 0.0), "ci_hi": 100 * min(main.hi, 1.0),
+            "exact_lo": 100 * exact[0], "exact_hi": 100 * exact[1],
+            "wilson_lo": 100 * wilson[0], "wilson_hi": 100 * wilson[1],
+        })
+    return pd.DataFrame(rows)
+
+
+def reference_group(d: pd.DataFrame) -> str | None:
+    """The configuration the benchmark's others are compared with: the one whose runs are
+    the reference DarkForest (tables.reference_run) of the most seeds."""
+    ref = d[d["reference"]]
+    if ref.empty:
+        return None
+    return str(ref.groupby("group", sort=False)["seed"].nunique().idxmax())
+
+
+def comparisons(data: pd.DataFrame) -> pd.DataFrame:
+    """Per benchmark, every configuration against the reference one, paired on the
+    (question, seed) pairs both ran: difference (points) with its clustered t interval, the
+    exact McNemar p over the pairs, the clustered t test's p, their Holm adjustments over
+    the benchmark's comparisons, the discordance rate and the seeds' design effect."""
+    rows = []
+    for bench, d in data.groupby("benchmark", sort=False):
+        ref_name = reference_group(d)
+        if ref_name is None:
+            continue
+        ref = d[d["group"] == ref_name]
+        part = []
+        for group, g in d[d["group"] != ref_name].groupby("group", sort=False):
+            m = g.merge(ref, on=["sample_id", "seed"], suffixes=("", "_ref"))
+            if m.empty:
+                continue
+            clusters = (m["cluster_ref"] if _declares_clusters(ref) and "cluster_ref" in m
+                        else m["sample_id"]).to_numpy()
+            a, b = m["correct"].astype(bool).to_numpy(), m["correct_ref"].astype(bool).to_numpy()
+            pdiff = paired_difference(a, b, clusters)
+            dd = a.astype(float) - b.astype(float)
+            seeds = int(m["seed"].nunique())
+            iid = float(np.std(dd, ddof=1)) / math.sqrt(len(dd)) if len(dd) > 1 else math.nan
+            deff = (pdiff.se / iid) ** 2 if iid and iid > 0 else math.nan
+            part.append({
+                "benchmark": bench, "configuration": group, "method": g["method"].iloc[0],
+                "reference": ref_name, "seeds": seeds, "pairs": pdiff.n,
+                "clusters": pdiff.clusters, "diff": 100 * pdiff.diff,
+                "ci_lo": 100 * pdiff.lo, "ci_hi": 100 * pdiff.hi,
+                "b": pdiff.b, "c": pdiff.c, "discordance": (pdiff.b + pdiff.c) / pdiff.n,
+                "p_mcnemar": pdiff.p_mcnemar, "p_clustered": pdiff.p_clustered,
+                "design_effect": deff,
+            })
+        if part:
+            frame = pd.DataFrame(part)
+            frame["p_mcnemar_holm"] = holm(frame["p_mcnemar"])
+            frame["p_clustered_holm"] = holm(frame["p_clustered"])
+            rows.append(frame)
+    if not rows:
+        return pd.DataFrame()
+    return pd.concat(rows, ignore_index=True)
+
+
+def power_lines(data: pd.DataFrame, comps: pd.DataFrame) -> dict[str, PowerLine]:
+    """Per benchmark: the power line for its reference configuration's questions and seeds,
+    the comparisons' median discordance and, with several seeds, the median within-question
+    correlation implied by their design effects ((deff - 1) / (seeds - 1)); assumed
+    (``stats.power_line``) where there is no comparison."""
+    out = {}
+    for bench, d in data.groupby("benchmark", sort=False):
+        ref_name = reference_group(d)
+        ref = d[d["group"] == ref_name] if ref_name is not None else d
+        n = int(ref["sample_id"].nunique())
+        seeds = int(ref["seed"].nunique())
+        c = comps[comps["benchmark"] == bench] if not comps.empty else comps
+        psi = rho = None
+        if not c.empty:
+            psi = float(c["discordance"].median())
+            multi = c[(c["seeds"] > 1) & c["design_effect"].notna()]
+            if not multi.empty:
+                rho = float(((multi["design_effect"] - 1) / (multi["seeds"] - 1)).median())
+        out[str(bench)] = power_line(n, seeds, psi, rho, comparisons=max(len(c), 1))
+    return out
+
+
+def won_lost_table(data: pd.DataFrame) -> pd.DataFrame:
+    """Per benchmark and configuration (seeds pooled; rows that carry the columns): the
+    shares (%) of reachable, selected, kept, lost, found, guardrail saves and losses, the
+    accuracy (= kept + found) and each failure tag."""
+    rows = []
+    if "kept" not in data:
+        return pd.DataFrame()
+    for (bench, group), d in data.groupby(["benchmark", "group"], sort=False):
+        d = d[d["kept"].notna()]
+        if d.empty:
+            continue
+        n = len(d)
+
+        def share(col: str, frame: pd.DataFrame = d) -> float:
+            if col not in frame or frame[col].isna().all():
+                return math.nan
+            hits = sum(1 for v in frame[col] if isinstance(v, bool | np.bool_) and v)
+            return 100 * hits / len(frame)
+
+        rec = {"benchmark": bench, "configuration": group, "method": d["method"].iloc[0],
+               "seeds": int(d["seed"].nunique()), "n": n,
+               "reachable": share("any_agent_correct"), "selected": share("selected_correct"),
+               "kept": share("kept"), "lost": share("lost"), "found": share("found"),
+               "guardrail_saved": share("guardrail_saved"),
+               "guardrail_lost": share("guardrail_lost"),
+               "accuracy": 100 * float(d["correct"].astype(bool).sum()) / n}
+        tags = d["failure"] if "failure" in d else pd.Series(dtype=object)
+        for t in FAILURES:
+            rec[f"failure.{t}"] = 100 * float((tags == t).sum()) / n
+        rows.append(rec)
+    return pd.DataFrame(rows)
+
+
+def belief_outcomes(data: pd.DataFrame) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+    """(benchmark, configuration) -> (P(z*|O), z* right) over its rows with a posterior."""
+    out = {}
+    if "top_posterior" not in data or "selected_correct" not in data:
+        return out
+    ok = data[data["top_posterior"].notna() & data["selected_correct"].notna()]
+    for (bench, group), d in ok.groupby(["benchmark", "group"], sort=False):
+        out[(str(bench), str(group))] = (d["top_posterior"].astype(float).to_numpy(),
+                                         d["selected_correct"].astype(float).to_numpy())
+    return out
+
+
+def calibration_table(data: pd.DataFrame) -> pd.DataFrame:
+    """Per DarkForest configuration with posteriors: n, mean P(z*|O), z*'s accuracy (%),
+    ECE (10 equal-width bins) and Brier score."""
+    rows = []
+    for (bench, group), (p, y) in belief_outcomes(data).items():
+        rows.append({"benchmark": bench, "configuration": group, "n": len(p),
+                     "mean_posterior": float(p.mean()), "top_accuracy": 100 * float(y.mean()),
+                     "ece": ece(p, y), "brier": brier(p, y)})
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- Markdown
+
+
+def _f(v, fmt: str = "{:.2f}") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    return fmt.format(v)
+
+
+def _pv(p: float) -> str:
+    if isinstance(p, float) and math.isnan(p):
+        return "–"
+    return ("<0.001" if p < 0.001 else f"{p:.3f}") + (" *" if p < 0.05 else "")
+
+
+def _table(cols: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(cols) + " |", "|" + "|".join(" --- " for _ in cols) + "|",
+            *["| " + " | ".join(v.replace("|", "\\|") for v in r) + " |" for r in rows]]
+
+
+def to_markdown(acc: pd.DataFrame, comps: pd.DataFrame, power: Mapping[str, PowerLine],
+                won: pd.DataFrame, calib: pd.DataFrame) -> str:
+    """The sections, per benchmark: accuracy with its clustered interval, paired
+    differences with McNemar and Holm, the power line, won and lost, the belief's
+    calibration."""
+    benches = list(dict.fromkeys([*acc.get("benchmark", []), *power]))
+    parts = []
+    for bench in benches:
+        lines = []
+        a = acc[acc["benchmark"] == bench] if not acc.empty else acc
+        if not a.empty:
+            lines += [f"### {bench}: accuracy with clustered intervals", ""]
+            lines += _table(
+                ["configuration", "method", "seeds", "questions", "accuracy %",
+                 "95% CI (clustered t)", "s.e. by question", "s.e. by cluster",
+                 "exact 95% CI (1 seed)", "Wilson 95% CI (1 seed)"],
+                [[str(r["configuration"]), str(r["method"]), str(r["seeds"]),
+                  str(r["questions"]), f"{r['accuracy']:.2f}",
+                  f"[{_f(r['ci_lo'], '{:.1f}')}, {_f(r['ci_hi'], '{:.1f}')}]",
+                  _f(r["se_question"]), _f(r["se_cluster"]),
+                  f"[{_f(r['exact_lo'], '{:.1f}')}, {_f(r['exact_hi'], '{:.1f}')}]",
+                  f"[{_f(r['wilson_lo'], '{:.1f}')}, {_f(r['wilson_hi'], '{:.1f}')}]"]
+                 for _, r in a.iterrows()])
+        c = comps[comps["benchmark"] == bench] if not comps.empty else comps
+        if not c.empty:
+            ref = c["reference"].iloc[0]
+            lines += ["", f"### {bench}: paired differences against {ref}", ""]
+            lines += _table(
+                ["configuration", "seeds paired", "pairs", "difference (points)",
+                 "95% CI (clustered t)", "discordant (+ / -)", "McNemar p", "Holm p",
+                 "clustered t p", "Holm p (t)"],
+                [[str(r["configuration"]), str(r["seeds"]), str(r["pairs"]),
+                  f"{r['diff']:+.2f}", f"[{_f(r['ci_lo'], '{:+.1f}')}, "
+                  f"{_f(r['ci_hi'], '{:+.1f}')}]", f"{r['b']} / {r['c']}",
+                  _pv(r["p_mcnemar"]), _pv(r["p_mcnemar_holm"]), _pv(r["p_clustered"]),
+                  _pv(r["p_clustered_holm"])] for _, r in c.iterrows()])
+        if bench in power:
+            lines += ["", power_text(power[bench])]
+        w = won[won["benchmark"] == bench] if not won.empty else won
+        if not w.empty:
+            guard = w["guardrail_saved"].notna().any()
+            cols = ["configuration", "method", "reachable %", "selected %", "kept %",
+                    "lost %", "found %"]
+            cols += ["guardrail saves / losses %"] if guard else []
+            cols += ["accuracy %", *[f"{t} %" for t in FAILURES]]
+            body = []
+            for _, r in w.iterrows():
+                v = [str(r["configuration"]), str(r["method"]), _f(r["reachable"], "{:.1f}"),
+                     _f(r["selected"], "{:.1f}"), _f(r["kept"], "{:.1f}"),
+                     _f(r["lost"], "{:.1f}"), _f(r["found"], "{:.1f}")]
+                if guard:
+                    v += [f"{_f(r['guardrail_saved'], '{:.1f}')} / "
+                          f"{_f(r['guardrail_lost'], '{:.1f}')}"]
+                v += [_f(r["accuracy"], "{:.1f}"),
+                      *[_f(r[f"failure.{t}"], "{:.1f}") for t in FAILURES]]
+                body.append(v)
+            lines += ["", f"### {bench}: where accuracy is won and lost", "", *_table(cols, body)]
+        k = calib[calib["benchmark"] == bench] if not calib.empty else calib
+        if not k.empty:
+            lines += ["", f"### {bench}: the belief's calibration (P(z*|O) against z* right)",
+                      ""]
+            lines += _table(["configuration", "n", "mean P(z*|O)", "z* right %", "ECE",
+                             "Brier"],
+                            [[str(r["configuration"]), str(r["n"]),
+                              f"{r['mean_posterior']:.3f}", f"{r['top_accuracy']:.1f}",
+                              f"{r['ece']:.3f}", f"{r['brier']:.3f}"]
+                             for _, r in k.iterrows()])
+        if lines:
+            parts.append("\n".join(lines))
+    if not parts:
+        return ""
+    note = (
+        "Seeds pooled per configuration (its name without seed=). Accuracy: the mean over "
+        "(question, seed) pairs; its standard error is clustered by question (and by the "
+        "benchmark's clusters where it declares them: LegalBench tasks, FinQA reports; the "
+        "interval then uses those), the interval Student's t with clusters - 1 degrees of "
+        "freedom (clipped to [0, 100]); with one seed the exact (Clopper-Pearson) and "
+        "Wilson intervals too. "
+        "Differences: this configuration minus the reference, on the (question, seed) pairs "
+        "both ran; McNemar: exact, over those pairs (with several seeds a question's pairs "
+        "are not independent: read the clustered interval and its t test); Holm: over the "
+        "benchmark's comparisons; * marks p < 0.05. Won and lost, % of samples: reachable "
+        "(some independent answer right), selected (the selection right: DarkForest's z*, a "
+        "vote's winner, else the plurality vote of the independent answers), kept / lost "
+        "(it was right and the final answer is / is not), found (it was wrong and the final "
+        "answer is right): accuracy = kept + found; guardrail saves / losses: overrides of a "
+        "wrong / right coordinator; failure tags of the wrong samples (failure in "
+        "samples.parquet). Calibration: ECE over 10 equal-width bins; plots: "
+        "*_belief_calibration.png.")
+    return "\n\n".join(parts) + "\n\n" + note + "\n"
+
+
+def inference(table: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None]
+              ) -> dict[str, object]:
+    """Every part, from build_table's table and the runs' samples: ``data`` (pooled),
+    ``accuracy``, ``comparisons``, ``power``, ``won_lost``, ``calibration``, ``markdown``."""
+    data = pooled(table, samples)
+    acc = accuracy_table(data)
+    comps = comparisons(data)
+    power = power_lines(data, comps)
+    won = won_lost_table(data)
+    calib = calibration_table(data)
+    return {"data": data, "accuracy": acc, "comparisons": comps, "power": power,
+            "won_lost": won, "calibration": calib,
+            "markdown": to_markdown(acc, comps, power, won, calib)}
