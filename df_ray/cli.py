@@ -369,6 +369,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for c in configs:
         print(f"  {c.name}: {c.method} on {c.benchmark} ({c.fingerprint()})")
     problems = check_data(configs, load=args.data)
+    from df_ray.reporting.inference import sweep_power
+
+    print("\n".join(sweep_power(configs)))  # what differences the sweep can detect
     for p in problems:
         print(f"df-ray: data missing: {p}", file=sys.stderr)
     return 2 if problems else 0

@@ -354,3 +354,43 @@ def inference(table: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None]
     return {"data": data, "accuracy": acc, "comparisons": comps, "power": power,
             "won_lost": won, "calibration": calib,
             "markdown": to_markdown(acc, comps, power, won, calib)}
+
+
+# ----------------------------------------------------------------------------- before a run
+
+#: Test-split sizes of the benchmarks' default splits (docs/benchmarks.md; HumanEval's is
+#: Graph-of-Agents' 50 problems), used when a sweep gives no ``limit``.
+TEST_SIZES = {"math": 500, "humaneval": 50, "mmlu_pro": 2100, "gpqa": 198, "legalbench": 500,
+              "finqa": 300}
+
+
+def sweep_power(configs, sizes: Mapping[str, int] | None = None) -> list[str]:
+    """The power line of each benchmark of a sweep before it runs (``df-ray validate``):
+    its questions (``sizes[benchmark]`` when counted, else the configurations' ``limit``,
+    else :data:`TEST_SIZES`), its run seeds and its comparisons (configurations without
+    ``seed=`` less one), at the assumed discordance rate (``stats.ASSUMED_DISCORDANCE``);
+    with several seeds between seeds as correlated as their question allows (rho 1, the
+    conservative bound) and independent (rho 0)."""
+    from df_ray.reporting.tables import seedless_name
+
+    by_bench: dict[str, list] = {}
+    for c in configs:
+        by_bench.setdefault(str(c.benchmark), []).append(c)
+    lines = []
+    for bench, cs in by_bench.items():
+        limits = [c.limit for c in cs if c.limit is not None]
+        n = (sizes or {}).get(bench) or (min(limits) if limits else TEST_SIZES.get(bench))
+        if not n:
+            lines.append(f"  power {bench}: test split size unknown (give limit, or --data "
+                         "to count it)")
+            continue
+        seeds = len({c.seed for c in cs})
+        groups = len({seedless_name(c.name) for c in cs})
+        pl = power_line(int(n), seeds, None, None, comparisons=max(groups - 1, 1))
+        text = power_text(pl).removeprefix("Power: ")
+        lines.append(f"  power {bench}: {text}")
+        if seeds > 1:
+            free = power_line(int(n), seeds, None, 0.0, comparisons=max(groups - 1, 1))
+            mde = "none reachable" if math.isnan(free.mde) else f"{100 * free.mde:.1f} points"
+            lines.append(f"    (with the seeds independent of their question, rho 0: {mde})")
+    return lines

@@ -223,3 +223,36 @@ def test_calibration_of_a_constructed_belief():
         {"threshold": 0.6, "coverage": 1.0, "accuracy": 0.55}]
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         brier([1.2], [1])
+
+
+def test_validate_prints_the_power_line_of_a_sweep(capsys):
+    """Before any run: the committed HumanEval sweep's 50 problems, its run seeds and its
+    comparisons at the assumed discordance, as `df-ray validate` prints it."""
+    from df_ray.cli import main
+    from df_ray.config import load_config
+    from df_ray.reporting.inference import sweep_power
+    from df_ray.reporting.stats import ASSUMED_DISCORDANCE
+    from df_ray.reporting.tables import seedless_name
+    from tests.helpers import REPO
+
+    path = REPO / "jobs" / "configs" / "cpu_humaneval.yaml"
+    assert main(["validate", "--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    configs = load_config(path).expand()
+    seeds = len({c.seed for c in configs})
+    m = len({seedless_name(c.name) for c in configs}) - 1
+    want = power_line(50, seeds, comparisons=m)
+    assert want.assumed and want.discordance == ASSUMED_DISCORDANCE
+    assert "power humaneval: 50 questions" in out
+    assert f"is {100 * want.mde:.1f} points" in out
+    assert f"at alpha/{m} (Holm's first step over {m} comparisons)" in out
+    assert "(assumed)" in out
+    # a limit counts; a benchmark without a known size says how to count it
+    small = [c.model_copy(update={"limit": 100}) for c in configs]
+    assert f"is {100 * power_line(100, seeds, comparisons=m).mde:.1f} points" in "\n".join(
+        sweep_power(small))
+    # 20 problems at that discordance: no difference reaches 80% power
+    tiny = [c.model_copy(update={"limit": 20}) for c in configs]
+    assert "is none reachable" in sweep_power(tiny)[0]
+    odd = [c.model_copy(update={"benchmark": "toy"}) for c in configs[:1]]
+    assert "size unknown" in sweep_power(odd)[0]
