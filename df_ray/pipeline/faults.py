@@ -190,3 +190,35 @@ def _read_remote(path: str) -> str:
         return Path(path).read_text(errors="replace")
     except OSError:
         return ""
+
+
+#: How Ray's actor table names a stage actor's class (Ray Data's map worker of the stage).
+STAGE_ACTOR_CLASS = "MapWorker(MapBatches(EvaluationStage))"
+
+
+def stage_restarts() -> int:
+    """How many times Ray restarted this job's stage actors so far (every life ended by a
+    death, killed by a signal with or without a fault report: SIGKILL from the
+    out-of-memory killer writes none); 0 when Ray cannot say. A stage actor ended by its
+    pipeline (``ray.kill``) is not restarted, so it is not counted."""
+    try:
+        import ray
+        from ray._private import state
+
+        if not ray.is_initialized():
+            return 0
+        job = ray.JobID.from_hex(ray.get_runtime_context().get_job_id())
+        table = state.actors(job_id=job)
+    except Exception:
+        return 0
+    return sum(int(a.get("NumRestarts") or 0) for a in table.values()
+               if a.get("ActorClassName") == STAGE_ACTOR_CLASS)
+
+
+def unreported_stage_deaths(restarts: int, reported: int) -> list[str]:
+    """One line per stage actor death Ray restarted it after (``restarts`` during the run)
+    that no fault log explains (``reported`` stage faults were read from them)."""
+    n = max(0, restarts - reported)
+    return [f"a stage actor (death {i + 1} of {n}) died without a Python fault report "
+            "(killed with SIGKILL, e.g. by the out-of-memory killer); Ray restarted it"
+            for i in range(n)]

@@ -24,7 +24,12 @@ from typing import Any
 
 from df_ray.config import ConfigError, RunConfig, SweepConfig, check_engine_args_of
 from df_ray.core import Calibration
-from df_ray.evaluation.calibration_files import check_calibration, fit_and_save, resolve_calibration
+from df_ray.evaluation.calibration_files import (
+    check_calibration,
+    extend_with_guardrail_fit,
+    fit_and_save,
+    resolve_calibration,
+)
 from df_ray.evaluation.context import (
     check_held_out,
     load_calibration_samples,
@@ -287,6 +292,13 @@ class Runner:
         held_out = load_calibration_samples(cfg)
         check_held_out(cfg, held_out)
         samples = held_out.samples
+
+        def run_held_out(c: RunConfig, cal: Calibration, s: Sequence[Sample]):
+            return self._stream([RunPlan.of(c).with_calibration(cal)], s)
+
+        extended = extend_with_guardrail_fit(cfg, held_out, run_held_out, self.say)
+        if extended is not None:  # a frozen file's counts, with a guardrail fit added
+            return extended
         self.say(f"no calibration file matches {cfg.benchmark} with agents {cfg.agent_ids()}: "
                  f"fitting one on {len(samples)} held-out samples ({held_out.origin})")
         records = []
@@ -298,9 +310,7 @@ class Runner:
             tokens += int(row.get("tokens") or 0)
             calls += int(row.get("n_calls") or 0)
         return fit_and_save(cfg, records, say=self.say, held_out=held_out,
-                            tokens=tokens, calls=calls,
-                            run_held_out=lambda c, cal, s: self._stream(
-                                [RunPlan.of(c).with_calibration(cal)], s))
+                            tokens=tokens, calls=calls, run_held_out=run_held_out)
 
     # ------------------------------------------------------------------ running
     def _stream(self, members: Sequence[RunPlan],
@@ -377,6 +387,9 @@ class Runner:
         busy = [0.0] * len(outs)
         pool = self.pool
         deaths_before = len(pool.supervisor.deaths)
+        from df_ray.pipeline import faults
+
+        restarts_before = faults.stage_restarts()
         label = outs[0].cfg.name if len(outs) == 1 else f"{len(outs)} configurations"
         progress = GroupProgress(
             label, len(samples) * len(outs), pool.stats, say=self.say,
@@ -403,8 +416,11 @@ class Runner:
         if failure is not None:  # e.g. a crash loop noticed as the last rows came out
             raise failure
         deaths = [d.describe() for d in pool.supervisor.deaths[deaths_before:]]
-        deaths += [f"{f.label} (pid {f.pid}) died: {f.describe()}"
-                   for f in self._new_faults() if not f.label.startswith("engine-")]
+        stage_faults = [f for f in self._new_faults() if not f.label.startswith("engine-")]
+        deaths += [f"{f.label} (pid {f.pid}) died: {f.describe()}" for f in stage_faults]
+        # a SIGKILLed stage (the OOM killer) leaves no fault report: Ray's restarts count it
+        deaths += faults.unreported_stage_deaths(faults.stage_restarts() - restarts_before,
+                                                 len(stage_faults))
         for d in deaths:
             self.say(f"worker died during the run: {d}")
         walls = own_wall_times(wall, busy)
