@@ -158,7 +158,11 @@ def evaluate(config: Any, samples: Sequence[Sample] | None = None, *,
 def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mapping[str, Any] | None,
                      calibration: Any, cache: Any) -> Evaluation:
     from df_ray.engines import make_engine
-    from df_ray.evaluation.calibration_files import fit_and_save, resolve_calibration
+    from df_ray.evaluation.calibration_files import (
+        extend_with_guardrail_fit,
+        fit_and_save,
+        resolve_calibration,
+    )
     from df_ray.evaluation.context import check_held_out, load_calibration_samples, load_samples
     from df_ray.evaluation.guardrail_calibration import run_in_process
     from df_ray.evaluation.scoring import spent_tokens
@@ -175,6 +179,10 @@ def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mappin
         def fit(c: Any) -> Any:
             held_out = load_calibration_samples(c)
             check_held_out(c, held_out)
+            run_held_out = run_in_process(client, cache, count)
+            extended = extend_with_guardrail_fit(c, held_out, run_held_out)
+            if extended is not None:  # a frozen file's counts, with a guardrail fit added
+                return extended
             member = Member.from_config(c, None, count, for_calibration=True)
             driver = Driver([member], client, cache)
             rows = driver.run(held_out.samples)
@@ -184,7 +192,7 @@ def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mappin
                                 held_out=held_out,
                                 tokens=sum(spent_tokens(st.calls) for st in states),
                                 calls=sum(len(st.calls) for st in states),
-                                run_held_out=run_in_process(client, cache, count))
+                                run_held_out=run_held_out)
 
         calibration = resolve_calibration(cfg, fit)
     if samples is None:

@@ -243,6 +243,51 @@ def fit_and_save(cfg: Any, records: Iterable[CalibrationRecord],
         cal = dataclasses.replace(cal, guardrail_fit=fit, fit_tokens=cal.fit_tokens + g_tokens,
                                   fit_calls=cal.fit_calls + g_calls)
         tag = spec_tag(spec)
+    return _save(cfg, cal, tag, say)
+
+
+def extend_with_guardrail_fit(cfg: Any, held_out: Any, run_held_out: Any,
+                              say: Callable[[str], None] = lambda m: None
+                              ) -> Calibration | None:
+    """With ``guardrail.fit``: the frozen file the configuration would use with fixed
+    thresholds, when it was fitted on exactly these held-out samples (its
+    ``data_fingerprint``), extended by the guardrail fit and saved as the configuration's own
+    file; None when there is no such file (the caller then fits from scratch). The counts
+    stay the frozen ones, so the belief is the one the fixed-threshold configurations use
+    (only the guardrail differs between their rows), and no agent call or grading is
+    repeated: the second pass runs alone (``fit_and_save``'s ``run_held_out``)."""
+    spec = _guardrail_spec(cfg)
+    if spec is None:
+        return None
+    from df_ray.evaluation.guardrail_calibration import fit_on_held_out, spec_tag
+
+    found = find_calibration(cfg.calibration.dir, cfg.benchmark, cfg.agent_ids(),
+                             cfg.agent_identities(), keying=candidate_keying(cfg))
+    if found is None:
+        return None
+    try:
+        base = load_calibration(found, agents=cfg.agent_ids(), benchmark=cfg.benchmark,
+                                identities=cfg.agent_identities(),
+                                min_samples=cfg.calibration.min_samples,
+                                keying=candidate_keying(cfg))
+    except (OSError, ValueError):
+        return None
+    if not base.data_fingerprint or base.data_fingerprint != held_out.fingerprint:
+        return None
+    say(f"guardrail fit: on the counts of {found} (fitted on these {base.n_samples} "
+        "held-out samples)")
+    fit, g_tokens, g_calls = fit_on_held_out(cfg, base, held_out.samples, run_held_out, say)
+    from datetime import UTC, datetime
+
+    cal = dataclasses.replace(base, guardrail_fit=fit, fit_tokens=base.fit_tokens + g_tokens,
+                              fit_calls=base.fit_calls + g_calls,
+                              fitted_at=datetime.now(UTC).isoformat(timespec="seconds"))
+    return _save(cfg, cal, spec_tag(spec), say)
+
+
+def _save(cfg: Any, cal: Calibration, tag: str | None, say: Callable[[str], None]
+          ) -> Calibration:
+    identities = cfg.agent_identities()
     out = Path(cfg.calibration.dir) / calibration_filename(cfg.benchmark, cfg.agent_ids(),
                                                            cal.keying, tag)
     if out.exists():

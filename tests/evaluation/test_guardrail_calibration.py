@@ -32,6 +32,8 @@ from tests.helpers import LETTERS, answer, write_mmlu_goa
 
 SCRIPT = "tests.evaluation.test_guardrail_calibration:respond"
 N_HELD_OUT = 60
+#: The model of every request ``respond`` answered, in order (the engines run in-process).
+CALLS: list[str] = []
 
 
 def _gold(i: int) -> str:
@@ -41,6 +43,7 @@ def _gold(i: int) -> str:
 def respond(request: ChatRequest) -> str:
     """Agents m1..m3 as the module docstring says; coordinator ``mc-right`` answers the gold
     letter, ``mc-wrong`` another one."""
+    CALLS.append(request.model)
     text = last_user_content(request)
     i = int(re.search(r"\[[ht](\d+)\]", text).group(1))
     gold = _gold(i)
@@ -183,3 +186,30 @@ def test_a_split_too_small_to_certify_anything_is_refused_before_any_engine(tmp_
         update={"auto_fit": False})})
     with pytest.raises(ConfigError, match="a guardrail fit"):
         check_calibration(off)
+
+
+def test_a_fit_on_frozen_counts_keeps_them_and_repeats_no_agent_call(tmp_path):
+    """A file fitted on the same held-out samples for fixed thresholds is extended: its
+    counts are kept (the belief is the fixed configuration's), the second pass runs alone
+    (60 coordinator calls, no agent call again) and the test split replays the fixed
+    configuration's coordinator calls."""
+    from df_ray.pipeline.cache import GenerationCache
+
+    cache = GenerationCache(str(tmp_path / "cache"))
+    fixed = _cfg(tmp_path, "mc-wrong", guardrail={"fit": False})
+    df_ray.evaluate(fixed, cache=cache)
+    (base_path,) = (tmp_path / "cal").glob("*.json")
+    base = json.loads(base_path.read_text())
+    assert "guardrail_fit" not in base and base["fit_calls"] == 3 * N_HELD_OUT
+    seen = len(CALLS)
+    ev = df_ray.evaluate(_cfg(tmp_path, "mc-wrong"), cache=cache)
+    assert len(CALLS) - seen == N_HELD_OUT  # the held-out coordinator calls, nothing else
+    assert {m for m in CALLS[seen:]} == {"mc-wrong"}
+    assert sum(r.n_fresh_calls for r in ev.rows) == 0  # the fixed run's calls, replayed
+    (fitted,) = [p for p in (tmp_path / "cal").glob("*.json") if p != base_path]
+    data = json.loads(fitted.read_text())
+    for key in ("patterns", "pairs", "agent_stats", "data_fingerprint", "n_samples"):
+        assert data[key] == base[key], key
+    assert data["fit_calls"] == base["fit_calls"] + N_HELD_OUT
+    assert data["guardrail_fit"]["chosen"]["setting"]["mode"] == "always"
+    assert json.loads(base_path.read_text()) == base  # the frozen file is left as it was
