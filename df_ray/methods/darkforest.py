@@ -11,6 +11,11 @@ answer is z*, T_cross and the coordinator's tokens are 0. n + 1 calls per sample
 The coordinator sees the whole task (``problem_statement``: FinQA's table and program
 language, LegalBench's instruction and labels, a question's options), then the evidence.
 
+With ``guardrail.fit`` the thresholds are the calibration file's fitted setting
+(``fitted_setting``; the fit itself: ``df_ray.evaluation.guardrail_calibration``), which
+reads the held-out rows' ``top_support``, ``top_posterior``, ``top_margin``,
+``selected_correct`` and ``coordinator_correct``.
+
 Its result columns (``result_columns``) record each sample's decision; its metrics, shares
 of all samples unless noted:
 - trusted_rate: the guardrail trusted z*.
