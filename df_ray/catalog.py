@@ -184,3 +184,23 @@ def config_reference() -> str:
                "fields by `df-ray list KIND`.")
     out += ["", REFERENCE_END]
     return "\n".join(out)
+
+
+def write_reference(path: str = "docs/running.md") -> bool:
+    """Replace the configuration reference in ``path`` with the generated one; whether the
+    file changed (``python -m df_ray.catalog`` after changing a config field)."""
+    from pathlib import Path
+
+    p = Path(path)
+    text = p.read_text()
+    begin = text.index(REFERENCE_BEGIN)
+    end = text.index(REFERENCE_END) + len(REFERENCE_END)
+    new = text[:begin] + config_reference() + text[end:]
+    if new != text:
+        p.write_text(new)
+    return new != text
+
+
+if __name__ == "__main__":
+    print("docs/running.md: configuration reference "
+          + ("rewritten" if write_reference() else "already current"))

@@ -58,4 +58,4 @@ def test_the_docs_config_reference_is_the_generated_one():
     end = text.index(catalog.REFERENCE_END) + len(catalog.REFERENCE_END)
     assert text[begin:end] == catalog.config_reference(), (
         "docs/running.md's configuration reference is out of date: regenerate it with "
-        "df_ray.catalog.config_reference()")
+        "`python -m df_ray.catalog`")
