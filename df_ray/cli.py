@@ -459,6 +459,13 @@ def guarded(fn, *, ray_was_up: bool, exit_hard: bool, args: argparse.Namespace |
 
     if exit_hard:
         signals.install()
+    import logging
+
+    # A stage's fault is reported here, in its one line (the exception itself, with its
+    # remote traceback, when it is none of the table's); Ray Data's own report of it, a
+    # traceback logged as the dataset aborts, would come first.
+    for name in ("ray.data._internal.execution.streaming_executor_state", "ray.data.exceptions"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         return fn()
     except signals.Interrupted as e:
@@ -529,10 +536,45 @@ def stop_ray(ray_was_up: bool) -> None:
             ray.shutdown()
 
 
+def _os_error_of(e: OSError) -> OSError:
+    """The operating system's own error inside ``e``, the innermost with an errno: a
+    stage's OSError reaches the driver wrapped by Ray Data and Ray (``RayTaskError(OSError)``,
+    whose ``cause`` is the one before)."""
+    import re
+
+    best, seen, texts = e, 0, []
+    cur: BaseException | None = e
+    while cur is not None and seen < 20:
+        texts.append(str(cur))
+        if isinstance(cur, OSError) and isinstance(cur.errno, int):
+            best = cur
+        cur = getattr(cur, "cause", None) or cur.__cause__ or cur.__context__
+        seen += 1
+    name = best.filename if isinstance(best.filename, str) else None
+    if name is None or "\n" in name or name.startswith("Failed to "):
+        # Ray Data appends its retry note to the error's arguments, where the file name was:
+        # the name is then only in the remote traceback's last line
+        hits = [m for t in texts for m in re.finditer(
+            r"\[Errno (\d+)\] ([^:\n]+): '([^'\n]+)'", t)
+            if os.sep in m.group(3) and not m.group(3).startswith("Failed to ")]
+        if hits:
+            m = hits[-1]
+            best = OSError(int(m.group(1)), m.group(2), m.group(3))
+        elif isinstance(best.errno, int):
+            best = OSError(best.errno, os.strerror(best.errno))
+    name = best.filename if isinstance(best.filename, str) else None
+    if name and os.path.basename(name).startswith((".tmp-", ".samples-")):
+        # a writer's temporary file: the folder it was being written to says more
+        best = OSError(best.errno, best.strerror, os.path.dirname(name))
+    return best
+
+
 def environment_failure_text(e: OSError) -> str:
     """One line for an operating-system fault during a run (disk full, permission, ...)."""
     import errno
     import os
+
+    e = _os_error_of(e)
 
     # the errno's own words: pyarrow's strerror is "Error writing bytes to file. Detail: ..."
     what = (os.strerror(e.errno) if isinstance(e.errno, int) and e.errno > 0
@@ -562,7 +604,10 @@ def cmd_cache_compact(args: argparse.Namespace) -> int:
         f = cache.compaction
         print(f"{r}: {f['entries']} calls kept in one part (merged {f['parts']} parts; "
               f"{f['dropped']} corrupted entries dropped, {f['unreadable']} unreadable parts "
-              f"left in place, {f['tmp_removed']} temporary files of dead writers removed)")
+              f"left in place, {f['tmp_removed']} temporary files of dead writers removed; "
+              f"{f['conflicts']} keys with conflicting copies kept (every copy), "
+              f"{f['foreign']} parts of other writers left in place, {f['oversized']} parts "
+              "too large to read left in place)")
     return 0
 
 

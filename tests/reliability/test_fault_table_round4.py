@@ -127,3 +127,36 @@ def test_identical_repeated_rows_are_read_once_and_said_once(tmp_path):
     (notice,) = [r.getMessage() for r in records]
     assert notice.startswith("data: 3 repeated row(s) with the same id and content were read "
                              "once ('mmlu_pro/1', 'mmlu_pro/2')")
+
+
+@pytest.mark.parametrize("options, says", [
+    ("size=12k,mode=0755", "No space left on device"),
+    ("nr_inodes=3,mode=0755", "No space left on device"),
+])
+def test_cache_root_that_fills_during_a_run_is_one_environment_line(tmp_path, base, options,
+                                                                    says):
+    """cache_root on a tmpfs with room for the write probe but not for the calls' parts (or
+    too few inodes for them): one environment line naming the folder, exit 1 (a Ray
+    traceback before), then the rerun with room finishes without making a cached call
+    again (the answers that could not be written are made again)."""
+    from tests.helpers import run_to_end, tmpfs
+    from tests.reliability.responders import read_call_log as calls_of
+
+    full = tmp_path / "full"
+    with tmpfs(full, options):
+        base["cache_root"] = str(full)
+        sweep = _write(tmp_path, base)
+        log, calls = tmp_path / "run1.log", tmp_path / "calls.log"
+        rc = run_to_end(["run", "--config", str(sweep)], log, calls, 900)
+        done = subprocess.CompletedProcess([], rc, stdout="",
+                                           stderr=log.read_text(errors="replace"))
+        one_line(done, 1, "environment error", says, str(full), "free space")
+        from df_ray.pipeline.cache import GenerationCache
+
+        kept = set(GenerationCache(str(full))._entries)  # what was written before it filled
+        subprocess.run(["mount", "-o", "remount,size=64m,nr_inodes=10000", str(full)],
+                       check=True)
+        log2, calls2 = tmp_path / "run2.log", tmp_path / "calls2.log"
+        rc2 = run_to_end(["run", "--config", str(sweep)], log2, calls2, 900)
+        assert rc2 == 0, log2.read_text(errors="replace")[-3000:]
+        assert not kept & set(calls_of(calls2)), "a cached call was made again"
