@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -59,6 +60,29 @@ def check_name(v: str, what: str = "name") -> str:
     return v
 
 
+#: The longest backbone name or agent id: MLflow keys are at most 250 characters, and these
+#: names sit inside parameter and metric keys (``backbones.<name>.engine_args...``,
+#: ``truncation_rate.<agent>``).
+MAX_LOGGED_NAME = 100
+
+_LOGGED_NAME = re.compile(r"[A-Za-z0-9_\-. :/]+")
+
+
+def check_logged_name(v: str, what: str) -> str:
+    """A name MLflow can log inside a parameter or metric key: letters, digits and
+    ``_ - . : /`` or spaces, at most :data:`MAX_LOGGED_NAME` characters (refused at
+    validation, naming the rule, not by MLflow after every call was made)."""
+    if not _LOGGED_NAME.fullmatch(v):
+        bad = sorted({c for c in v if not _LOGGED_NAME.fullmatch(c)})
+        raise ValueError(f"{what} {v!r} holds {', '.join(map(repr, bad))}: MLflow logs it in "
+                         "parameter names, which may hold only letters, digits, spaces and "
+                         "_ - . : /")
+    if len(v) > MAX_LOGGED_NAME:
+        raise ValueError(f"{what} is {len(v)} characters long; at most {MAX_LOGGED_NAME} (it "
+                         "sits inside MLflow parameter names, of at most 250)")
+    return v
+
+
 def moved_keys() -> dict[str, tuple[str, str]]:
     """Top-level config keys that registered methods moved into their method_args: key ->
     (method, Args field)."""
@@ -82,7 +106,7 @@ class AgentConfig(_Strict):
     """One agent: a backbone plus how it is prompted and sampled."""
 
     id: str = Field(
-        min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$",
+        min_length=1, max_length=MAX_LOGGED_NAME, pattern=r"^[A-Za-z0-9_.:-]+$",
         description="the agent's id: letters, digits and _ . : - (it names its calibration entry "
                     "and its metrics)")
     backbone: str = Field(
@@ -388,7 +412,23 @@ class RunConfig(_Strict):
     def _some_backbone(cls, v: dict[str, EngineSpec]) -> dict[str, EngineSpec]:
         if not v:
             raise ValueError("at least one backbone is required")
+        for name in v:
+            check_logged_name(name, "backbone name")
         return v
+
+    @model_validator(mode="after")
+    def _usable_paths(self) -> RunConfig:
+        """A NUL byte makes a path no operating system call takes: refused here, naming the
+        field, instead of a ValueError traceback where the path is first opened."""
+        for field, v in (("results_dir", self.results_dir), ("cache_root", self.cache_root),
+                         ("tracking.uri", self.tracking.uri), ("source", self.source),
+                         ("calibration_source", self.calibration_source),
+                         ("calibration.dir", self.calibration.dir),
+                         ("calibration.path", self.calibration.path)):
+            if isinstance(v, str) and "\x00" in v:
+                raise ValueError(f"{field} {v!r} holds a NUL byte ('\\x00'), which no path "
+                                 "may hold")
+        return self
 
     @model_validator(mode="after")
     def _references(self) -> RunConfig:

@@ -160,3 +160,25 @@ def test_cache_root_that_fills_during_a_run_is_one_environment_line(tmp_path, ba
         rc2 = run_to_end(["run", "--config", str(sweep)], log2, calls2, 900)
         assert rc2 == 0, log2.read_text(errors="replace")[-3000:]
         assert not kept & set(calls_of(calls2)), "a cached call was made again"
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda b: b["backbones"].update({"qwen(7b)": b["backbones"].pop("b1")})
+     or b["agents"][0].update(backbone="qwen(7b)"),
+     "backbone name 'qwen(7b)' holds '(', ')': MLflow logs it in parameter names"),
+    (lambda b: b["agents"][0].update(id="a" * 260), "at most 100 characters"),
+])
+def test_names_mlflow_cannot_log_are_refused_by_validate(tmp_path, base, edit, says):
+    edit(base)
+    one_line(_cli("validate", "--config", str(_write(tmp_path, base))), 2, says)
+
+
+@pytest.mark.parametrize("field", ["results_dir", "cache_root", "tracking.uri"])
+def test_a_nul_byte_in_a_path_is_refused_before_ray(tmp_path, base, field):
+    if field == "tracking.uri":
+        base["tracking"]["uri"] = f"sqlite:///{tmp_path}/ml\x00flow.db"
+    else:
+        base[field] = str(tmp_path / "a\x00b")
+    out = _cli("run", "--config", str(_write(tmp_path, base)))
+    one_line(out, 2, field, "holds a NUL byte")
+    assert "Ray" not in out.stdout + out.stderr
