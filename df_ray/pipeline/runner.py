@@ -219,6 +219,32 @@ def check_writable(directory: str, field: str) -> None:
                           f"it writable or set {field} to a folder you can write") from None
 
 
+def check_outputs(configs: Sequence[RunConfig], sweep: str) -> None:
+    """Refuse, before Ray starts, a configuration whose results cannot be written where they
+    go: something that is not a folder in the way of its results folder, or a folder where
+    its ``samples.parquet`` (or the checksum beside it) goes, found only after every call
+    otherwise."""
+    from pathlib import Path
+
+    from df_ray.pipeline.results import results_path
+
+    for cfg in configs:
+        if "://" in cfg.results_dir:
+            continue
+        folder = results_path(cfg, sweep)
+        here = Path(cfg.results_dir)
+        for part in folder.relative_to(here).parts:
+            here = here / part
+            if here.exists() and not here.is_dir():
+                raise ConfigError(f"{cfg.name}: {here} is in the way of the results folder "
+                                  f"{folder} (it is a file); move it aside")
+        for name in ("samples.parquet", "samples.parquet.sha256"):
+            out = folder / name
+            if out.exists() and not out.is_file():
+                raise ConfigError(f"{cfg.name}: {out} is a folder, where the results file "
+                                  "goes; move it aside")
+
+
 def preflight(configs: Sequence[RunConfig]) -> list[RunPlan]:
     """Everything that can fail without an engine fails here: data, calibration files,
     methods, engine arguments, the results and cache folders. Returns each configuration's
@@ -489,6 +515,7 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
     # here, before anything starts); the experiment gets the user's namespace on shared stores.
     configs = resolve_storage(sweep.expand())
     plans = preflight(configs)
+    check_outputs(configs, sweep.name)
     if tracker == "default":
         from df_ray.tracking import Tracker
 

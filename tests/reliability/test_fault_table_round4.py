@@ -182,3 +182,18 @@ def test_a_nul_byte_in_a_path_is_refused_before_ray(tmp_path, base, field):
     out = _cli("run", "--config", str(_write(tmp_path, base)))
     one_line(out, 2, field, "holds a NUL byte")
     assert "Ray" not in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("in_the_way", ["samples.parquet", "samples.parquet.sha256"])
+def test_a_folder_in_the_way_of_the_results_file_is_found_before_ray(tmp_path, base,
+                                                                     in_the_way):
+    from df_ray.config import load_config
+    from df_ray.pipeline.results import results_path
+
+    sweep = _write(tmp_path, base)
+    (cfg,) = load_config(sweep).expand()
+    blocked = results_path(cfg, "faults") / in_the_way
+    blocked.mkdir(parents=True)
+    out = _cli("run", "--config", str(sweep))
+    one_line(out, 2, f"{blocked} is a folder, where the results file goes; move it aside")
+    assert "Ray" not in out.stdout + out.stderr  # not after every call was made
