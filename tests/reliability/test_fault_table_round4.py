@@ -197,3 +197,25 @@ def test_a_folder_in_the_way_of_the_results_file_is_found_before_ray(tmp_path, b
     out = _cli("run", "--config", str(sweep))
     one_line(out, 2, f"{blocked} is a folder, where the results file goes; move it aside")
     assert "Ray" not in out.stdout + out.stderr  # not after every call was made
+
+
+def _sweep_job(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "jobs/sweep.py", *args], cwd=REPO, env=cli_env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("edit, rc, says", [
+    (lambda tmp, b: (tmp / "mmlu.json").write_text(json.dumps([{"question": "no gold"}])),
+     2, "df-ray: data error:"),
+    (lambda tmp, b: (tmp / "mlflow.db").write_bytes(b"this is not a database" * 100),
+     2, "not a readable sqlite database"),
+    (lambda tmp, b: ((tmp / "cal.json").write_text(json.dumps(
+        {**_calibration(), "agents": ["x1", "x2", "x3"],
+         "agent_stats": {}})), b.update(method_args={}),
+                     b["calibration"].update(path=str(tmp / "cal.json"))),
+     2, "was fitted for agents ['x1', 'x2', 'x3']"),
+])
+def test_every_failure_of_the_sweep_job_is_one_line(tmp_path, base, edit, rc, says):
+    """``jobs/sweep.py`` (the ``ray job submit`` entry point) ends as ``df-ray run`` does."""
+    edit(tmp_path, base)
+    one_line(_sweep_job("--config", str(_write(tmp_path, base))), rc, says)
