@@ -140,7 +140,7 @@ def test_environment_fault_during_a_run_is_one_line():
                                             "/data/results/x.tmp"))
     assert "\n" not in text and "/data/results/x.tmp" in text and "free space" in text
     # pyarrow's own OSError names no file and words errno 28 its way: the line names the
-    # file being written and the errno's own words
+    # folder of the temporary file being written and the errno's own words
     from df_ray.pipeline.file_errors import naming
 
     with pytest.raises(OSError) as raised, naming("/data/results/.samples-x.parquet.tmp"):
@@ -148,7 +148,7 @@ def test_environment_fault_during_a_run_is_one_line():
                       "left on device")
     text = environment_failure_text(raised.value)
     assert ("environment error, the run stopped: No space left on device "
-            "(/data/results/.samples-x.parquet.tmp); free space on that device") in text
+            "(/data/results); free space on that device") in text
 
 
 def test_a_configuration_fingerprint_holds_no_file_location(tmp_path, base):
