@@ -150,7 +150,8 @@ def init_ray(address: str | None = None) -> None:
         ctx.raise_original_map_exception = True
     # Ray Data fails a dataset that moves no block for 30 minutes; a batch of real-model calls
     # on a busy CPU (or a long-context GPU sweep) legitimately takes longer than that. Every
-    # engine call is bounded by its backbone's request_timeout_s (a hung replica is killed),
+    # engine call is bounded by its backbone's request_timeout_s (the engine cancels a late
+    # request; a replica that answers nothing is restarted),
     # so the stage cannot stall silently: the engines' own deadlines police it instead.
     if hasattr(ctx, "execution_no_progress_timeout_s"):
         ctx.execution_no_progress_timeout_s = -1
