@@ -6,11 +6,11 @@ Definitions (per sample, averaged over samples unless noted):
   ``accuracy_ci_lo`` / ``accuracy_ci_hi`` its exact (Clopper-Pearson) 95% interval and
   ``accuracy_wilson_lo`` / ``accuracy_wilson_hi`` the Wilson one; for a benchmark that
   declares clusters (the rows' ``cluster``: LegalBench tasks, FinQA reports)
-  ``accuracy_se_clustered`` clustered by them and ``clusters`` their number
-  (df_ray.reporting.stats).
+  ``accuracy_se_clustered`` clustered by them and ``clusters`` their number (NaN for one
+  that declares none; df_ray.reporting.stats).
 - belief_ece, belief_brier: for rows with a posterior of their selection (DarkForest's
   ``top_posterior``), the expected calibration error (10 equal-width bins) and Brier score
-  of P(z*|O) against whether z* was right.
+  of P(z*|O) against whether z* was right (NaN for a method without one).
 - tokens_*: prompt + completion tokens of every call an engine answered (a failed or refused
   call counts 0), split by role; ``t_cross`` the evidence
   tokens DarkForest shows its coordinator (coordinator tokenizer).
@@ -181,7 +181,12 @@ class MetricsAccumulator:
         """The accuracy's intervals, its clustered standard error, the belief's calibration."""
         from df_ray.reporting.stats import brier, clustered_mean, ece, proportion_interval
 
-        out: dict[str, float] = {}
+        # every key in every run (NaN where it has no value), so that a sweep's runs carry
+        # the same metric names
+        nan = math.nan
+        out: dict[str, float] = dict.fromkeys(
+            ("accuracy_ci_lo", "accuracy_ci_hi", "accuracy_wilson_lo", "accuracy_wilson_hi",
+             "accuracy_se_clustered", "clusters", "belief_ece", "belief_brier"), nan)
         if self.n:
             out["accuracy_ci_lo"], out["accuracy_ci_hi"] = proportion_interval(
                 self.correct, self.n, "beta")
