@@ -94,8 +94,14 @@ def moved_keys() -> dict[str, tuple[str, str]]:
 
 
 def default_cache_root() -> str:
-    base = os.environ.get("DF_RAY_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "df_ray")
-    return os.path.join(base, "generations")
+    """The user's own generation cache: ``$DF_RAY_HOME/users/<user>/generations`` (per user,
+    df_ray.storage), else ``~/.cache/df_ray/generations``."""
+    home = os.environ.get("DF_RAY_HOME")
+    if home:
+        from df_ray.storage import current_user
+
+        return os.path.join(home, "users", current_user(), "generations")
+    return os.path.join(os.path.expanduser("~"), ".cache", "df_ray", "generations")
 
 
 class _Strict(BaseModel):
@@ -263,7 +269,34 @@ class RunConfig(_Strict):
                     "how many held-out samples a fit needs")
     cache_root: str = Field(
         default_factory=default_cache_root,
-        description="the generation cache's folder (default: under DF_RAY_HOME)")
+        description="the generation cache's folder (default: the user's own, "
+                    "DF_RAY_HOME/users/<user>/generations)")
+    cache_read_from: list[str] = Field(
+        default_factory=list,
+        description="other writers whose cache entries this run may replay (opt-in; also "
+                    "DF_RAY_CACHE_READ_FROM, comma-separated): a user name (their parts in "
+                    "cache_root and their own root under DF_RAY_HOME), '*' (every writer's "
+                    "parts in cache_root) or a root (a path or URI, read only); an entry "
+                    "that differs from another copy of its key is refused")
+    cache_user: str | None = Field(
+        None,
+        description="the name the generation cache's parts are written under, and whose "
+                    "parts of cache_root are replayed without opt-in (default: the run's "
+                    "user, DF_RAY_USER else USER; not authenticated)")
+
+    @field_validator("cache_read_from")
+    @classmethod
+    def _check_read_from(cls, v: list[str]) -> list[str]:
+        from df_ray.pipeline.cache import check_read_from
+
+        return check_read_from(v)
+
+    @field_validator("cache_user")
+    @classmethod
+    def _check_cache_user(cls, v: str | None) -> str | None:
+        from df_ray.storage import validate_user
+
+        return validate_user(v, "cache_user") if v is not None else None
     cache_compact_parts: int = Field(
         100, ge=0, le=1_000_000,
         description="at a run's end, a cache root holding more than this many parts is compacted "
@@ -492,7 +525,8 @@ class RunConfig(_Strict):
         """Stable hash of everything that changes results (not where they are written)."""
         d = self.model_dump(mode="json", exclude={"tracking", "cache_root", "results_dir", "name",
                                                   "batch_size", "concurrency", "sandbox",
-                                                  "max_error_rate", "cache_compact_parts"})
+                                                  "max_error_rate", "cache_compact_parts",
+                                                  "cache_read_from", "cache_user"})
         if not d.get("benchmark_args"):  # at its default it hashes as before it existed
             d.pop("benchmark_args", None)
         if self.method in METHOD_REGISTRY:  # method fields added later, likewise

@@ -17,10 +17,19 @@ field (relative, in a job)  becomes
 ``calibration.dir``         ``$DF_RAY_HOME/<dir>``; the frozen files the working dir ships in
                             that folder are copied there first (never overwriting)
 ``calibration.path``        kept when the file is in the working dir, else ``$DF_RAY_HOME/<path>``
-``cache_root``              ``$DF_RAY_HOME/<cache_root>``
+``cache_root``              ``$DF_RAY_HOME/users/<user>/<cache_root>``
 =========================  ==================================================================
 
 Outside a job relative paths keep meaning "relative to the current directory".
+
+The generation cache is per user by default: ``$DF_RAY_HOME/users/<user>/generations`` (or
+``~/.cache/df_ray/generations`` without ``DF_RAY_HOME``). A run writes its parts under its
+``cache_user`` (the user) and replays only its own parts of its root; other users' entries
+are read only on opt-in (``cache_read_from``, or ``DF_RAY_CACHE_READ_FROM``): a user name
+reads their parts in the run's root and their own root
+``$DF_RAY_HOME/users/<name>/generations``; ``*`` every writer's parts in the run's root and
+every user's root under ``$DF_RAY_HOME/users``; a path or URI that root, read only
+(``df_ray.pipeline.cache``).
 
 The MLflow experiment is namespaced per user (``<user>/<experiment>``) wherever a store is
 shared: inside a Ray job, or with a tracking server (``http(s)://``). ``tracking.per_user``
@@ -39,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from df_ray.config import ConfigError, RunConfig
+from df_ray.pipeline.cache import READ_FROM_ENV, read_from_env
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +183,15 @@ def resolve_storage(configs: Sequence[RunConfig], *, job: bool | None = None,
                 calibration["path"] = (str(Path(path).resolve()) if Path(path).is_file()
                                        else str(home / path))
             if _is_relative(cfg.cache_root):
-                update["cache_root"] = str(home / cfg.cache_root)
+                update["cache_root"] = str(home / "users" / user / cfg.cache_root)
+        update["cache_user"] = cfg.cache_user or user
+        try:
+            env_read_from = read_from_env()
+        except ValueError as e:
+            raise ConfigError(f"{READ_FROM_ENV}: {e}") from None
+        update["cache_read_from"] = cache_read_from(
+            [*cfg.cache_read_from, *env_read_from], update.get("cache_root", cfg.cache_root),
+            update["cache_user"])
         per_user = getattr(cfg.tracking, "per_user", None)
         tracking["experiment"] = experiment_name(cfg.tracking.experiment, tracking["uri"],
                                                  per_user=per_user, user=user, job=job)
@@ -182,6 +200,32 @@ def resolve_storage(configs: Sequence[RunConfig], *, job: bool | None = None,
         out.append(RunConfig.model_validate({**cfg.model_dump(), **{
             k: (v.model_dump() if hasattr(v, "model_dump") else v) for k, v in update.items()}}))
     return out
+
+
+def cache_read_from(items: Sequence[str], own_root: str, user: str) -> list[str]:
+    """A run's cache opt-in resolved: the items as given, plus, with ``DF_RAY_HOME`` set, the
+    own root of each user named (``$DF_RAY_HOME/users/<name>/generations``; for ``*`` every
+    user's there), never the run's own root."""
+    out = list(dict.fromkeys(items))
+    home = os.environ.get("DF_RAY_HOME", "").strip()
+    if not home or not os.path.isabs(os.path.expanduser(home)):
+        return out
+    users = Path(os.path.expanduser(home)) / "users"
+    names = [i for i in out if i != "*" and not _is_cache_root(i)]
+    if "*" in out and users.is_dir():
+        names += sorted(d.name for d in users.iterdir() if d.is_dir())
+    own = os.path.abspath(os.path.expanduser(own_root)) if "://" not in own_root else own_root
+    for name in dict.fromkeys(names):
+        root = str(users / name / "generations")
+        if name != user and root != own and root not in out:
+            out.append(root)
+    return out
+
+
+def _is_cache_root(item: str) -> bool:
+    from df_ray.pipeline.cache import _is_root
+
+    return _is_root(item)
 
 
 def seed_calibration(source: Path, target: Path) -> int:

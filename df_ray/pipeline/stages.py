@@ -20,7 +20,7 @@ from df_ray.evaluation.driver import Driver, Member, record_to_dict
 from df_ray.evaluation.plan import RunPlan
 from df_ray.evaluation.scoring import spent_tokens
 from df_ray.pipeline import faults, lifeline
-from df_ray.pipeline.cache import GenerationCache
+from df_ray.pipeline.cache import open_cache
 from df_ray.pipeline.engine_pool import EngineClient, make_client
 from df_ray.pipeline.lifecycle import shared_backbones
 from df_ray.pipeline.rows import decode_sample, encode_results
@@ -80,7 +80,7 @@ class EvaluationStage:
         self.members = [Member.from_plan(p, token_counter(p.cfg, self.client),
                                          for_calibration=for_calibration) for p in plans]
         self.for_calibration = for_calibration
-        cache = GenerationCache(self.members[0].ctx.settings.cache_root)
+        cache = open_cache(self.members[0].ctx.settings)
         self.driver = Driver(self.members, self.client, cache,
                              refresh=lambda: cache.refresh(min_interval_s=REFRESH_INTERVAL_S))
         # The answer kinds' first-use imports (math-verify, sympy: seconds of CPU) while the

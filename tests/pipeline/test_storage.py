@@ -83,7 +83,7 @@ def test_a_job_resolves_against_home(clean_env, tmp_path):
     clean_env.setenv("DF_RAY_HOME", str(home))
     (c,) = resolve_storage([cfg()], job=True)
     assert c.results_dir == str(home / "users" / "alice" / "results")
-    assert c.cache_root == str(home / "cache")
+    assert c.cache_root == str(home / "users" / "alice" / "cache")  # per user
     assert c.calibration.dir == str(home / "calibration")
     assert c.tracking.uri == f"sqlite:///{home}/mlflow.db"
     assert c.tracking.experiment == "alice/exp"
