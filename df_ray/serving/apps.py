@@ -148,13 +148,14 @@ def deployment_options(name: str, spec: EngineSpec, opts: ReplicaOptions) -> dic
     return out
 
 
-def engine_app(name: str, spec: EngineSpec, opts: ReplicaOptions):
+def engine_app(name: str, spec: EngineSpec, opts: ReplicaOptions,
+               token_sha256: str | None = None):
     from ray import serve
 
     from df_ray.serving.deployment import EngineServer
 
     dep = serve.deployment(EngineServer, **deployment_options(name, spec, opts))
-    return dep.bind(spec.model_dump(mode="json"), name)
+    return dep.bind(spec.model_dump(mode="json"), name, token_sha256)
 
 
 def llm_config_dict(name: str, spec: EngineSpec, opts: ReplicaOptions) -> dict[str, Any]:
@@ -200,8 +201,10 @@ def llm_deployment_name(model: str) -> str:
     return LLM_DEPLOYMENT_PREFIX + model.replace("/", "--").replace(".", "_")
 
 
-def build_app(name: str, spec: EngineSpec, opts: ReplicaOptions):
-    return vllm_app(name, spec, opts) if spec.serve_llm else engine_app(name, spec, opts)
+def build_app(name: str, spec: EngineSpec, opts: ReplicaOptions,
+              token_sha256: str | None = None):
+    return (vllm_app(name, spec, opts) if spec.serve_llm
+            else engine_app(name, spec, opts, token_sha256))
 
 
 # --------------------------------------------------------------------------- operating
@@ -230,10 +233,17 @@ def connect(address: str | None, *, local: bool = False) -> None:
 
 def deploy(backbones: dict[str, EngineSpec], opts: ServeOptions, *, http_host: str | None = None,
            http_port: int | None = None, proxy_location: str = "HeadOnly",
-           say=print) -> dict[str, str]:
+           token_sha256: str | None = None, vllm_http: bool = False,
+           say=print) -> dict[str, str | None]:
     """Deploy every backbone as its own application (replacing one of the same name);
-    returns name -> route prefix once all are running. Serve's cluster-wide settings (HTTP
-    host and port, where proxies run) take effect when Serve first starts on the cluster."""
+    returns name -> route prefix (None: no HTTP route) once all are running. Serve's
+    cluster-wide settings (HTTP host and port, where proxies run) take effect when Serve
+    first starts on the cluster.
+
+    ``token_sha256``: the SHA-256 of the bearer token df_ray's HTTP route requires
+    (:mod:`df_ray.serving.auth`; None: the route refuses every request). A vLLM backbone's
+    ``ray.serve.llm`` app has no such check, so it gets no HTTP route (jobs call it through
+    DeploymentHandles) unless ``vllm_http``."""
     from ray import serve
 
     http: dict[str, Any] = {}
@@ -245,17 +255,21 @@ def deploy(backbones: dict[str, EngineSpec], opts: ServeOptions, *, http_host: s
     routes = {}
     for name, spec in backbones.items():
         t = time.time()
-        app = build_app(name, spec, opts.for_backbone(name))
+        app = build_app(name, spec, opts.for_backbone(name), token_sha256)
+        prefix = None if spec.serve_llm and not vllm_http else f"/{name}"
         try:
-            serve.run(app, name=name, route_prefix=f"/{name}", blocking=False)
+            serve.run(app, name=name, route_prefix=prefix, blocking=False)
         except RuntimeError as e:
             # Serve says only "Failed to update the deployments"; the replicas' own error is
             # in the deployment's status message.
             raise RuntimeError(f"{name}: {spec.kind} {spec.model} failed to start: "
                                f"{_start_failure(name) or e}") from e
-        routes[name] = f"/{name}"
+        routes[name] = prefix
         say(f"{name}: {spec.kind} {spec.model} x{spec.replicas} running "
-            f"({time.time() - t:.1f}s), route /{name}")
+            f"({time.time() - t:.1f}s), "
+            + (f"route {prefix}" if prefix else "no HTTP route (DeploymentHandles only)")
+            + (" (no token check: ray.serve.llm's own route)" if prefix and spec.serve_llm
+               else ""))
     return routes
 
 

@@ -9,6 +9,11 @@
 cluster started on this machine (``ray start --head``) and fails if there is none, because a
 service in a Ray that ends with the command would be gone at once. ``--local`` serves from an
 embedded Ray in this process until Ctrl-C (a laptop).
+
+The HTTP route of df_ray's engine server takes a bearer token: ``DF_RAY_SERVE_TOKEN``,
+``--token-file`` / ``DF_RAY_SERVE_TOKEN_FILE``, else one generated for this deployment and
+written to ``~/.config/df_ray/serve-token`` (df_ray.serving.auth). vLLM backbones get no HTTP
+route unless ``--vllm-http`` (``ray.serve.llm``'s route checks no token).
 """
 
 from __future__ import annotations
@@ -42,6 +47,13 @@ def add_serve_parser(sub) -> None:
                                        '\'{"gpu_node": 1}\'')
     s.add_argument("--num-cpus", type=float, help="CPUs per replica (default: the engine's)")
     s.add_argument("--json", action="store_true", help="status: machine-readable output")
+    s.add_argument("--token-file", help="a secret file (mode 0600) holding the HTTP route's "
+                                        "bearer token (default: DF_RAY_SERVE_TOKEN, "
+                                        "DF_RAY_SERVE_TOKEN_FILE, else a new token written "
+                                        "to ~/.config/df_ray/serve-token)")
+    s.add_argument("--vllm-http", action="store_true",
+                   help="give vLLM backbones ray.serve.llm's HTTP route too (it checks no "
+                        "token: only behind a proxy that does)")
     s.set_defaults(fn=cmd_serve)
 
 
@@ -77,13 +89,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 raise ConfigError(f"--resources: expected a JSON object of numbers ({e})") from None
         if update:
             opts = opts.model_validate({**opts.model_dump(), **update})
+        from df_ray.serving.auth import TokenError, resolve_token, token_digest
+
+        try:
+            token, where = resolve_token(args.token_file)
+        except TokenError as e:
+            raise ConfigError(f"df-ray serve: {e}") from None
         apps.connect(args.address, local=args.local)
         try:
             apps.deploy(backbones, opts, http_host=args.http_host, http_port=args.http_port,
-                        proxy_location=args.proxy_location)
+                        proxy_location=args.proxy_location, token_sha256=token_digest(token),
+                        vllm_http=args.vllm_http)
         except RuntimeError as e:  # a backbone's replicas failed to start: its cause, no trace
             print(f"df-ray serve: {e}", file=sys.stderr)
             return 1
+        print(f"HTTP route token: {where} (send Authorization: Bearer <token>)")
         print("use them with backbones of kind 'serve', e.g. "
               + ", ".join(f"{n}: {{kind: serve, model: {s.model}}}" for n, s in backbones.items()))
         if args.local:

@@ -10,7 +10,9 @@ generated recently, is not generated again: callers share the answer (two users 
 same sweep at once pay for each call once, even before either has cached it).
 
 The replica also answers ``POST <route>/v1/chat/completions`` and ``GET <route>/v1/models``
-(the OpenAI chat API, non-streaming) for clients outside the cluster.
+(the OpenAI chat API, non-streaming) for clients outside the cluster, to a request that
+carries the deployment's bearer token (:mod:`df_ray.serving.auth`; 401 without one, 403 with
+another) and whose sampling fields are in range (400 naming the field).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ log = logging.getLogger(__name__)
 class EngineServer:
     """The Serve deployment class (see the module docstring). ``spec`` is an EngineSpec dict."""
 
-    def __init__(self, spec: dict[str, Any], backbone: str) -> None:
+    def __init__(self, spec: dict[str, Any], backbone: str,
+                 token_sha256: str | None = None) -> None:
         from df_ray.engines import make_engine
         from df_ray.engines.spec import EngineSpec
         from df_ray.pipeline import engine_health, faults
@@ -39,6 +42,8 @@ class EngineServer:
         faults.install(f"serve-{backbone}")  # a fatal signal is reported, by name
         self.spec = EngineSpec.model_validate(spec)
         self.backbone = backbone
+        #: the SHA-256 of the HTTP route's token (None: the route refuses every request)
+        self.token_sha256 = token_sha256
         t = time.time()
         self.engine = make_engine(self.spec)
         self.load_s = time.time() - t
@@ -92,6 +97,15 @@ class EngineServer:
         """The OpenAI chat API for HTTP clients: ``.../v1/chat/completions``, ``.../v1/models``."""
         from starlette.responses import JSONResponse
 
+        from df_ray.serving.auth import FieldError, authorized
+
+        denied = authorized(request.headers.get("authorization"), self.token_sha256)
+        if denied is not None:
+            why = ("a bearer token is required (Authorization: Bearer <token>)" if denied == 401
+                   else "the bearer token is not this deployment's")
+            return JSONResponse({"error": {"message": why, "type": "authentication_error"}},
+                                status_code=denied,
+                                headers={"WWW-Authenticate": "Bearer"} if denied == 401 else None)
         path = request.url.path.rstrip("/")
         if request.method == "GET" and path.endswith("/models"):
             return JSONResponse({"object": "list", "data": [
@@ -102,6 +116,9 @@ class EngineServer:
         try:
             body = await request.json()
             req = openai_to_request(body, self.spec.model)
+        except FieldError as e:
+            return JSONResponse({"error": {"message": f"bad request: {e}", "param": e.field,
+                                           "type": "invalid_request_error"}}, status_code=400)
         except (ValueError, KeyError, TypeError) as e:
             return JSONResponse({"error": {"message": f"bad request: {e}"}}, status_code=400)
         (c,) = await asyncio.gather(asyncio.wrap_future(self.batcher.submit([req])[0]))
@@ -111,21 +128,17 @@ class EngineServer:
 
 
 def openai_to_request(body: dict[str, Any], model: str) -> ChatRequest:
-    """An OpenAI chat-completions body as a df_ray request (for this backbone's ``model``)."""
-    msgs = body["messages"]
-    if not isinstance(msgs, list) or not msgs:
-        raise ValueError("messages must be a non-empty list")
-    stop = body.get("stop") or ()
-    if isinstance(stop, str):
-        stop = (stop,)
-    sampling = SamplingParams(temperature=float(body.get("temperature", 0.7)),
-                              top_p=float(body.get("top_p", 1.0)),
-                              max_tokens=int(body.get("max_tokens") or 512),
-                              stop=tuple(str(s) for s in stop),
-                              ignore_eos=bool(body.get("ignore_eos", False)))
-    return ChatRequest(model=model, messages=tuple(Message(str(m["role"]), str(m["content"]))
-                                                   for m in msgs),
-                       sampling=sampling, seed=int(body.get("seed") or 0))
+    """An OpenAI chat-completions body as a df_ray request (for this backbone's ``model``);
+    a :class:`~df_ray.serving.auth.FieldError` naming a field out of range."""
+    from df_ray.serving.auth import messages, sampling_fields
+
+    msgs = messages(body)
+    f = sampling_fields(body)
+    sampling = SamplingParams(temperature=f["temperature"], top_p=f["top_p"],
+                              max_tokens=f["max_tokens"], stop=f["stop"],
+                              ignore_eos=f["ignore_eos"])
+    return ChatRequest(model=model, messages=tuple(Message(r, c) for r, c in msgs),
+                       sampling=sampling, seed=f["seed"])
 
 
 def completion_to_openai(c: Completion, model: str) -> dict[str, Any]:
