@@ -276,6 +276,22 @@ def validate_args(method: str, args_model: type[MethodArgs], args: Any) -> Metho
                               + f". Allowed: {describe_args(args_model, fields)}") from None
 
 
+def rekeyed(obs: list[Observation], ctx: MethodContext, state: SampleState,
+            slot: str = "agent") -> list[Observation]:
+    """The observations as the benchmark keys them into candidates (HumanEval's behaviour
+    keys; unchanged for a benchmark without ``rekey``). The sandbox seconds that took are
+    kept per ``slot`` in ``state.data["behaviour_s"]`` (a second keying of the same calls,
+    answered from the behaviour cache, replaces its figure instead of adding to it);
+    ``df_ray.methods.common.behaviour_seconds`` sums them."""
+    rekey = getattr(ctx.task, "rekey", None)
+    if rekey is None:
+        return obs
+    out, seconds = rekey(state.sample, obs)
+    if seconds:
+        state.data.setdefault("behaviour_s", {})[slot] = float(seconds)
+    return out
+
+
 class Method(ABC):
     """A coordination method: ``rounds`` rounds of planned calls, then ``finish``.
 
@@ -341,8 +357,6 @@ class Method(ABC):
         ``calibration_rounds`` rounds: by default the agents' independent answers, keyed
         into candidates as the benchmark keys them at evaluation (``Task.rekey``: HumanEval's
         behaviour keys), so R_pi and kappa count the clusters the run will see."""
-        from df_ray.methods.common import rekeyed
-
         spec = ctx.task.parse_spec(state.sample)
         obs = [Observation.invalid(r.agent, raw="") if r.error
                else parse(r.text, spec, agent=r.agent)

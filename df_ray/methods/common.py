@@ -26,6 +26,7 @@ from df_ray.methods.base import (
     MethodArgsError,
     MethodContext,
     SampleState,
+    rekeyed,
 )
 
 INDEPENDENT_SLOT = "independent"
@@ -98,22 +99,6 @@ def observations(state: SampleState, ctx: MethodContext, *, round: int | None = 
                  role: str | None = None) -> list[Observation]:
     obs = [parse_record(r, ctx, state) for r in state.records(round=round, role=role)]
     return rekeyed(obs, ctx, state, f"{role}:{round}")
-
-
-def rekeyed(obs: list[Observation], ctx: MethodContext, state: SampleState,
-            slot: str = "agent") -> list[Observation]:
-    """The observations as the benchmark keys them into candidates (HumanEval's behaviour
-    keys; unchanged for a benchmark without ``rekey``). The sandbox seconds that took are
-    kept per ``slot`` in ``state.data["behaviour_s"]`` (a second keying of the same calls,
-    answered from the behaviour cache, replaces its figure instead of adding to it);
-    :func:`behaviour_seconds` sums them."""
-    rekey = getattr(ctx.task, "rekey", None)
-    if rekey is None:
-        return obs
-    out, seconds = rekey(state.sample, obs)
-    if seconds:
-        state.data.setdefault("behaviour_s", {})[slot] = float(seconds)
-    return out
 
 
 def behaviour_seconds(state: SampleState) -> float:
