@@ -141,35 +141,37 @@ def _find(cfg: Any) -> Path | None:
                             guardrail=_guardrail_spec(cfg))
 
 
-def check_calibration(cfg: Any, held_out: Callable[[Any], Any] | None = None) -> None:
+def check_calibration(cfg: Any, held_out: Callable[[Any], Any] | None = None
+                      ) -> Calibration | None:
     """Fail before any engine starts when the configuration's calibration cannot be had: an
     explicit or matching file that does not belong to it or was fitted on fewer than
     ``calibration.min_samples`` samples; no matching file with auto_fit off; or, when a fit
     is due, a calibration split smaller than ``calibration.min_samples`` (or unavailable).
     ``held_out(cfg)``: how to load the calibration split (default
     ``df_ray.evaluation.context.load_calibration_samples``; a caller checking many
-    configurations passes a memoised one)."""
+    configurations passes a memoised one). Returns the calibration file it loaded (the run
+    uses it without looking again), None when there is none yet (a fit is due) or none is
+    needed."""
     from df_ray.config import ConfigError
     from df_ray.evaluation.context import check_held_out, load_calibration_samples
     from df_ray.evaluation.guardrail_calibration import check_fit_possible
 
     if not needs_calibration(cfg):
-        return
+        return None
     fitted = _guardrail_spec(cfg) is not None
     if fitted:
         check_fit_possible(cfg)
     if cfg.calibration.path:
         try:
-            _load(cfg, cfg.calibration.path)
+            return _load(cfg, cfg.calibration.path)
         except (CalibrationMismatchError, CalibrationTooSmallError):
             raise
         except (OSError, ValueError) as e:
             raise ConfigError(f"{cfg.name}: calibration.path: {e}") from None
-        return
     found = _find(cfg)
     if found is not None:
-        _load(cfg, found)
-    elif not cfg.calibration.auto_fit:
+        return _load(cfg, found)
+    if not cfg.calibration.auto_fit:
         keyed = "" if candidate_keying(cfg) == DEFAULT_KEYING else \
             f", candidates keyed by {candidate_keying(cfg)}"
         raise ConfigError(
@@ -178,11 +180,11 @@ def check_calibration(cfg: Any, held_out: Callable[[Any], Any] | None = None) ->
             f"{', a guardrail fit' if fitted else ''}) in "
             f"{cfg.calibration.dir!r}, and calibration.auto_fit is off; "
             "set calibration.auto_fit: true or calibration.path")
-    else:
-        split = (held_out or load_calibration_samples)(cfg)
-        check_held_out(cfg, split)
-        if fitted:
-            check_fit_possible(cfg, len(split.samples))
+    split = (held_out or load_calibration_samples)(cfg)
+    check_held_out(cfg, split)
+    if fitted:
+        check_fit_possible(cfg, len(split.samples))
+    return None
 
 
 def resolve_calibration(cfg: Any, fit: Callable[[Any], Calibration]) -> Calibration | None:

@@ -258,6 +258,7 @@ def preflight(configs: Sequence[RunConfig]) -> list[RunPlan]:
     for d in sorted({c.cache_root for c in configs}):
         check_writable(d, "cache_root")
     held_out: dict[tuple, Any] = {}
+    found: dict[int, Calibration | None] = {}
 
     def calibration_split(cfg: RunConfig):
         key = (*samples_key(cfg), cfg.calibration_source, cfg.calibration.limit)
@@ -284,8 +285,11 @@ def preflight(configs: Sequence[RunConfig]) -> list[RunPlan]:
             if not samples:
                 raise ConfigError(f"{cfg.name}: the {cfg.benchmark} {cfg.split} split is empty")
             loaded[key] = samples
-        check_calibration(cfg, calibration_split)
-    return [RunPlan.of(cfg, loaded[samples_key(cfg)]) for cfg in configs]
+        found[id(cfg)] = check_calibration(cfg, calibration_split)
+    # a file found here is the one the run uses (not looked for again); a fit due is done
+    # when the configuration runs (an earlier configuration's fit may be the file it finds)
+    return [RunPlan.of(cfg, loaded[samples_key(cfg)]).with_calibration(found[id(cfg)])
+            for cfg in configs]
 
 
 class Runner:
@@ -314,6 +318,13 @@ class Runner:
         """The configuration's calibration (its method's capability); a missing one is
         fitted through the pipeline when calibration.auto_fit allows it."""
         return resolve_calibration(cfg, self.fit)
+
+    def with_calibration(self, plan: RunPlan) -> RunPlan:
+        """The plan with its calibration: the file preflight loaded, else the one
+        ``calibration_for`` finds or fits now (an earlier configuration's fit may be it)."""
+        if plan.calibration is not None:
+            return plan
+        return plan.with_calibration(self.calibration_for(plan.cfg))
 
     def fit(self, cfg: RunConfig) -> Calibration:
         held_out = load_calibration_samples(cfg)
@@ -406,7 +417,7 @@ class Runner:
         if not todo:
             return [out[i] for i in range(len(cfgs))]
         samples = list(samples)
-        members = [plans[i].with_calibration(self.calibration_for(cfgs[i])) for i in todo]
+        members = [self.with_calibration(plans[i]) for i in todo]
         for p in members:
             self.say(f"{p.name}: {p.cfg.method} on {len(samples)} {p.cfg.benchmark} samples")
         outs = [ResultsFile(p.cfg, sweep) for p in members]

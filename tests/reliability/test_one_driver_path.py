@@ -284,3 +284,33 @@ def test_an_engine_failure_in_a_token_count_stops_the_ray_path(tmp_path, ray_loc
         runner.shutdown()
     assert "a token count failed" in str(info.value)
     assert "injected failure counting tokens" in str(info.value)
+
+
+def test_a_calibration_file_preflight_found_is_the_one_the_run_uses(tmp_path, monkeypatch):
+    """Preflight loads the configuration's calibration file once; the plan carries it, so
+    the run does not look through the calibration folder again."""
+    from df_ray.config import RunConfig
+    from df_ray.evaluation import calibration_files
+    from df_ray.pipeline.runner import Runner, preflight
+
+    source = write_mmlu_goa(tmp_path / "mmlu.json", 4)
+    held_out = write_mmlu_goa(tmp_path / "held_out.json", 8, tag="c")
+    base = base_config(tmp_path, source)
+    base.pop("method_args")
+    base.update(calibration_source=str(held_out),
+                calibration={"dir": str(tmp_path / "cal"), "min_samples": 4, "limit": 8})
+    cfg = RunConfig.model_validate(base)
+    engines = _engines(cfg)
+    df_ray.evaluate(cfg, engines=engines)  # fits and freezes the file
+    assert len(list((tmp_path / "cal").glob("*.json"))) == 1
+    cfg = RunConfig.model_validate(base)  # a fresh process's configuration
+    looked = []
+    find = calibration_files._find
+    monkeypatch.setattr(calibration_files, "_find", lambda c: looked.append(c) or find(c))
+    (plan,) = preflight([cfg])
+    assert plan.calibration is not None and plan.calibration.n_samples == 8
+    assert len(looked) == 1
+    runner = Runner(cfg.backbones, progress=lambda m: None)
+    monkeypatch.setattr(Runner, "calibration_for",
+                        lambda self, c: pytest.fail("the run looked for its calibration again"))
+    assert runner.with_calibration(plan) is plan  # what the runner hands the stage
