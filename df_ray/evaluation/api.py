@@ -34,6 +34,7 @@ from df_ray.engines.base import ChatRequest, Completion, SamplingParams
 from df_ray.errors import EngineFailure
 from df_ray.evaluation.driver import Driver, Member, record_from_dict, record_to_dict
 from df_ray.evaluation.metrics import MetricsAccumulator, failure_reason
+from df_ray.evaluation.plan import RunPlan
 from df_ray.evaluation.scoring import ResultRow, describe_exception
 from df_ray.methods.base import AgentView, Method, MethodContext, Outcome, SampleState
 from df_ray.tasks.base import Sample, Task
@@ -136,13 +137,20 @@ def evaluate(config: Any, samples: Sequence[Sample] | None = None, *,
     """Run a configuration (or the pieces ``(method, task, engines)``) over ``samples`` in
     this process; see the module docstring. A sweep gives one Evaluation per configuration.
 
-    ``engines``: with a configuration, live engines by backbone name (default: built from
-    the configuration's backbones). ``calibration``: a Calibration to use instead of the
-    configuration's file policy. ``cache``: a generation cache (e.g.
+    ``config`` may be a resolved plan (``df_ray.evaluation.plan.RunPlan``, as
+    ``df_ray.pipeline.runner.preflight`` returns): its Method, samples and calibration are
+    used as they are. ``engines``: with a configuration, live engines by backbone name
+    (default: built from the configuration's backbones). ``calibration``: a Calibration to
+    use instead of the configuration's file policy. ``cache``: a generation cache (e.g.
     ``df_ray.pipeline.cache.GenerationCache``) to read and fill."""
     if isinstance(config, tuple):
         method, task, agent_engines = config
         return _evaluate_pieces(method, task, agent_engines, samples, calibration, cache)
+    if isinstance(config, RunPlan):
+        return _evaluate_config(config.cfg, samples if samples is not None
+                                else (list(config.samples) or None), engines,
+                                calibration if calibration is not None else config.calibration,
+                                cache, plan=config)
     from df_ray.config import RunConfig, SweepConfig, load_config
 
     if isinstance(config, str | Path):
@@ -156,7 +164,7 @@ def evaluate(config: Any, samples: Sequence[Sample] | None = None, *,
 
 
 def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mapping[str, Any] | None,
-                     calibration: Any, cache: Any) -> Evaluation:
+                     calibration: Any, cache: Any, plan: RunPlan | None = None) -> Evaluation:
     from df_ray.engines import make_engine
     from df_ray.evaluation.calibration_files import (
         extend_with_guardrail_fit,
@@ -197,7 +205,8 @@ def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mappin
         calibration = resolve_calibration(cfg, fit)
     if samples is None:
         samples = load_samples(cfg)
-    member = Member.from_config(cfg, calibration, count)
+    plan = (plan or RunPlan.of(cfg, samples)).with_calibration(calibration)
+    member = Member.from_plan(plan, count)
     return _run(cfg.name, Driver([member], client, cache), samples, cfg.max_error_rate)
 
 

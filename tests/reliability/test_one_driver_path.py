@@ -314,3 +314,20 @@ def test_a_calibration_file_preflight_found_is_the_one_the_run_uses(tmp_path, mo
     monkeypatch.setattr(Runner, "calibration_for",
                         lambda self, c: pytest.fail("the run looked for its calibration again"))
     assert runner.with_calibration(plan) is plan  # what the runner hands the stage
+
+
+def test_evaluate_takes_a_resolved_plan_as_it_is(tmp_path, monkeypatch):
+    from df_ray.config import RunConfig
+    from df_ray.methods.darkforest import DarkForest
+    from df_ray.pipeline.runner import preflight
+    from df_ray.tasks.mmlu_pro import MMLUProTask
+
+    source = write_mmlu_goa(tmp_path / "mmlu.json", 4)
+    cfg = RunConfig.model_validate(base_config(tmp_path, source))
+    (plan,) = preflight([cfg])
+    built = count_constructions(monkeypatch, method=DarkForest, task=MMLUProTask)
+    ev = df_ray.evaluate(plan, engines=_engines(cfg))  # its samples, Method and Task
+    assert built == {"method": 0, "task": 0}
+    assert [r.sample_id for r in ev.rows] == [s.id for s in plan.samples]
+    again = df_ray.evaluate(cfg, engines=_engines(cfg))
+    assert [r.to_dict() for r in ev.rows] == [r.to_dict() for r in again.rows]
