@@ -365,7 +365,8 @@ def sweep_file(path: Path, name: str, source: Path, *, seed: int, latency: float
             "calibration": {"dir": "calibration", "auto_fit": False},
             "tracking": {"uri": "sqlite:///mlflow.db", "experiment": EXPERIMENT},
             "results_dir": "results",
-            "cache_root": "generations",
+            "cache_root": "generations",  # per user: DF_RAY_HOME/users/<user>/generations
+            "cache_read_from": ["*"],  # this lab's users replay one another's calls
             "batch_size": 2, "concurrency": 1, "max_request_retries": 3,
         },
         "runs": [{"name": "strict"}, {"name": "permissive", "method_args.disclosure": "permissive"}],
@@ -405,8 +406,12 @@ def results_of(lab: Lab, user: str, sweep: str) -> dict[str, list[dict]]:
 def test_two_users_share_one_engine_service_and_survive_faults(lab):
     tmp = lab.tmp
     # -- the service: one application per backbone, replicas on the "GPU" nodes
+    token_file = tmp / "serve-token"
+    token_file.write_text("the-lab-service-token-0123456789\n")
+    token_file.chmod(0o600)
     out = lab.cli("serve", "--config", str(pool_file(tmp / "pool.yaml")),
-                  "--http-host", "127.0.0.1", "--http-port", str(lab.http_port))
+                  "--http-host", "127.0.0.1", "--http-port", str(lab.http_port),
+                  "--token-file", str(token_file))
     assert "s1" in out and "s2" in out
     st = lab.serve_status()
     nodes = {n["id"]: n["resources"] for n in lab.alive_nodes()}
@@ -419,7 +424,9 @@ def test_two_users_share_one_engine_service_and_survive_faults(lab):
     body = json.dumps({"model": "m1", "messages": [{"role": "user", "content": "(A) 1\n(B) 2"}],
                        "max_tokens": 50}).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{lab.http_port}/s1/v1/chat/completions",
-                                 data=body, headers={"Content-Type": "application/json"})
+                                 data=body, headers={
+                                     "Content-Type": "application/json",
+                                     "Authorization": "Bearer the-lab-service-token-0123456789"})
     with urllib.request.urlopen(req, timeout=60) as r:
         answer = json.loads(r.read())
     assert "boxed" in answer["choices"][0]["message"]["content"]
@@ -462,7 +469,7 @@ def test_two_users_share_one_engine_service_and_survive_faults(lab):
     keys = call_keys(lab)[http_calls:]
     assert len(keys) == len(set(keys)) == N_SAMPLES_A * 5, (len(keys), len(set(keys)))
     # the storage of the sweep file landed on the lab's shared storage, not in the job's cwd
-    assert list((lab.home / "generations").glob("part-*.parquet"))
+    assert list((lab.home / "users" / "alice" / "generations").glob("part-*.parquet"))
     assert not (lab.home / "mlflow.db").exists()  # the server took the runs
 
     # -- phase B: faults under a slower sweep
@@ -506,10 +513,11 @@ def test_two_users_share_one_engine_service_and_survive_faults(lab):
 
     from df_ray.pipeline.cache import SCHEMA, GenerationCache
 
-    parts = sorted((lab.home / "generations").glob("part-*.parquet"))
+    parts = sorted(lab.home.glob("users/*/generations/part-*.parquet"))
     for part in parts:
         assert pq.read_table(part).schema.equals(SCHEMA)
-    cache = GenerationCache(str(lab.home / "generations"))
+    cache = GenerationCache(str(lab.home / "users" / "alice" / "generations"), user="alice",
+                            read_from=[str(lab.home / "users" / "bob" / "generations")])
     assert len(cache) >= N_SAMPLES_A * 5
     # bob's rerun finishes; every configuration logged exactly once, nothing counted twice
     status, logs = lab.wait_job(lab.submit("bob", cfg_b, "bob-b2"))
