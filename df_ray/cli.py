@@ -427,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     ana = sub.add_parser("analyze", help="a finished sweep's frontier, agent subsets and "
                                          "guardrail thresholds from its cache, no LLM call")
     analysis_cli.add_arguments(ana)
-    ana.set_defaults(fn=analysis_cli.run_from_args)
+    ana.set_defaults(fn=lambda a: analysis_cli.run_from_args(a, load_with_overrides))
     cache = sub.add_parser("cache", help="maintain a generation cache")
     cache_sub = cache.add_subparsers(dest="cache_cmd", required=True)
     cc = cache_sub.add_parser(

@@ -98,7 +98,7 @@ def default_cache_root() -> str:
     df_ray.storage), else ``~/.cache/df_ray/generations``."""
     home = os.environ.get("DF_RAY_HOME")
     if home:
-        from df_ray.storage import current_user
+        from df_ray.user_names import current_user
 
         return os.path.join(home, "users", current_user(), "generations")
     return os.path.join(os.path.expanduser("~"), ".cache", "df_ray", "generations")
@@ -294,7 +294,7 @@ class RunConfig(_Strict):
     @field_validator("cache_user")
     @classmethod
     def _check_cache_user(cls, v: str | None) -> str | None:
-        from df_ray.storage import validate_user
+        from df_ray.user_names import validate_user
 
         return validate_user(v, "cache_user") if v is not None else None
     cache_compact_parts: int = Field(

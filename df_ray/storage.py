@@ -39,7 +39,6 @@ given. The user is ``DF_RAY_USER``, else ``USER``, else the login name.
 
 from __future__ import annotations
 
-import getpass
 import logging
 import os
 import shutil
@@ -49,6 +48,9 @@ from typing import Any
 
 from df_ray.config import ConfigError, RunConfig
 from df_ray.pipeline.cache import READ_FROM_ENV, read_from_env
+from df_ray.user_names import current_user, safe_user, validate_user
+
+__all__ = ["current_user", "validate_user"]  # re-exported: their home is df_ray.user_names
 
 log = logging.getLogger(__name__)
 
@@ -66,34 +68,7 @@ def in_ray_job() -> bool:
     return bool(os.environ.get(RAY_JOB_ENV))
 
 
-def current_user() -> str:
-    """Who runs this: ``DF_RAY_USER``, else ``USER``, else the login name."""
-    explicit = os.environ.get("DF_RAY_USER", "").strip()
-    if explicit:
-        return validate_user(explicit)
-    for var in ("USER", "LOGNAME"):
-        v = os.environ.get(var, "").strip()
-        if v:
-            return _safe_user(v)
-    try:
-        return _safe_user(getpass.getuser())
-    except (KeyError, OSError):  # no passwd entry (containers)
-        return "anonymous"
-
-
-def validate_user(name: str, where: str = "DF_RAY_USER") -> str:
-    """``name`` as a user's folder name (characters other than letters, digits, ``.``, ``_``
-    and ``-`` become ``_``), or a one-line ValueError for a name that would leave
-    ``users/``: a path separator, ``.``, ``..`` or a leading dot."""
-    if "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
-        raise ValueError(f"{where}={name!r} is not a valid user name: no path separators, "
-                         "no '.' or '..', not starting with '.'")
-    return _safe_user(name)
-
-
-def _safe_user(name: str) -> str:
-    out = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64].lstrip(".")
-    return out or "anonymous"
+_safe_user = safe_user
 
 
 def is_server_uri(uri: str) -> bool:

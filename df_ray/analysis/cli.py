@@ -57,9 +57,10 @@ def log_to_sweep_run(sweep: Any, configs: Sequence[Any], out: Path) -> str:
     return f"logged to MLflow: {uri}, sweep run {run_id}, artifacts analysis/"
 
 
-def run_from_args(args: argparse.Namespace) -> int:
+def run_from_args(args: argparse.Namespace, load_with_overrides) -> int:
+    """``load_with_overrides`` is the CLI's sweep loader (passed in: the analysis layer does
+    not import the CLI above it)."""
     from df_ray.analysis.api import AnalysisError, analyze
-    from df_ray.cli import load_with_overrides
 
     sweep = load_with_overrides(args.config, args.set or [], None)
     try:
@@ -78,12 +79,3 @@ def run_from_args(args: argparse.Namespace) -> int:
     if not args.no_mlflow:
         print(log_to_sweep_run(sweep, sweep.expand(), out))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = add_arguments(argparse.ArgumentParser(prog="df-ray analyze", description=__doc__))
-    return run_from_args(p.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -170,7 +170,7 @@ def _safe(name: str) -> str:
 
 def write(analysis: Any, out: Path) -> list[Path]:
     """``analysis.md`` first, then each section's CSV and the frontier plots."""
-    from df_ray.analysis.api import plot_frontier
+    from df_ray.analysis.frontier import frontier_plot
 
     out.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
@@ -183,7 +183,9 @@ def write(analysis: Any, out: Path) -> list[Path]:
             frames.update(frontier_points=b.frontier.points, frontier_curves=b.frontier.curves,
                           at_darkforest_tokens=b.frontier.at_darkforest_tokens,
                           tokens_to_match=b.frontier.tokens_to_match)
-            plot = plot_frontier(b, out / f"{prefix}_frontier.png")
+            plot = (frontier_plot(b.frontier, out / f"{prefix}_frontier.png",
+                                  f"{b.benchmark}: accuracy against tokens (run seed {b.seed})")
+                    if b.frontier is not None else None)
             if plot is not None:
                 paths.append(plot)
                 text += f"\n![{b.benchmark} frontier]({plot.name})\n"

@@ -215,7 +215,7 @@ class GenerationCache:
         self.fs, self.path = _filesystem(root)
         self.fs.create_dir(self.path, recursive=True)
         if user is None:
-            from df_ray.storage import current_user
+            from df_ray.user_names import current_user
 
             user = current_user()
         self.user = user
@@ -750,7 +750,7 @@ READ_FROM_ENV = "DF_RAY_CACHE_READ_FROM"
 def check_read_from(items: Sequence[str]) -> list[str]:
     """``cache_read_from`` items as given, or a one-line ValueError naming a bad one: each is
     ``*``, a user name (as ``DF_RAY_USER`` takes) or a root (a path or URI)."""
-    from df_ray.storage import validate_user
+    from df_ray.user_names import validate_user
 
     out = []
     for item in items:
