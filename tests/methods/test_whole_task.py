@@ -198,7 +198,7 @@ def test_baseline_defaults_follow_their_reference_code():
     a = goa.args
     assert (a.first_answer, a.allow_repeats, a.selection_attempts, a.scoring_attempts,
             a.replace_below, a.meta_temperature, a.t2s_reads) == \
-        ("brief_json", True, 5, 3, 0.1, 0.7, "initial")
+        ("brief_json", True, 5, 3, 0.1, 0.7, "refined")  # _run_t_to_s at c9def00: final_response_dict
 
 
 # ----------------------------------------------------------------------------- GoA nodes
