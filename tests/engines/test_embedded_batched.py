@@ -180,16 +180,20 @@ def test_a_request_queued_during_a_long_generation_is_admitted_before_it_ends(sm
     assert finishes[short_id] < finishes[long_id]  # and finished first
 
 
-def test_ignore_eos_is_refused_on_both_paths_and_alone(smol_seq, smol_batched):
-    """llama.cpp's decode loop cannot generate past the end of sequence: a request asking
-    for it gets a final unsupported_sampling error, its batch-mates their answers."""
+def test_ignore_eos_is_honoured_batched_and_refused_alone(smol_seq, smol_batched):
+    """The batched decode loop honours ignore_eos (it does not stop at an end-of-generation
+    token for that request: it runs to max_tokens); llama.cpp's one-at-a-time call cannot,
+    so there the request gets a final unsupported_sampling error. Either way its batch-mate
+    gets its answer."""
     import dataclasses
 
     plain = ask(SMOL, "Say hello.", max_tokens=4)
     odd = dataclasses.replace(plain, sampling=dataclasses.replace(plain.sampling,
                                                                   ignore_eos=True))
-    for eng in (smol_seq, smol_batched):
-        ok, refused = eng.generate([plain, odd])
-        assert ok.error is None and ok.completion_tokens >= 1
-        assert refused.error.startswith("unsupported_sampling: the embedded engine")
-        assert refused.completion_tokens == 0
+    ok, refused = smol_seq.generate([plain, odd])
+    assert ok.error is None and ok.completion_tokens >= 1
+    assert refused.error.startswith("unsupported_sampling: the embedded engine")
+    assert refused.completion_tokens == 0
+    ok, long = smol_batched.generate([plain, odd])
+    assert ok.error is None and ok.completion_tokens >= 1
+    assert long.error is None and long.completion_tokens == 4
