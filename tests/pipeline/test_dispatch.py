@@ -58,11 +58,12 @@ def test_least_outstanding_dispatch_avoids_the_slow_replica(pool_of, tmp_path):
     for i in range(10):
         (c,) = client.generate([req(f"q{i}")])
         assert c.error is None and c.text == f"q{i}"
-    counts = served(pool)
+    counts = served(pool)  # a replica counts a request once it has finished
     assert counts[1 - slow_replica] == 10
-    assert counts[slow_replica] == 1
+    assert counts[slow_replica] <= 1  # only the first (0 while it still sleeps on it)
     t.join(60)
     assert slow["c"].text == "slow"
+    assert served(pool)[slow_replica] == 1
 
 
 def test_an_engine_error_fails_only_its_request(pool_of):
