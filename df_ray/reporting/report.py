@@ -35,7 +35,7 @@ def _safe(name: str) -> str:
 
 def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
                  out_dir: str | Path = "reports", *, n_boot: int = 2000,
-                 seed: int = 0) -> list[Path]:
+                 seed: int = 0, log: bool = False) -> list[Path]:
     """Write ``<experiment>_table.md`` (the table, the token-ratio check against the paper,
     with several run seeds the mean and standard error over seeds, then per benchmark the
     inference of ``df_ray.reporting.inference``: accuracy with clustered intervals, paired
@@ -46,7 +46,9 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
     ``<experiment>_won_lost.csv``, ``<experiment>_calibration.csv`` (those with rows), the
     plots that apply (``<experiment>_*.png``, ``<experiment>_belief_calibration.png``
     among them) and ``<experiment>_report.md`` (tables + plots) into ``out_dir``; returns
-    the paths written, the report first."""
+    the paths written, the report first. ``log``: also write the table's numbers
+    (pooled accuracy and interval, the comparison with McNemar and Holm p, the power line)
+    to every configuration run (``df_ray.reporting.log_back``)."""
     runs = collect_runs(tracking_uri, experiment)
     if runs.empty:
         raise NoRunsError(f"experiment {experiment!r} at {tracking_uri} has no finished "
@@ -75,6 +77,10 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
     if md_seeds:
         md_table += "\n" + md_seeds
     found = inference(table, samples)
+    if log:
+        from df_ray.reporting.log_back import log_table_numbers
+
+        log_table_numbers(tracking_uri, table, found)
     if found["markdown"]:
         md_table += "\n" + str(found["markdown"])
     table_md = out / f"{prefix}_table.md"
@@ -124,6 +130,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help=f"MLflow tracking URI (default: MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI})")
     p.add_argument("--out", default=None, help="output folder (default: reports/<experiment>)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for the CIs")
+    p.add_argument("--log", action="store_true",
+                   help="also log the table's numbers (pooled accuracy, comparison with "
+                   "McNemar and Holm p, power) as report.* metrics on every configuration run")
     return p
 
 
@@ -135,7 +144,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     experiment = experiment_name(args.experiment, uri, job=False)
     out = args.out or os.path.join("reports", _safe(args.experiment))
     try:
-        paths = build_report(experiment, uri, out, n_boot=args.n_boot)
+        paths = build_report(experiment, uri, out, n_boot=args.n_boot,
+                             log=getattr(args, "log", False))
     except (KeyError, NoRunsError) as e:
         msg = e.args[0] if e.args else str(e)
         print(f"df-ray report: {msg}", file=sys.stderr)

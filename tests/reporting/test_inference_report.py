@@ -85,8 +85,8 @@ def report(tmp_path_factory):
                        runs=[{"name": "majority", "method": "weighted_vote",
                               "method_args": {"majority": True}}])
     log_sweep(uri, EXPERIMENT, vote, tmp, lambda cfg: _rows(cfg.method, cfg.seed))
-    paths = build_report(EXPERIMENT, uri, tmp / "report", n_boot=200)
-    return tmp / "report", paths
+    paths = build_report(EXPERIMENT, uri, tmp / "report", n_boot=200, log=True)
+    return tmp / "report", paths, uri
 
 
 def _outcomes(method: str) -> pd.DataFrame:
@@ -104,7 +104,7 @@ def _ols_cluster(y, groups):
 
 
 def test_accuracy_with_standard_errors_clustered_by_question(report):
-    out, _ = report
+    out, *_ = report
     acc = pd.read_csv(out / f"{EXPERIMENT}_accuracy.csv").set_index("configuration")
     for name, method in (("darkforest", "darkforest"), ("single", "single")):
         d = _outcomes(method)
@@ -126,7 +126,7 @@ def test_accuracy_with_standard_errors_clustered_by_question(report):
 
 
 def test_paired_differences_mcnemar_and_holm(report):
-    out, paths = report
+    out, paths, _ = report
     comps = pd.read_csv(out / f"{EXPERIMENT}_comparisons.csv").set_index("configuration")
     assert set(comps.index) == {"single", "majority"}
     assert set(comps["reference"]) == {"darkforest"}
@@ -165,7 +165,7 @@ def test_paired_differences_mcnemar_and_holm(report):
 
 
 def test_power_line(report):
-    out, paths = report
+    out, paths, _ = report
     power = pd.read_csv(out / f"{EXPERIMENT}_power.csv").iloc[0]
     comps = pd.read_csv(out / f"{EXPERIMENT}_comparisons.csv")
     psi = float(comps["discordance"].median())  # (5/30 + 5/10) / 2 = 1/3
@@ -179,7 +179,7 @@ def test_power_line(report):
 
 
 def test_won_and_lost_and_calibration(report):
-    out, paths = report
+    out, paths, _ = report
     won = pd.read_csv(out / f"{EXPERIMENT}_won_lost.csv").set_index("configuration")
     df = won.loc["darkforest"]
     assert df["accuracy"] == pytest.approx(100 * 21 / 30)
@@ -219,3 +219,38 @@ def test_benchmark_clusters_are_used_where_declared():
     assert acc["ci_lo"] == pytest.approx(max(0, 100 * fit.conf_int()[0][0]))
     by_q = _ols_cluster(d["correct"].astype(float), d["sample_id"])
     assert acc["se_question"] == pytest.approx(100 * by_q.bse[0])
+
+
+def test_the_table_numbers_are_logged_on_every_configuration_run(report):
+    from mlflow.tracking import MlflowClient
+
+    out, _, uri = report
+    acc = pd.read_csv(out / f"{EXPERIMENT}_accuracy.csv").set_index("configuration")
+    comps = pd.read_csv(out / f"{EXPERIMENT}_comparisons.csv").set_index("configuration")
+    power = pd.read_csv(out / f"{EXPERIMENT}_power.csv").iloc[0]
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    runs = [r for r in client.search_runs([exp.experiment_id])
+            if r.data.tags.get("df_ray.kind") == "configuration"]
+    by_name: dict[str, list] = {}
+    for r in runs:
+        by_name.setdefault(r.info.run_name.split(" seed=")[0], []).append(r)
+    assert {k: len(v) for k, v in by_name.items()} == {"darkforest": 3, "single": 3,
+                                                       "majority": 1}
+    for name, rs in by_name.items():
+        for r in rs:  # each seed's run: its configuration's pooled figures
+            m = r.data.metrics
+            assert m["report.accuracy"] == pytest.approx(acc.loc[name, "accuracy"])
+            assert m["report.accuracy_ci_low"] == pytest.approx(acc.loc[name, "ci_lo"])
+            assert m["report.seeds"] == acc.loc[name, "seeds"]
+            assert m["report.min_detectable_diff"] == pytest.approx(100 * power["mde"])
+            if name == "darkforest":
+                assert r.data.tags["df_ray.report.reference"] == "self"
+                assert "report.diff" not in m
+                continue
+            assert r.data.tags["df_ray.report.reference"] == "darkforest"
+            for col, metric in (("diff", "report.diff"), ("p_mcnemar", "report.p_mcnemar"),
+                                ("p_mcnemar_holm", "report.p_mcnemar_holm"),
+                                ("ci_lo", "report.diff_ci_low")):
+                assert m[metric] == pytest.approx(comps.loc[name, col], rel=1e-6), metric
+            assert m["report.comparisons"] == 2
