@@ -56,6 +56,10 @@ class ChatRequest:
     seed: int = 0
     revision: str | None = None
     backbone: str | None = field(default=None, compare=False)
+    #: How a model without a chat template gets this prompt: "completion" (df_ray's
+    #: "Question: ... Answer:"), "chatml" (Graph-of-Agents' rendering); None: the engine's
+    #: completion prompt. A model with a chat template ignores it. Part of the key when set.
+    no_template: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -63,6 +67,8 @@ class ChatRequest:
         d["sampling"] = self.sampling.to_dict()
         if d["backbone"] is None:
             del d["backbone"]
+        if d["no_template"] is None:  # (requests without it keep their keys)
+            del d["no_template"]
         return d
 
     @classmethod
@@ -77,6 +83,7 @@ class ChatRequest:
             seed=int(d.get("seed", 0)),
             revision=d.get("revision"),
             backbone=d.get("backbone"),
+            no_template=d.get("no_template"),
         )
 
     def key(self) -> str:

@@ -78,7 +78,7 @@ from df_ray.engines.base import (
     unsupported_sampling,
 )
 from df_ray.engines.batching import generate_by_submit
-from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion_prompt
+from df_ray.engines.completion_prompt import render_without_template
 from df_ray.engines.llama_build import select_llama_library
 from df_ray.engines.models import (
     CHUNKED_MODELS,
@@ -345,10 +345,10 @@ class EmbeddedEngine:
             )
             stop = res.stop if isinstance(res.stop, list) else [res.stop] if res.stop else []
             return tokens, stop, res.stopping_criteria
-        prompt = render_completion_prompt(request.messages)
+        prompt, stops = render_without_template(request.messages, request.no_template)
         return (
             self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True),
-            list(COMPLETION_STOPS),
+            list(stops),
             None,
         )
 

@@ -48,7 +48,7 @@ from pydantic import Field, model_validator
 
 from df_ray.engines.base import CONTEXT_LENGTH_ERROR, ChatRequest, Completion, timed_out
 from df_ray.engines.batching import generate_by_submit
-from df_ray.engines.completion_prompt import COMPLETION_STOPS, render_completion_prompt
+from df_ray.engines.completion_prompt import render_without_template
 from df_ray.engines.spec import EngineSpec
 
 #: Rendered prompts whose token ids an engine keeps (least recently used dropped first).
@@ -241,12 +241,13 @@ class VLLMEngine:
     def _prompt_ids(self, request: ChatRequest) -> list[int]:
         """The rendered prompt's token ids (on the loop thread), from the recent prompts'
         cache when the same messages were rendered before."""
-        ids = self._ids.get(request.messages)
+        key = (request.messages, request.no_template)
+        ids = self._ids.get(key)
         if ids is not None:
-            self._ids.move_to_end(request.messages)
+            self._ids.move_to_end(key)
             return list(ids)
         ids = tuple(self._render_ids(request))
-        self._ids[request.messages] = ids
+        self._ids[key] = ids
         if len(self._ids) > PROMPT_IDS_CACHED:
             self._ids.popitem(last=False)
         return list(ids)
@@ -259,7 +260,8 @@ class VLLMEngine:
                 self._conversation(request), add_generation_prompt=True, tokenize=False
             )
             return list(self.tokenizer.encode(text, add_special_tokens=False))
-        return list(self.tokenizer.encode(render_completion_prompt(request.messages)))
+        prompt, _ = render_without_template(request.messages, request.no_template)
+        return list(self.tokenizer.encode(prompt))
 
     def close(self) -> None:
         """Stop the engine (its engine-core process and GPU memory) and its loop."""
@@ -291,7 +293,7 @@ class VLLMEngine:
         s = request.sampling
         stop = list(s.stop)
         if self.prompt_format == "completion":
-            stop += list(COMPLETION_STOPS)
+            stop += list(render_without_template((), request.no_template)[1])
         params = {**self.sampling_defaults, "temperature": s.temperature, "top_p": s.top_p,
                   "max_tokens": s.max_tokens, "stop": stop or None, "seed": request.seed}
         if s.ignore_eos:

@@ -16,9 +16,10 @@ gets, so they are the reference's, not ours. df_ray's earlier one-paragraph card
 as :data:`DF_RAY_CARDS` (not used by any sweep).
 
 Prompt format: every pool model has a chat template except finance-Llama3-8B, which df_ray
-serves as a "Question:/Answer:" completion prompt (``df_ray.engines.completion_prompt``);
-GoA's ``generate_vllm`` writes ChatML for it instead (a "You are a helpful assistant."
-system turn for a plain-string message). See docs/experiments.md.
+serves as a "Question:/Answer:" completion prompt (``df_ray.engines.completion_prompt``) in
+every row but GoA's: GoA's calls ask for ChatML (``ChatRequest.no_template``), as GoA's
+``generate_vllm`` writes it (a "You are a helpful assistant." system turn for a
+plain-string message). See docs/experiments.md.
 
 ``seed`` is the entry's agent seed: an agent built on a pool model has the same id (the
 pool key) and seed in every composition and every sweep, so its independent answers are one

@@ -89,9 +89,13 @@ Remaining differences from the reference:
 - the reference counts only the last judge's tokens of edge sampling; the generic accounting
   counts every call (``goa_tokens`` counts GoA's way);
 - finance-Llama3-8B has no chat template: the reference writes ChatML for it ("<|im_start|>
-  system\nYou are a helpful assistant.<|im_end|>" for a plain string message, without the
-  system turn for a message list), df_ray's engines a "Question:/Answer:" completion prompt
-  (``df_ray.engines.completion_prompt``), in every row.
+  system\nYou are a helpful assistant.<|im_end|>" for a plain string message; a message
+  list, which always opens with its system turn there, keeps its own), and so do GoA's
+  calls here (``no_template: chatml``, ``df_ray.engines.completion_prompt.render_chatml``:
+  the default system turn where a request has none); every other row's calls, and GoA's
+  first answers when ``first_answer`` is "independent" (DarkForest's shared calls), get
+  df_ray's "Question:/Answer:" completion prompt. The HTTP engine sends chat messages and
+  leaves the rendering to its server.
 
 Calls for k nodes and R rounds, without retries or replacements: max 1 + 2k + R*k (3 nodes,
 1 round: 1 selection + 3 answers + 3 scoring + 2 source-to-target + 1 target-to-source = 10),
@@ -254,6 +258,11 @@ class GraphOfAgents(Method):
             GOA_MAX_TOKENS, strict=True, ge=1, le=32768,
             description="every GoA call's completion budget, the meta-LLM's included (GoA's "
                         "800: main.py, run.sh); null: each agent's own")
+        no_template: Literal["chatml", "completion"] = Field(
+            "chatml", description="a model without a chat template (finance-Llama): GoA's "
+                                  "ChatML with 'You are a helpful assistant.' (utils.py "
+                                  "generate_vllm), or df_ray's Question/Answer completion "
+                                  "prompt (completion)")
 
     @property
     def mp_rounds(self) -> int:
@@ -311,8 +320,11 @@ class GraphOfAgents(Method):
 
     def _request(self, ctx: MethodContext, agent: AgentView, user: str, state: SampleState,
                  slot: str, temperature: float | None = None):
-        """A GoA call: the agent's request at GoA's budget (``max_tokens``)."""
+        """A GoA call: the agent's request at GoA's budget (``max_tokens``), rendered as
+        GoA renders it for a model without a chat template (``no_template``)."""
         req = ctx.request(agent, user, sample=state.sample, slot=slot, temperature=temperature)
+        if self.args.no_template == "chatml":
+            req = replace(req, no_template="chatml")
         if self.args.max_tokens is None or req.sampling.max_tokens == self.args.max_tokens:
             return req
         return replace(req, sampling=replace(req.sampling, max_tokens=self.args.max_tokens))

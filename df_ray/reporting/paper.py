@@ -541,7 +541,10 @@ BASELINES: tuple[Baseline, ...] = (
                    "(ablation)"),
               Knob("max_tokens", "800", "reference", "`main`'s and `run.sh`'s "
                    "`--max_tokens 800` for every call, the meta-LLM's included, whatever the "
-                   "benchmark's budget for the other methods"))),
+                   "benchmark's budget for the other methods"),
+              Knob("no_template", "chatml", "reference", "`utils.py` `generate_vllm`: a "
+                   "model without a chat template (finance-Llama3-8B) gets ChatML with a "
+                   "'You are a helpful assistant.' system turn"))),
     Baseline(("self_refine",), "Self-Refine (Madaan et al., 2023)",
              "madaan/self-refine `src/gsm/run.py`, `src/gsm/feedback.py`, "
              "`data/prompt/gsm/feedback.txt`",
@@ -626,9 +629,10 @@ def experiments_markdown() -> str:
         "one GPU each; defined once in `df_ray/experiments/pool.py` with GoA's own model "
         "card each (UNITES-Lab/GoA `endpoint.py`, MIT licence), which GoA's node sampling "
         "shows its meta-LLM. Every model has a chat template except finance-Llama3-8B, which "
-        "df_ray prompts as a plain 'Question: ... Answer:' completion in every row; GoA's "
-        "`generate_vllm` writes ChatML for it (a 'You are a helpful assistant.' system "
-        "turn), a difference GoA's module docstring lists.",
+        "df_ray prompts as a plain 'Question: ... Answer:' completion in every row but "
+        "GoA's; GoA's calls get ChatML for it, as GoA's `generate_vllm` writes it (a 'You "
+        "are a helpful assistant.' system turn; GoA's `no_template` argument, `completion` "
+        "to prompt it as the other rows do).",
         "",
         "| pool name | model | domain |",
         "| --- | --- | --- |",

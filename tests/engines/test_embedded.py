@@ -7,6 +7,8 @@ a native crash fails the test that hit it, with the signal, not the whole sessio
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 pytest.importorskip(
@@ -14,7 +16,7 @@ pytest.importorskip(
 )
 
 from df_ray.engines import ChatRequest, Engine, EngineSpec, Message, SamplingParams, make_spec
-from df_ray.engines.completion_prompt import render_completion_prompt
+from df_ray.engines.completion_prompt import render_chatml, render_completion_prompt
 from df_ray.engines.llama_cpp import model_path
 from tests.engines.isolated import IsolatedEngine
 
@@ -91,6 +93,18 @@ def test_token_counts_match_the_model_tokenizer(smol, gemma):
     c = gemma.generate([r])[0]
     prompt = render_completion_prompt(r.messages)
     assert c.prompt_tokens == len(gemma.llm.tokenize(prompt.encode(), add_bos=True, special=True))
+    # A request asking for ChatML (GoA's calls) gets it on the model without a template: its
+    # prompt tokens are the ChatML text's, and the answer ends at the end of the turn.
+    cm = dataclasses.replace(r, no_template="chatml")
+    c = gemma.generate([cm])[0]
+    chatml = render_chatml(cm.messages)
+    assert chatml.startswith("<|im_start|>system\n")  # the request's own system turn
+    assert c.prompt_tokens == len(gemma.llm.tokenize(chatml.encode(), add_bos=True, special=True))
+    assert c.prompt_tokens != len(gemma.llm.tokenize(prompt.encode(), add_bos=True, special=True))
+    assert "<|im_end|>" not in c.text and "<|im_start|>" not in c.text
+    # ... and the model with a chat template ignores it.
+    sr = ask(SMOL, "Name a colour.", temperature=0.0, max_tokens=8)
+    assert smol.prompt_tokens(sr) == smol.prompt_tokens(dataclasses.replace(sr, no_template="chatml"))
     # Generated tokens re-tokenize to (nearly) the same count.
     for eng, model in ((smol, SMOL), (gemma, GEMMA)):
         c = eng.generate([ask(model, "Say hello.", temperature=0.0, max_tokens=12)])[0]

@@ -47,6 +47,20 @@ def test_repeated_messages_are_tokenized_once_and_the_oldest_go_first(monkeypatc
     e._prompt_ids(request("a"))  # a is now the most recent
     e._prompt_ids(request("c"))  # b, the least recent, goes
     assert e.tokenizer.encodes == 3
-    assert list(e._ids) == [request("a").messages, request("c").messages]
+    assert list(e._ids) == [(request("a").messages, None), (request("c").messages, None)]
     e._prompt_ids(request("b"))
     assert e.tokenizer.encodes == 4
+
+
+def test_a_request_for_chatml_is_its_own_prompt_on_a_model_without_a_template():
+    from dataclasses import replace
+
+    from df_ray.engines.completion_prompt import render_chatml, render_completion_prompt
+
+    e = engine()
+    e.prompt_format = "completion"
+    r = request("a")
+    cm = replace(r, no_template="chatml")
+    assert e._prompt_ids(r) == [ord(c) for c in render_completion_prompt(r.messages)]
+    assert e._prompt_ids(cm) == [ord(c) for c in render_chatml(r.messages)]
+    assert e.tokenizer.encodes == 2  # the two renderings are two entries

@@ -253,6 +253,18 @@ def test_every_goa_call_is_sent_at_800_tokens_whatever_the_benchmark_budget(run_
     assert {c.request.sampling.max_tokens for c in r2.calls()} == {2048}
 
 
+def test_every_goa_call_asks_for_chatml_where_a_model_has_no_template(run_method):
+    """utils.py generate_vllm: a model without a chat template (finance-Llama) gets ChatML;
+    ``no_template: completion`` leaves df_ray's completion prompt (the field unset, so those
+    requests keep the keys of every other method's)."""
+    r = run_method("goa_mean", script("1,2,5"), {}, samples=[math_sample()])
+    assert {c.request.no_template for c in r.calls()} == {"chatml"}
+    r2 = run_method("goa_mean", script("1,2,5"), {"no_template": "completion"},
+                    samples=[math_sample()])
+    assert {c.request.no_template for c in r2.calls()} == {None}
+    assert {c.request.key() for c in r.calls()}.isdisjoint(c.request.key() for c in r2.calls())
+
+
 def test_goa_prompts_carry_no_confidence_line(run_method):
     r = run(run_method, "goa_max", script("1,2,5"))
     assert r.calls(role="goa_initial")
