@@ -14,7 +14,9 @@ test split and on the calibration split, and the configurations' ``samples.parqu
 4. generation that stops as soon as the guardrail trusts z* (``early_stop``).
 
 A section that needs calls the cache lacks is left out with one line naming them; the
-others are computed. Nothing here calls an engine (``fresh`` is not offered yet).
+others are computed. Nothing here calls an engine, except with ``fresh``: then the
+subsets' missing coordinator calls are made, once, through the generation cache
+(``df_ray.analysis.fresh``), and the sections are computed over them.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class BenchmarkAnalysis:
     early_stop: Any = None
     lines: list[str] = field(default_factory=list)
     calls_used: dict[str, int] = field(default_factory=dict)
+    fresh_calls: int = 0  # LLM calls made (--fresh), cached
+    fresh_failed: int = 0  # ... answered with an error, not cached
     seconds: float = 0.0
 
 
@@ -136,9 +140,12 @@ def open_cache(root: str) -> Any:
 def analyze(config: Any, *, seed: int | None = None, benchmarks: Sequence[str] | None = None,
             subsets: SubsetSettings = DEFAULT_SUBSETS, grid: Any = None,
             max_wrong_override: float = 0.05, delta: float = 0.1,
-            say: Callable[[str], None] = lambda m: None) -> Analysis:
+            say: Callable[[str], None] = lambda m: None, fresh: bool = False,
+            engines: dict[str, Any] | None = None) -> Analysis:
     """Analyse a finished sweep (a SweepConfig, RunConfig or sweep file) from its cache and
-    results files; see the module docstring."""
+    results files; see the module docstring. ``fresh``: make the missing coordinator calls
+    of the subsets (on ``engines``, live engines by backbone name, when given; else the
+    coordinator's backbone is started in this process)."""
     from df_ray.config import RunConfig, SweepConfig, load_config
     from df_ray.storage import resolve_storage
 
@@ -162,7 +169,7 @@ def analyze(config: Any, *, seed: int | None = None, benchmarks: Sequence[str] |
                                 f"{sorted({c.seed for c in of})})")
         out.append(analyze_benchmark(config.name, same_seed, subsets=subsets, grid=grid,
                                      max_wrong_override=max_wrong_override, delta=delta,
-                                     say=say))
+                                     say=say, fresh=fresh, engines=engines))
     return Analysis(config.name, out)
 
 
@@ -170,7 +177,8 @@ def analyze_benchmark(sweep_name: str, configs: Sequence[Any], *,
                       subsets: SubsetSettings = DEFAULT_SUBSETS, grid: Any = None,
                       max_wrong_override: float = 0.05, delta: float = 0.1,
                       say: Callable[[str], None] = lambda m: None,
-                      pool: CachedPool | None = None, cache: Any = None) -> BenchmarkAnalysis:
+                      pool: CachedPool | None = None, cache: Any = None, fresh: bool = False,
+                      engines: dict[str, Any] | None = None) -> BenchmarkAnalysis:
     """One benchmark's sections, over configurations of one run seed."""
     t0 = time.perf_counter()
     pool_cfg = _as_darkforest(choose_pool(list(configs)))
@@ -181,7 +189,27 @@ def analyze_benchmark(sweep_name: str, configs: Sequence[Any], *,
     res = BenchmarkAnalysis(pool_cfg.benchmark, pool_cfg.seed, pool_cfg.name, pool.agents,
                             len(pool.test.samples), len(pool.held_out.samples))
     frozen, frozen_path = _frozen_calibration(pool_cfg)
-    ev = SubsetEvaluator(pool, frozen, subsets)
+    maker = None
+    if fresh and pool_cfg.coordinator is not None:
+        from df_ray.analysis.fresh import FreshCalls
+
+        maker = FreshCalls(pool_cfg, cache, say, engines)
+    ev = SubsetEvaluator(pool, frozen, subsets, fresh=maker)
+    try:
+        _sections(res, ev, pool, pool_cfg, frozen, frozen_path, configs, sweep_name, cache,
+                  grid, max_wrong_override, delta, say)
+    finally:
+        if maker is not None:
+            maker.close()
+            res.fresh_calls, res.fresh_failed = maker.made, maker.failed
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _sections(res: BenchmarkAnalysis, ev: SubsetEvaluator, pool: CachedPool, pool_cfg: Any,
+              frozen: Any, frozen_path: str | None, configs: Sequence[Any], sweep_name: str,
+              cache: Any, grid: Any, max_wrong_override: float, delta: float,
+              say: Callable[[str], None]) -> None:
     if frozen is not None and pool.records and not pool.missing.count("calibration"):
         from df_ray.core import fit_calibration
 
@@ -246,8 +274,6 @@ def analyze_benchmark(sweep_name: str, configs: Sequence[Any], *,
         res.lines += res.early_stop.lines
     res.calls_used["coordinator"] = sum(1 for (s, _), v in ev._coord_obs.items()
                                         if v is not None and s == tuple(pool.agents))
-    res.seconds = time.perf_counter() - t0
-    return res
 
 
 def plot_frontier(res: BenchmarkAnalysis, path: Path) -> Path | None:

@@ -1,5 +1,6 @@
 """`df-ray analyze`: a finished sweep's frontier, agent subsets, guardrail thresholds and
-early stopping, from its generation cache, with no LLM call."""
+early stopping, from its generation cache, with no LLM call (``--fresh``: the subsets'
+missing coordinator calls made)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="the held-out choice's bound on the wrong-override rate (default 0.05)")
     p.add_argument("--delta", type=float, default=0.1,
                    help="the bound holds with probability 1 - delta (default 0.1)")
+    p.add_argument("--fresh", action="store_true",
+                   help="make the agent subsets' missing coordinator calls (only where a "
+                   "subset's guardrail does not trust z*), once, through the generation "
+                   "cache; the coordinator's engine is started in this process")
     p.add_argument("--no-mlflow", action="store_true",
                    help="do not log the analysis as artifacts of the sweep's MLflow run")
     return p
@@ -66,7 +71,7 @@ def run_from_args(args: argparse.Namespace, load_with_overrides) -> int:
     try:
         analysis = analyze(sweep, seed=args.seed, benchmarks=args.benchmark,
                            max_wrong_override=args.max_wrong_override, delta=args.delta,
-                           say=lambda m: print(m, file=sys.stderr))
+                           say=lambda m: print(m, file=sys.stderr), fresh=args.fresh)
     except AnalysisError as e:
         print(f"df-ray analyze: {e}", file=sys.stderr)
         return 2

@@ -42,7 +42,11 @@ def _ci(r: Any, acc: str, lo: str, hi: str) -> str:
 def benchmark_markdown(b: Any) -> list[str]:
     L = [f"## {b.benchmark} (pool: {b.pool}, agents {', '.join(b.agents)}; run seed {b.seed})",
          "", f"{b.n_test} test samples, {b.n_held_out} held-out samples; cached calls used: "
-         + ", ".join(f"{k} {v}" for k, v in b.calls_used.items()) + "; 0 LLM calls made.",
+         + ", ".join(f"{k} {v}" for k, v in b.calls_used.items())
+         + f"; {b.fresh_calls} LLM calls made"
+         + (f" (--fresh: missing coordinator calls; {b.fresh_failed} failed, not cached)."
+            if b.fresh_failed else " (--fresh: missing coordinator calls)." if b.fresh_calls
+            else "."),
          ""]
     for line in b.lines:
         L.append(f"- {line}")
@@ -158,7 +162,9 @@ def benchmark_markdown(b: Any) -> list[str]:
 
 
 def to_markdown(analysis: Any) -> str:
-    L = [f"# Analysis of {analysis.sweep} (from the generation cache, no LLM call)", ""]
+    made = sum(b.fresh_calls for b in analysis.benchmarks)
+    how = (f"{made} missing coordinator calls made (--fresh)" if made else "no LLM call")
+    L = [f"# Analysis of {analysis.sweep} (from the generation cache, {how})", ""]
     for b in analysis.benchmarks:
         L += benchmark_markdown(b)
     return "\n".join(L).rstrip() + "\n"

@@ -103,6 +103,8 @@ class SubsetEvaluator:
     results: dict[Subset, SubsetResult] = field(default_factory=dict)
     calibrations: dict[Subset, Any] = field(default_factory=dict)
     coordinator_missing: Missing = field(default_factory=Missing)
+    #: ``FreshCalls`` (``--fresh``): make a subset's missing coordinator calls, else None
+    fresh: Any = None
 
     def __post_init__(self) -> None:
         cfg = self.pool.cfg
@@ -172,14 +174,7 @@ class SubsetEvaluator:
             return self._coord_obs[key]
         pool = self.pool
         sample = pool.test.samples[i]
-        ctx = pool.ctx(subset, self.calibration(subset))
-        st = SampleState(sample)
-        st.calls.extend(c for c in pool.test.states[i].calls if c.agent in set(subset))
-        if belief is not None and self._method().args.disclosure == "strict":
-            # strict evidence reads no trace text, so the belief built here stands in
-            st.memo["belief"] = ([pool.test.obs[i][a] for a in subset], belief)
-        method = self._method()
-        calls = method.plan(1, st, ctx)
+        calls, ctx = self.coordinator_calls(subset, i, belief)
         recs = lookup(pool.cache, calls, 1, self.coordinator_missing,
                       "coordinator" if subset == tuple(pool.agents) else
                       f"coordinator of {'+'.join(subset)}", sample)
@@ -191,6 +186,29 @@ class SubsetEvaluator:
                               for r in recs))
         self._coord_obs[key] = got
         return got
+
+    def coordinator_calls(self, subset: Subset, i: int, belief: Any = None
+                          ) -> tuple[list[Any], Any]:
+        """The coordinator calls the method plans for ``subset`` on test sample ``i`` (the
+        requests a real run of the subset makes), and the subset's context."""
+        pool = self.pool
+        ctx = pool.ctx(subset, self.calibration(subset))
+        st = SampleState(pool.test.samples[i])
+        st.calls.extend(c for c in pool.test.states[i].calls if c.agent in set(subset))
+        if belief is not None and self._method().args.disclosure == "strict":
+            # strict evidence reads no trace text, so the belief built here stands in
+            st.memo["belief"] = ([pool.test.obs[i][a] for a in subset], belief)
+        return self._method().plan(1, st, ctx), ctx
+
+    def _make_missing(self, subset: Subset, beliefs: list[Any]) -> None:
+        """``--fresh``: the subset's coordinator calls on the samples its guardrail does not
+        trust, where the cache lacks them, made in one batch."""
+        calls = []
+        for i, b in enumerate(beliefs):
+            if (subset, i) in self._coord_obs or is_trusted(b, self.guard):
+                continue
+            calls.extend(self.coordinator_calls(subset, i, b)[0])
+        self.fresh.make(calls)
 
     def _method(self) -> Any:
         m = getattr(self, "_df_method", None)
@@ -204,6 +222,8 @@ class SubsetEvaluator:
         df = np.zeros(n, bool)
         df_tokens = res.tokens.copy()
         missing = 0
+        if self.fresh is not None:
+            self._make_missing(res.agents, beliefs)
         for i, (s, o, b) in enumerate(zip(test.samples, test.obs, beliefs, strict=True)):
             obs = [o[a] for a in res.agents]
             if is_trusted(b, self.guard):

@@ -103,3 +103,52 @@ def test_beyond_the_exact_limit_the_subsets_are_a_stated_seeded_sample():
     assert one == sampled_subsets(agents, 40, seed=3)
     assert len(one) == 12 + 12 + 1 + 40
     assert tuple(agents) in one and all((a,) in one for a in agents)
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """The same sweep in a folder of its own, analysed with ``fresh``: the subsets' missing
+    coordinator calls made on the backbones' scripted engines, through the cache."""
+    tmp = tmp_path_factory.mktemp("fresh")
+    sweep = sweep_config(tmp)
+    run_sweep(sweep)
+    before = analyze(sweep)
+    parts = count_parts(sweep.base["cache_root"])
+    made = analyze(sweep, fresh=True)
+    again = analyze(sweep)
+    return sweep, before, made, again, parts, tmp
+
+
+def test_fresh_makes_exactly_the_missing_coordinator_calls_once(fresh):
+    sweep, before, made, again, parts, _ = fresh
+    (b0,), (b1,), (b2,) = before.benchmarks, made.benchmarks, again.benchmarks
+    t0, t1 = b0.subsets.table.set_index("agents"), b1.subsets.table.set_index("agents")
+    full = "+".join(AGENTS)
+    # without it, only the full pool's DarkForest (its run's coordinator calls) is known
+    assert t0["darkforest"].notna().sum() == 1 and not math.isnan(t0.loc[full, "darkforest"])
+    assert t1["darkforest"].notna().all()
+    assert b1.fresh_calls > 0 and b1.fresh_failed == 0
+    assert f"{b1.fresh_calls} LLM calls made" in made.to_markdown()
+    assert count_parts(sweep.base["cache_root"]) > parts
+    # the calls are cached: a second analysis makes none and reads the same table
+    assert b2.fresh_calls == 0 and "0 LLM calls made" in again.to_markdown()
+    assert b2.subsets.table.equals(b1.subsets.table)
+    # lazy: never more calls than the subsets' untrusted samples (the full pool's were there)
+    others = t1.drop(index=full)
+    untrusted = round(float(((1 - others["trusted_rate"]) * b1.n_test).sum()))
+    assert b1.fresh_calls <= untrusted
+
+
+def test_a_fresh_subset_equals_a_real_scripted_run_of_it_that_replays_the_calls(fresh):
+    sweep, _, made, _, _, tmp = fresh
+    (b,) = made.benchmarks
+    table = b.subsets.table.set_index("agents")
+    pool = next(c for c in sweep.expand() if c.name == "darkforest")
+    for subset in [s for s in all_subsets(AGENTS) if 2 <= len(s) < len(AGENTS)]:
+        agents = [a for a in pool.model_dump(mode="json")["agents"] if a["id"] in subset]
+        cal = {**pool.calibration.model_dump(), "dir": str(tmp / "subset_calibration")}
+        # lazy: the coordinator asked only where the guardrail does not trust z*, as --fresh
+        ev = run_config(variant(pool, agents=agents, calibration=cal,
+                                method_args={"lazy": True}), write=False)
+        assert table.loc["+".join(subset), "darkforest"] == pytest.approx(ev.accuracy), subset
+        assert ev.metrics["fresh_calls"] == 0, subset  # every coordinator call was made above
