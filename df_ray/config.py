@@ -235,7 +235,8 @@ class RunConfig(_Strict):
                     "agents and coordinator where the configuration does not give them")
     limit: int | None = Field(
         None, ge=1,
-        description="the first N samples of the split (None: all)")
+        description="the first N samples of the split (None: all); a test split in its "
+                    "file's order (MATH's, GPQA's from a local file) reads only those rows")
     seed: int = Field(
         0,
         description="the run seed: it enters every request's seed, never which samples are in a "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -289,30 +290,45 @@ def dataset_rows(ds: Any) -> list[dict]:
     return [dict(r) for r in ds]
 
 
-def read_rows(path: str | os.PathLike[str]) -> list[dict]:
+def read_rows(path: str | os.PathLike[str], limit: int | None = None) -> list[dict]:
     """Rows of a local data file.
 
     ``.json`` (a list of objects, or JSON lines), ``.jsonl`` (optionally ``.gz``), ``.csv``
     (all values strings) and ``.parquet`` (read through ``datasets.load_dataset("parquet")``,
     the same code path the hub parquet conversions take).
+
+    ``limit``: the first ``limit`` rows only, reading no further than they need: JSON lines
+    and CSV stop reading the file there, a JSON list is decoded one row at a time and stops
+    (its text is read, its other rows never become objects), parquet takes a slice. Rows past
+    the limit are not checked.
     """
     p = Path(path)
     name = p.name.lower()
     if not p.is_file():
         raise FileNotFoundError(f"data file not found: {p}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
     if name.endswith(".parquet"):
-        return _read_parquet(p)
+        return _read_parquet(p, limit)
     if name.endswith((".csv", ".tsv")):
         try:
             with p.open(newline="", encoding="utf-8") as f:
-                return [dict(r) for r in csv.DictReader(
-                    f, delimiter="\t" if name.endswith(".tsv") else ",")]
+                reader = csv.DictReader(f, delimiter="\t" if name.endswith(".tsv") else ",")
+                return [dict(r) for r in itertools.islice(reader, limit)]
         except UnicodeDecodeError as e:
             raise _not_utf8(p, e) from None
     opener = gzip.open if name.endswith(".gz") else open
     try:
         with opener(p, "rt", encoding="utf-8") as f:  # type: ignore[operator]
-            text = f.read()
+            if limit is not None and name.endswith((".jsonl", ".jsonl.gz")):
+                return _json_lines(f, p, limit)
+            if limit is not None and name.endswith((".json", ".json.gz")):
+                head = f.read(_CHUNK)
+                if head.lstrip().startswith("["):
+                    return _json_list_prefix(f, head, p, limit)
+                text = head + f.read()
+            else:
+                text = f.read()
     except UnicodeDecodeError as e:
         raise _not_utf8(p, e) from None
     except (OSError, EOFError) as e:
@@ -327,13 +343,84 @@ def read_rows(path: str | os.PathLike[str]) -> list[dict]:
         return data
     if name.endswith((".json", ".json.gz")) and stripped.startswith("{") and "\n" not in \
             stripped.strip():
-        return [_json(text, p)]
-    rows = []
-    for i, line in enumerate(text.splitlines()):
+        return [_json(text, p)][:limit]
+    return _json_lines(text.splitlines(), p, limit)
+
+
+def _json_lines(lines: Iterable[str], p: Path, limit: int | None) -> list[dict]:
+    """JSON lines (blank lines skipped), the first ``limit`` rows: the lines after them are
+    never read from ``lines`` (a file object is read no further)."""
+    rows: list[dict] = []
+    if limit == 0:
+        return rows
+    for i, line in enumerate(lines):
         if not line.strip():
             continue
         rows.append(_json(line, p, f"line {i + 1}: "))
+        if limit is not None and len(rows) >= limit:
+            break
     return rows
+
+
+#: Characters a limited read of a JSON list takes from the file at a time.
+_CHUNK = 1 << 20
+
+
+def _json_list_prefix(f: Any, head: str, p: Path, limit: int) -> list[Any]:
+    """The first ``limit`` elements of the JSON list in file ``f`` (``head``: its first
+    characters, already read), decoded one at a time from a buffer that holds about one
+    element beyond a chunk: the file is read no further than they need."""
+    dec = json.JSONDecoder()
+    ws = re.compile(r"\s*")
+    buf = head
+    i = buf.index("[") + 1
+    eof = False
+    out: list[Any] = []
+
+    def more() -> bool:
+        nonlocal buf, i, eof
+        if eof:
+            return False
+        chunk = f.read(_CHUNK)
+        if not chunk:
+            eof = True
+            return False
+        buf, i = buf[i:] + chunk, 0  # what was decoded is dropped
+        return True
+
+    while len(out) < limit:
+        i = ws.match(buf, i).end()
+        while i >= len(buf) and more():
+            i = ws.match(buf, i).end()
+        if i >= len(buf):
+            raise DataSchemaError(f"{p}: not valid JSON: the list is not closed")
+        if buf[i] == "]":
+            break
+        try:
+            value, end = dec.raw_decode(buf, i)
+            while end >= len(buf) and not eof:  # it may go on in the next chunk
+                if not more():
+                    break
+                value, end = dec.raw_decode(buf, i)
+        except json.JSONDecodeError as e:
+            if more():
+                continue  # an element cut by the chunk's end: decode it again
+            raise DataSchemaError(f"{p}: not valid JSON: {e.msg} (element {len(out) + 1})"
+                                  ) from None
+        except ValueError as e:  # int("9" * 5000): the integer-string limit
+            raise DataSchemaError(f"{p}: element {len(out) + 1}: {_big_int(e)}") from None
+        except RecursionError:
+            raise DataSchemaError(f"{p}: JSON nested too deeply to read") from None
+        out.append(value)
+        i = ws.match(buf, end).end()
+        while i >= len(buf) and more():
+            i = ws.match(buf, i).end()
+        if i < len(buf) and buf[i] == ",":
+            i += 1
+        elif i < len(buf) and buf[i] != "]":
+            raise DataSchemaError(f"{p}: not valid JSON: expected ',' or ']' after element "
+                                  f"{len(out)}")
+    return out
 
 
 def _json(text: str, p: Path, where: str = "") -> Any:
@@ -345,14 +432,17 @@ def _json(text: str, p: Path, where: str = "") -> Any:
     except json.JSONDecodeError as e:
         raise DataSchemaError(f"{p}: {where}not valid JSON: {e}") from None
     except ValueError as e:  # int("9" * 5000): Python's integer-string conversion limit
-        if "digits" in str(e):
-            raise DataSchemaError(
-                f"{p}: {where}holds an integer of more than "
-                f"{sys.get_int_max_str_digits():,} digits, which Python will not read "
-                "(sys.set_int_max_str_digits); quote it as a string or remove it") from None
-        raise DataSchemaError(f"{p}: {where}not valid JSON: {e}") from None
+        raise DataSchemaError(f"{p}: {where}{_big_int(e)}") from None
     except RecursionError:
         raise DataSchemaError(f"{p}: {where}JSON nested too deeply to read") from None
+
+
+def _big_int(e: ValueError) -> str:
+    if "digits" in str(e):
+        return (f"holds an integer of more than {sys.get_int_max_str_digits():,} digits, "
+                "which Python will not read (sys.set_int_max_str_digits); quote it as a "
+                "string or remove it")
+    return f"not valid JSON: {e}"
 
 
 def _not_utf8(p: Path, e: UnicodeDecodeError) -> DataSchemaError:
@@ -361,14 +451,15 @@ def _not_utf8(p: Path, e: UnicodeDecodeError) -> DataSchemaError:
         "decoded; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)")
 
 
-def _read_parquet(p: Path) -> list[dict]:
+def _read_parquet(p: Path, limit: int | None = None) -> list[dict]:
     try:
         import datasets
     except ImportError:  # pragma: no cover - datasets is part of the system extra
         import pyarrow.parquet as pq
 
-        return pq.read_table(p).to_pylist()
-    ds = datasets.load_dataset("parquet", data_files=str(p), split="train")
+        return pq.read_table(p).to_pylist()[:limit]
+    split = "train" if limit is None else f"train[:{limit}]"
+    ds = datasets.load_dataset("parquet", data_files=str(p), split=split)
     return dataset_rows(ds)
 
 
@@ -381,17 +472,33 @@ def data_files(folder: Path) -> list[Path]:
                   and p.name.lower().endswith(DATA_SUFFIXES))
 
 
-def load_local(source: str,
-               rows_to_samples: Callable[[list[dict], str], list[Sample]]) -> list[Sample]:
-    """Samples of a local file, or of every data file under a folder (sorted by path)."""
+def load_local(source: str, rows_to_samples: Callable[[list[dict], str], list[Sample]],
+               limit: int | None = None) -> list[Sample]:
+    """Samples of a local file, or of every data file under a folder (sorted by path);
+    ``limit``: the first rows only, the files read no further than they need
+    (``read_rows``)."""
     p = Path(source)
     files = [p] if p.is_file() else data_files(p)
     if not files:
         raise FileNotFoundError(f"no data files under {p}")
     out: list[Sample] = []
     for f in files:
-        out.extend(rows_to_samples(read_rows(f), str(f)))
+        left = None if limit is None else limit - len(out)
+        if left == 0:
+            break
+        out.extend(rows_to_samples(read_rows(f, left), str(f)))
     return out
+
+
+def load_prefix(load: Callable[[int | None], list[Sample]], limit: int | None) -> list[Sample]:
+    """``load(limit)``'s samples, one per id (``dedupe_ids``), the first ``limit`` of them:
+    a prefix read first, the whole file only when repeated rows left it short."""
+    if limit is None:
+        return dedupe_ids(load(None))
+    got = dedupe_ids(load(limit))
+    if len(got) < limit:  # repeats inside the prefix (or a short file): read everything
+        got = dedupe_ids(load(None))
+    return got[:limit]
 
 
 def find_file(folder: Path, patterns: Sequence[str]) -> Path | None:

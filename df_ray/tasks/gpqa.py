@@ -154,19 +154,23 @@ class GPQATask(BaseTask):
         ds = C.load_hub_dataset(HUB, config, split="train", token=token)
         return _rows_to_samples(C.dataset_rows(ds), f"{HUB}/{config}:train", seed)
 
-    def _local(self, source: str, config: str, seed: int) -> list[Sample]:
+    def _local(self, source: str, config: str, seed: int, limit: int | None = None
+               ) -> list[Sample]:
         p = Path(source)
         if p.is_dir():
             f = C.find_file(p, [rf"{config}\b", config])
             if f is None:
                 raise FileNotFoundError(f"no {config}.* file under {p}")
             p = f
-        return _rows_to_samples(C.read_rows(p), str(p), seed)
+        # each row's options are shuffled by its own id and the seed: a prefix reads the same
+        return C.load_prefix(lambda n: _rows_to_samples(C.read_rows(p, n), str(p), seed),
+                             limit)
 
-    def _split(self, config: str, source: str | None, seed: int) -> list[Sample]:
+    def _split(self, config: str, source: str | None, seed: int, limit: int | None = None
+               ) -> list[Sample]:
         C.check_source(source)
         if C.is_local(source):
-            return self._local(source, config, seed)  # type: ignore[arg-type]
+            return self._local(source, config, seed, limit)  # type: ignore[arg-type]
         return self._hub(config, seed)
 
     def held_out_pool(self, source: str) -> list[Sample]:
@@ -180,9 +184,9 @@ class GPQATask(BaseTask):
             if source is None:  # the paper's data: GoA's file at the pinned commit
                 from df_ray.tasks.goa import goa_file
 
-                return C.apply_limit(self._local(str(goa_file("gpqa")), "gpqa_diamond", seed),
-                                     limit)
-            return C.apply_limit(self._split("gpqa_diamond", source, seed), limit)
+                return C.apply_limit(self._local(str(goa_file("gpqa")), "gpqa_diamond", seed,
+                                                 limit), limit)
+            return C.apply_limit(self._split("gpqa_diamond", source, seed, limit), limit)
         if split != "calibration":
             raise ValueError(f"unknown split {split!r}")
         pool = self._split("gpqa_main", source, seed)

@@ -106,8 +106,10 @@ def _rows_to_samples(rows: list[dict], file: str) -> list[Sample]:
     return C.dedupe_ids(out)
 
 
-def _load_local(source: str) -> list[Sample]:
-    return C.dedupe_ids(C.load_local(source, _rows_to_samples))
+def _load_local(source: str, limit: int | None = None) -> list[Sample]:
+    """The samples of a local file or folder, one per id; ``limit``: the first ``limit``,
+    the file read no further than they need (``C.load_prefix``)."""
+    return C.load_prefix(lambda n: C.load_local(source, _rows_to_samples, n), limit)
 
 
 class MathTask(BaseTask):
@@ -122,10 +124,10 @@ class MathTask(BaseTask):
         self.test_source = test_source
 
     # ------------------------------------------------------------------ loading
-    def _test(self, source: str | None) -> list[Sample]:
+    def _test(self, source: str | None, limit: int | None = None) -> list[Sample]:
         C.check_source(source)
         if C.is_local(source):
-            return _load_local(source)  # type: ignore[arg-type]
+            return _load_local(source, limit)  # type: ignore[arg-type]
         ds = C.load_hub_dataset(MATH500, split="test")
         return _rows_to_samples(C.dataset_rows(ds), f"{MATH500}:test")
 
@@ -146,8 +148,8 @@ class MathTask(BaseTask):
 
     def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
              seed: int = 0) -> list[Sample]:
-        if split == "test":
-            return C.apply_limit(self._test(source), limit)
+        if split == "test":  # the file's order: a limit reads its first rows only
+            return C.apply_limit(self._test(source, limit), limit)
         if split != "calibration":
             raise ValueError(f"unknown split {split!r}")
         test_ids = {s.id for s in self._test(self.test_source)}
