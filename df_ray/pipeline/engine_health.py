@@ -56,6 +56,25 @@ def replica_label(backbone: str, replica: int) -> str:
 # --------------------------------------------------------------------------- in the replica
 
 
+async def replica_answers(replica: Any, requests: list[dict]) -> list[dict]:
+    """A replica's answers to requests as dicts (``Replica.submit``), in order, for a Ray
+    actor or a Serve deployment to return: a request the engine raised on comes back as
+    ``{"failed": "Type: message"}`` alone (the caller retries it)."""
+    import asyncio
+    from dataclasses import asdict
+
+    from df_ray.pipeline.error_text import first_line
+
+    futs = replica.submit([ChatRequest.from_dict(r) for r in requests])
+    out: list[dict] = []
+    for f in futs:
+        try:
+            out.append(asdict(await asyncio.wrap_future(f)))
+        except Exception as e:
+            out.append({"failed": first_line(e, typed=True)})
+    return out
+
+
 def smoke_test(engine: Any, spec: EngineSpec) -> None:
     """One greedy one-token generation; raises `EngineStartError` if it does not answer.
 

@@ -20,7 +20,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
 from typing import Any
 
 import ray
@@ -87,14 +86,9 @@ class EngineActor:
         self.capacity = engine_capacity(self.engine, self.spec)
 
     async def generate(self, requests: list[dict]) -> list[dict]:
-        futs = self.replica.submit([ChatRequest.from_dict(r) for r in requests])
-        out: list[dict] = []
-        for f in futs:
-            try:
-                out.append(asdict(await asyncio.wrap_future(f)))
-            except Exception as e:
-                out.append({"failed": first_line(e, typed=True)})
-        return out
+        from df_ray.pipeline import engine_health
+
+        return await engine_health.replica_answers(self.replica, requests)
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
         return await asyncio.wrap_future(self.replica.count_tokens(list(texts)))

@@ -21,12 +21,10 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import asdict
 from typing import Any
 
 from df_ray.engines.base import ChatRequest, Completion, Message, SamplingParams
 from df_ray.engines.batching import Replica
-from df_ray.pipeline.error_text import first_line
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +57,9 @@ class EngineServer:
     async def generate(self, requests: list[dict]) -> list[dict]:
         """One answer per request, in order; a request the engine raised on comes back as
         ``{"failed": "Type: message"}`` alone (the caller retries it)."""
-        futs = self.batcher.submit([ChatRequest.from_dict(r) for r in requests])
-        out: list[dict] = []
-        for f in futs:
-            try:
-                out.append(asdict(await asyncio.wrap_future(f)))
-            except Exception as e:
-                out.append({"failed": first_line(e, typed=True)})
-        return out
+        from df_ray.pipeline import engine_health
+
+        return await engine_health.replica_answers(self.batcher, requests)
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
         return await asyncio.wrap_future(self.batcher.count_tokens(texts))
