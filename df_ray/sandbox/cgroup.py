@@ -60,6 +60,10 @@ class CgroupLimits:
     pids: int
     cpu_weight: int = 100  # v2 scale (1..10000, default 100); v1 cpu.shares = weight * 1024/100
     cpu_max: float | None = 1.0  # cores; None: no quota
+    #: v2: ``memory.oom.group`` 1, so an OOM kill at the limit takes every process of the
+    #: sandbox at once (the launcher with the program) rather than a process the program
+    #: chose by its OOM priority; for a launcher that cannot be protected from the OOM killer
+    oom_group: bool = False
 
 
 def _write(path: Path, value: str) -> None:
@@ -313,6 +317,8 @@ class Manager:
                 _require_no_swap("memory.swap.max")
             with contextlib.suppress(OSError):  # no zswap on many kernels
                 _write(mem / "memory.zswap.max", "0")
+            if lim.oom_group and (mem / "memory.oom.group").exists():
+                _write(mem / "memory.oom.group", "1")
             _write(pids / "pids.max", str(lim.pids))
             _write(cpu / "cpu.weight", str(lim.cpu_weight))
             if lim.cpu_max is not None:

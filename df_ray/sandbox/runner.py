@@ -472,9 +472,13 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
     try:
         if "cgroup" in plan.layers:
             try:
+                # An OOM kill takes the whole sandbox where the launcher cannot be protected
+                # from it (no CAP_SYS_RESOURCE): a failed answer, never one process the
+                # program chose to be killed instead of itself.
                 cg = cgroup.manager().create(cgroup.CgroupLimits(
                     memory_bytes=limits.memory_mb * 1024 * 1024, pids=limits.tasks,
-                    cpu_weight=limits.cpu_weight, cpu_max=limits.cpu_cores))
+                    cpu_weight=limits.cpu_weight, cpu_max=limits.cpu_cores,
+                    oom_group=not (plan.root and has_sys_resource())))
             except (cgroup.CgroupUnavailable, OSError) as e:
                 return SandboxResult("error", None, "", "", time.monotonic() - start,
                                      f"could not create the sandbox's cgroup: {e}",

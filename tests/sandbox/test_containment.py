@@ -445,3 +445,27 @@ def test_a_neighbour_evaluator_exiting_leaves_this_one_its_cgroups():
     finally:
         cgroup._manager = real
         mine.close()
+
+
+def test_an_oom_kill_takes_the_whole_sandbox_where_the_launcher_is_unprotected(tmp_path):
+    """cgroup v2: without CAP_SYS_RESOURCE the launcher cannot be shielded from the OOM
+    killer, so the sandbox's cgroup has memory.oom.group 1: a kill at the limit takes every
+    process at once (a failed answer), never one the program chose. Checked on the cgroup
+    the manager configures (a v2 layout in a folder here; the real one where the host has
+    v2), and on a real hog where it does."""
+    from df_ray.sandbox import cgroup
+
+    d = tmp_path / "sandbox"
+    d.mkdir()
+    for f in ("memory.swap.max", "memory.oom.group"):
+        (d / f).write_text("0")
+    m = cgroup.Manager("v2", {"memory": tmp_path, "pids": tmp_path, "cpu": tmp_path})
+    for wanted in (True, False):
+        (d / "memory.oom.group").write_text("0")
+        m._configure(cgroup.Cgroup("v2", {"memory": d, "pids": d, "cpu": d},
+                                   cgroup.CgroupLimits(64 * MB, 64, oom_group=wanted)))
+        assert (d / "memory.oom.group").read_text() == ("1" if wanted else "0")
+    if plan("strict").error or cgroup.manager().version != "v2":
+        return
+    hog = _grade(HOGS["forked_children"] + CORRECT, memory_mb=LIMIT_MB, timeout_s=60)
+    assert hog.status != "error" and hog.memory_limit_hit, hog  # an answer's verdict
