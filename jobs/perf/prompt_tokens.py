@@ -128,6 +128,23 @@ def measure(bench: str, args: dict, env: dict, source: str, limit: int, completi
             "t_cross": statistics.mean(t_cross) if t_cross else None}
 
 
+def fixture_validation(validation: str) -> str:
+    """The MMLU-Pro validation file to use: the fixture's math examples standing for every
+    category (a temporary copy) when ``validation`` is the fixture, else ``validation``."""
+    if validation != str(FIXTURES / "mmlu_pro_validation.json"):
+        return validation
+    import json
+    import tempfile
+
+    rows = [r for r in json.loads(Path(validation).read_text()) if r["category"] == "math"]
+    cats = ["biology", "business", "chemistry", "computer science", "economics",
+            "engineering", "health", "history", "law", "math", "other", "philosophy",
+            "physics", "psychology"]
+    tmp = Path(tempfile.mkdtemp()) / "validation.json"
+    tmp.write_text(json.dumps([{**r, "category": c} for c in cats for r in rows]))
+    return str(tmp)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--completion", type=int, default=300,
@@ -143,19 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         b, _, p = item.partition("=")
         sources[b] = p
     fixture_shots = a.mmlu_pro_validation == str(FIXTURES / "mmlu_pro_validation.json")
-    validation = a.mmlu_pro_validation
-    if fixture_shots:  # the fixture's math examples stand for every category (then scaled)
-        import json
-        import tempfile
-
-        rows = [r for r in json.loads(Path(validation).read_text()) if r["category"] == "math"]
-        cats = ["biology", "business", "chemistry", "computer science", "economics",
-                "engineering", "health", "history", "law", "math", "other", "philosophy",
-                "physics", "psychology"]
-        tmp = Path(tempfile.mkdtemp()) / "validation.json"
-        tmp.write_text(json.dumps([{**r, "category": c} for c in cats for r in rows]))
-        validation = str(tmp)
-    os.environ["DF_RAY_MMLU_PRO_VALIDATION"] = validation
+    os.environ["DF_RAY_MMLU_PRO_VALIDATION"] = fixture_validation(a.mmlu_pro_validation)
     count = counter(a.chars4)
     print(f"completion: {a.completion} tokens a call (stated); tokenizer: "
           f"{'chars/4' if a.chars4 else 'Qwen2.5 (GGUF vocab)'}")
