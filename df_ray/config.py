@@ -523,7 +523,12 @@ class RunConfig(_Strict):
         return state
 
     def fingerprint(self) -> str:
-        """Stable hash of everything that changes results (not where they are written)."""
+        """Stable hash of everything that changes results (not where they are written);
+        computed once per configuration object (it is frozen; a copy, whose fields may
+        differ, computes its own)."""
+        return self._once("fingerprint", id(self), self._fingerprint)
+
+    def _fingerprint(self) -> str:
         d = self.model_dump(mode="json", exclude={"tracking", "cache_root", "results_dir", "name",
                                                   "batch_size", "concurrency", "sandbox",
                                                   "max_error_rate", "cache_compact_parts",

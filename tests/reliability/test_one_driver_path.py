@@ -220,6 +220,25 @@ def test_a_plan_is_resolved_once_and_crosses_to_the_stage_whole(tmp_path, monkey
     assert members[0].ctx.task is shipped[0].task  # built once where it landed
 
 
+def test_a_fingerprint_is_computed_once_per_configuration(monkeypatch):
+    """Preflight, the results path, the tracker and the CLI all ask for it: one hash per
+    configuration object; a copy with another field computes its own."""
+    from df_ray.config import RunConfig
+
+    cfg = RunConfig.model_validate(driver_config(method="single").model_dump(mode="json"))
+    computed = []
+    real = RunConfig._fingerprint
+    monkeypatch.setattr(RunConfig, "_fingerprint",
+                        lambda self: computed.append(self.name) or real(self))
+    first = cfg.fingerprint()
+    assert [cfg.fingerprint() for _ in range(5)] == [first] * 5 and len(computed) == 1
+    other = cfg.model_copy(update={"seed": 7})
+    assert other.fingerprint() != first and len(computed) == 2
+    import pickle
+
+    assert pickle.loads(pickle.dumps(cfg)).fingerprint() == first  # recomputed where it lands
+
+
 # ---------------------------------------------------------------- the Ray path, same inputs
 
 
