@@ -99,23 +99,27 @@ def accuracy_table(data: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def reference_group(d: pd.DataFrame) -> str | None:
-    """The configuration the benchmark's others are compared with: the one whose runs are
-    the reference DarkForest (tables.reference_run) of the most seeds."""
+def reference_group(d: pd.DataFrame, name: str | None = None) -> str | None:
+    """The configuration the benchmark's others are compared with: ``name`` when given (a
+    configuration name without ``seed=``; None where the benchmark has none of that name),
+    else the one whose runs are the reference DarkForest (tables.reference_run) of the most
+    seeds."""
+    if name is not None:
+        return name if (d["group"] == name).any() else None
     ref = d[d["reference"]]
     if ref.empty:
         return None
     return str(ref.groupby("group", sort=False)["seed"].nunique().idxmax())
 
 
-def comparisons(data: pd.DataFrame) -> pd.DataFrame:
+def comparisons(data: pd.DataFrame, reference: str | None = None) -> pd.DataFrame:
     """Per benchmark, every configuration against the reference one, paired on the
     (question, seed) pairs both ran: difference (points) with its clustered t interval, the
     exact McNemar p over the pairs, the clustered t test's p, their Holm adjustments over
     the benchmark's comparisons, the discordance rate and the seeds' design effect."""
     rows = []
     for bench, d in data.groupby("benchmark", sort=False):
-        ref_name = reference_group(d)
+        ref_name = reference_group(d, reference)
         if ref_name is None:
             continue
         ref = d[d["group"] == ref_name]
@@ -151,14 +155,15 @@ def comparisons(data: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
-def power_lines(data: pd.DataFrame, comps: pd.DataFrame) -> dict[str, PowerLine]:
+def power_lines(data: pd.DataFrame, comps: pd.DataFrame, reference: str | None = None
+                ) -> dict[str, PowerLine]:
     """Per benchmark: the power line for its reference configuration's questions and seeds,
     the comparisons' median discordance and, with several seeds, the median within-question
     correlation implied by their design effects ((deff - 1) / (seeds - 1)); assumed
     (``stats.power_line``) where there is no comparison."""
     out = {}
     for bench, d in data.groupby("benchmark", sort=False):
-        ref_name = reference_group(d)
+        ref_name = reference_group(d, reference)
         ref = d[d["group"] == ref_name] if ref_name is not None else d
         n = int(ref["sample_id"].nunique())
         seeds = int(ref["seed"].nunique())
@@ -341,14 +346,16 @@ def to_markdown(acc: pd.DataFrame, comps: pd.DataFrame, power: Mapping[str, Powe
     return "\n\n".join(parts) + "\n\n" + note + "\n"
 
 
-def inference(table: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None]
-              ) -> dict[str, object]:
+def inference(table: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
+              reference: str | None = None) -> dict[str, object]:
     """Every part, from build_table's table and the runs' samples: ``data`` (pooled),
-    ``accuracy``, ``comparisons``, ``power``, ``won_lost``, ``calibration``, ``markdown``."""
+    ``accuracy``, ``comparisons``, ``power``, ``won_lost``, ``calibration``, ``markdown``.
+    ``reference``: the configuration the comparisons are against (default: each
+    benchmark's reference DarkForest)."""
     data = pooled(table, samples)
     acc = accuracy_table(data)
-    comps = comparisons(data)
-    power = power_lines(data, comps)
+    comps = comparisons(data, reference)
+    power = power_lines(data, comps, reference)
     won = won_lost_table(data)
     calib = calibration_table(data)
     return {"data": data, "accuracy": acc, "comparisons": comps, "power": power,

@@ -35,7 +35,8 @@ def _safe(name: str) -> str:
 
 def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
                  out_dir: str | Path = "reports", *, n_boot: int = 2000,
-                 seed: int = 0, log: bool = False) -> list[Path]:
+                 seed: int = 0, log: bool = False, reference: str | None = None
+                 ) -> list[Path]:
     """Write ``<experiment>_table.md`` (the table, the token-ratio check against the paper,
     with several run seeds the mean and standard error over seeds, then per benchmark the
     inference of ``df_ray.reporting.inference``: accuracy with clustered intervals, paired
@@ -48,7 +49,9 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
     among them) and ``<experiment>_report.md`` (tables + plots) into ``out_dir``; returns
     the paths written, the report first. ``log``: also write the table's numbers
     (pooled accuracy and interval, the comparison with McNemar and Holm p, the power line)
-    to every configuration run (``df_ray.reporting.log_back``)."""
+    to every configuration run (``df_ray.reporting.log_back``). ``reference``: the
+    configuration (its name without ``seed=``) the paired comparisons are against, instead
+    of each benchmark's reference DarkForest."""
     runs = collect_runs(tracking_uri, experiment)
     if runs.empty:
         raise NoRunsError(f"experiment {experiment!r} at {tracking_uri} has no finished "
@@ -76,7 +79,7 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
     md_seeds = seeds_markdown(summary)
     if md_seeds:
         md_table += "\n" + md_seeds
-    found = inference(table, samples)
+    found = inference(table, samples, reference)
     if log:
         from df_ray.reporting.log_back import log_table_numbers
 
@@ -130,6 +133,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help=f"MLflow tracking URI (default: MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI})")
     p.add_argument("--out", default=None, help="output folder (default: reports/<experiment>)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for the CIs")
+    p.add_argument("--reference", default=None, metavar="CONFIGURATION",
+                   help="compare every configuration with this one (its name without "
+                   "seed=, e.g. majority_vote) instead of the reference DarkForest run")
     p.add_argument("--log", action="store_true",
                    help="also log the table's numbers (pooled accuracy, comparison with "
                    "McNemar and Holm p, power) as report.* metrics on every configuration run")
@@ -145,7 +151,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     out = args.out or os.path.join("reports", _safe(args.experiment))
     try:
         paths = build_report(experiment, uri, out, n_boot=args.n_boot,
-                             log=getattr(args, "log", False))
+                             log=getattr(args, "log", False),
+                             reference=getattr(args, "reference", None))
     except (KeyError, NoRunsError) as e:
         msg = e.args[0] if e.args else str(e)
         print(f"df-ray report: {msg}", file=sys.stderr)

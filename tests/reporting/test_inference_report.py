@@ -254,3 +254,22 @@ def test_the_table_numbers_are_logged_on_every_configuration_run(report):
                                 ("ci_lo", "report.diff_ci_low")):
                 assert m[metric] == pytest.approx(comps.loc[name, col], rel=1e-6), metric
             assert m["report.comparisons"] == 2
+
+
+def test_another_reference_compares_every_configuration_with_it(report, tmp_path):
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    _, _, uri = report
+    build_report(EXPERIMENT, uri, tmp_path, n_boot=50, reference="single")
+    comps = pd.read_csv(tmp_path / f"{EXPERIMENT}_comparisons.csv").set_index("configuration")
+    assert set(comps.index) == {"darkforest", "majority"} and set(comps["reference"]) == {"single"}
+    a, b = _outcomes("darkforest"), _outcomes("single")
+    m = a.merge(b, on=["q", "seed"], suffixes=("", "_ref"))
+    yes, no = m["y"] == 1, m["y_ref"] == 1
+    table = [[int((yes & no).sum()), int((yes & ~no).sum())],
+             [int((~yes & no).sum()), int((~yes & ~no).sum())]]
+    assert comps.loc["darkforest", "p_mcnemar"] == pytest.approx(
+        mcnemar(table, exact=True).pvalue)
+    assert comps.loc["darkforest", "diff"] == pytest.approx(100 * (m["y"] - m["y_ref"]).mean())
+    build_report(EXPERIMENT, uri, tmp_path / "none", n_boot=50, reference="no-such")
+    assert not (tmp_path / "none" / f"{EXPERIMENT}_comparisons.csv").exists()  # nothing paired
