@@ -207,9 +207,33 @@ def words(spec: ParseSpec) -> AnswerWords:
     spec's options (A-D when it does not say, in a hint; A-J for a random answer)."""
     shown = [chr(65 + i) for i in range(spec.n_options or 4)]
     return AnswerWords(
+        feedback_examples=tuple(FEEDBACK_EXAMPLES),
         noun="one of the answer choices: " + ", ".join(shown),
         field_rule=f'Only place {",".join(shown)} representing your choice in the "answer" field.',
         options=tuple(chr(65 + i) for i in range(spec.n_options or 10)),
         critique_focus=("Check every option against the question, not only the chosen one, "
                         "and make sure the chosen letter is the option the reasoning supports."),
         read_json=_first_letter)  # GoA's reading of a JSON answer: its first capital letter
+
+#: Self-Refine's few-shot feedback examples for this kind (df_ray.methods.self_refine_fewshot:
+#: (question, solution, [(step, review)], the fixed solution or None when it is right)),
+#: written for this kind's answer format; what ``words`` gives as feedback_examples.
+FEEDBACK_EXAMPLES = [
+    ("Answer the following multiple-choice question (options A-D).\n\nWhich gas makes up "
+     "most of Earth's atmosphere?\n(A) Oxygen\n(B) Carbon dioxide\n(C) Nitrogen\n(D) Argon",
+     "Living things breathe oxygen, so it must be the most abundant gas.\nAnswer: A",
+     [("Living things breathe oxygen, so it must be the most abundant gas.",
+       "wrong! Being needed for breathing says nothing about abundance. Dry air is about 78% "
+       "nitrogen and 21% oxygen; argon is under 1% and carbon dioxide far less."),
+      ("Answer: A", "wrong! The most abundant gas is nitrogen, option C.")],
+     "Dry air is about 78% nitrogen, 21% oxygen, under 1% argon and far less carbon dioxide, "
+     "so nitrogen makes up most of it.\nAnswer: C"),
+    ("Answer the following multiple-choice question (options A-D).\n\nWhat is the SI unit of "
+     "force?\n(A) Joule\n(B) Newton\n(C) Watt\n(D) Pascal",
+     "Force is measured in newtons (1 N = 1 kg m/s^2); the joule is energy, the watt power "
+     "and the pascal pressure.\nAnswer: B",
+     [("Force is measured in newtons (1 N = 1 kg m/s^2).", "looks good"),
+      ("The joule is energy, the watt power and the pascal pressure.", "looks good"),
+      ("Answer: B", "looks good")],
+     None),
+]

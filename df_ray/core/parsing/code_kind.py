@@ -157,8 +157,34 @@ def words(spec: ParseSpec) -> AnswerWords:
     """What methods say about a program answer (``AnswerWords``): no program is a valid answer
     by chance, so there is no random one."""
     return AnswerWords(
+        feedback_examples=tuple(FEEDBACK_EXAMPLES),
         noun="the completed Python function code",
         field_rule='Only place the complete Python function in the "answer" field.',
         critique_focus=("Trace the function on the docstring's examples and on edge cases "
                         "(empty input, zero, negatives, duplicates), and check the signature "
                         "and return type."))
+
+#: Self-Refine's few-shot feedback examples for this kind (df_ray.methods.self_refine_fewshot:
+#: (question, solution, [(step, review)], the fixed solution or None when it is right)),
+#: written for this kind's answer format; what ``words`` gives as feedback_examples.
+FEEDBACK_EXAMPLES = [
+    ("Complete the following Python function.\n\n```python\ndef count_evens(nums: list) -> "
+     "int:\n    \"\"\"Return how many numbers in nums are even.\n    >>> count_evens([1, 2, "
+     "4])\n    2\n    \"\"\"\n```",
+     "```python\ndef count_evens(nums: list) -> int:\n    count = 0\n    for n in nums:\n"
+     "        if n % 2 == 1:\n            count += 1\n    return count\n```",
+     [("count = 0\nfor n in nums:", "looks good"),
+      ("if n % 2 == 1:\n    count += 1",
+       "wrong! This counts the odd numbers. count_evens([1, 2, 4]) returns 1, not 2. The "
+       "test must be n % 2 == 0."),
+      ("return count", "looks good")],
+     "```python\ndef count_evens(nums: list) -> int:\n    count = 0\n    for n in nums:\n"
+     "        if n % 2 == 0:\n            count += 1\n    return count\n```"),
+    ("Complete the following Python function.\n\n```python\ndef last_char(s: str) -> str:\n"
+     "    \"\"\"Return the last character of s, or '' for an empty string.\n    >>> "
+     "last_char('abc')\n    'c'\n    \"\"\"\n```",
+     "```python\ndef last_char(s: str) -> str:\n    return s[-1] if s else ''\n```",
+     [("return s[-1] if s else ''",
+       "looks good: last_char('abc') is 'c' and last_char('') is ''")],
+     None),
+]

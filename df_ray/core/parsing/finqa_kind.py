@@ -535,6 +535,7 @@ def canonicalize(answer: str, spec: ParseSpec) -> str | None:
 def words(spec: ParseSpec) -> AnswerWords:
     """What methods say about a FinQA program answer (``AnswerWords``)."""
     return AnswerWords(
+        feedback_examples=tuple(FEEDBACK_EXAMPLES),
         noun='the program in the program language above (e.g., "subtract(5, 3), divide(#0, 3)")',
         field_rule=('Only place the program in the program language above in the "answer" '
                     'field.'),
@@ -543,3 +544,27 @@ def words(spec: ParseSpec) -> AnswerWords:
                         "of the table or text, that each program step uses the right operation "
                         "and step reference, and that the program's result answers the question "
                         "(units, percentages as ratios)."))
+
+#: Self-Refine's few-shot feedback examples for this kind (df_ray.methods.self_refine_fewshot:
+#: (question, solution, [(step, review)], the fixed solution or None when it is right)),
+#: written for this kind's answer format; what ``words`` gives as feedback_examples.
+FEEDBACK_EXAMPLES = [
+    ("Read the following excerpt of a financial report and answer the question.\n\nTable:\n"
+     "| | 2019 | 2018 |\n| revenue | 1200 | 1000 |\n\nQuestion: what was the percentage "
+     "change in revenue from 2018 to 2019?",
+     "The change is 1200 - 1000 = 200; divided by the 2019 revenue.\n"
+     "Answer: subtract(1200, 1000), divide(#0, 1200)",
+     [("The change is 1200 - 1000 = 200.", "looks good"),
+      ("divided by the 2019 revenue: divide(#0, 1200)",
+       "wrong! A percentage change is relative to the earlier year, 2018: divide by 1000.")],
+     "The change is 1200 - 1000 = 200; relative to the 2018 revenue of 1000 that is 0.2.\n"
+     "Answer: subtract(1200, 1000), divide(#0, 1000)"),
+    ("Read the following excerpt of a financial report and answer the question.\n\nTable:\n"
+     "| | 2019 |\n| net income | 300 |\n| shares outstanding | 150 |\n\nQuestion: what was "
+     "the net income per share in 2019?",
+     "Net income per share is net income divided by shares outstanding: 300 / 150 = 2.\n"
+     "Answer: divide(300, 150)",
+     [("Net income per share is net income divided by shares outstanding.", "looks good"),
+      ("Answer: divide(300, 150)", "looks good: both numbers are from the 2019 column")],
+     None),
+]

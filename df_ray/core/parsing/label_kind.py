@@ -110,8 +110,35 @@ def words(spec: ParseSpec) -> AnswerWords:
     """What methods say about a label answer (``AnswerWords``): one of the spec's labels."""
     labels = tuple(spec.labels or ())
     return AnswerWords(
+        feedback_examples=tuple(FEEDBACK_EXAMPLES),
         noun="one of the labels: " + ", ".join(labels),
         field_rule=f'Only place one of {", ".join(labels)} in the "answer" field.',
         options=labels or None,
         critique_focus=("Check the answer against the task's instruction and definitions, and "
                         "that it is exactly one of the allowed labels."))
+
+#: Self-Refine's few-shot feedback examples for this kind (df_ray.methods.self_refine_fewshot:
+#: (question, solution, [(step, review)], the fixed solution or None when it is right)),
+#: written for this kind's answer format; what ``words`` gives as feedback_examples.
+FEEDBACK_EXAMPLES = [
+    ("Classify whether the clause contains a non-compete obligation. Allowed labels: Yes, "
+     "No.\n\nClause: \"The Supplier shall keep all Customer data confidential for five years "
+     "after termination.\"",
+     "The clause restricts the Supplier after termination, which is what a non-compete "
+     "does.\nAnswer: Yes",
+     [("The clause restricts the Supplier after termination.", "looks good"),
+      ("which is what a non-compete does.",
+       "wrong! It restricts disclosing data (confidentiality), not competing with the "
+       "Customer. A non-compete forbids working for or becoming a competitor.")],
+     "The clause is a confidentiality obligation: it restricts disclosing data, not "
+     "competing.\nAnswer: No"),
+    ("Classify whether the clause contains a non-compete obligation. Allowed labels: Yes, "
+     "No.\n\nClause: \"During the term and for one year after, the Distributor shall not sell "
+     "products that compete with the Products.\"",
+     "The Distributor may not sell competing products during the term and for one year "
+     "after: a non-compete obligation.\nAnswer: Yes",
+     [("The Distributor may not sell competing products during the term and after.",
+       "looks good"),
+      ("Answer: Yes", "looks good: Yes is one of the allowed labels")],
+     None),
+]

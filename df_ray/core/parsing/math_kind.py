@@ -549,9 +549,32 @@ def canonicalize(answer: str, spec: ParseSpec) -> str | None:
 def words(spec: ParseSpec) -> AnswerWords:
     """What methods say about a math answer (``AnswerWords``)."""
     return AnswerWords(
+        feedback_examples=tuple(FEEDBACK_EXAMPLES),
         noun='a mathematical expression or number (e.g., "42" or "3/4")',
         field_rule=('Only place the final answer (a single number or mathematical expression) '
                     'in the "answer" field.'),
         default_answer="0",  # ReConcile's rule for numeric answers
         critique_focus=("Redo each calculation and algebraic step, check that the final answer "
                         "is fully simplified and answers exactly what was asked."))
+
+#: Self-Refine's few-shot feedback examples for this kind (df_ray.methods.self_refine_fewshot:
+#: (question, solution, [(step, review)], the fixed solution or None when it is right)),
+#: written for this kind's answer format; what ``words`` gives as feedback_examples.
+FEEDBACK_EXAMPLES = [
+    ("Solve the following math problem.\n\nA store sells pencils at 3 for $1. How many dollars "
+     "do 27 pencils cost?",
+     "27 pencils is 27 * 3 = 81 groups of three.\nEach group costs $1, so the cost is 81.\n"
+     "\\boxed{81}",
+     [("27 pencils is 27 * 3 = 81 groups of three.",
+       "wrong! The number of groups of three is 27 / 3 = 9, not 27 * 3."),
+      ("Each group costs $1, so the cost is 81.",
+       "wrong! With 9 groups at $1 each the cost is 9 dollars.")],
+     "27 pencils is 27 / 3 = 9 groups of three.\nEach group costs $1, so the cost is 9 "
+     "dollars.\n\\boxed{9}"),
+    ("Solve the following math problem.\n\nWhat is the value of $x$ if $2x + 6 = 20$?",
+     "Subtract 6 from both sides: 2x = 14.\nDivide by 2: x = 7.\n\\boxed{7}",
+     [("Subtract 6 from both sides: 2x = 14.", "looks good"),
+      ("Divide by 2: x = 7.", "looks good"),
+      ("\\boxed{7}", "looks good")],
+     None),
+]
