@@ -172,6 +172,8 @@ class Experiment:
     paper_choices: str
     our_choices: str
     runs: tuple[PlannedRun, ...]
+    #: A paragraph printed after the choices (e.g. how to run the study another way).
+    note: str = ""
 
     @property
     def sweep(self) -> str:
@@ -369,7 +371,20 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                      "+ Saul-7B; df_ray/experiments/compositions.py)"),
         runs=tuple(PlannedRun(f"{n} backbones", "finqa", composition=c,
                               paper=dict(PAPER_FINQA_SCALING[n]))
-                   for n, c in ((3, "finqa"), (4, "finqa-4"), (5, "finqa-5")))),
+                   for n, c in ((3, "finqa"), (4, "finqa-4"), (5, "finqa-5"))),
+        note=("The same study as one 5-backbone sweep plus `df-ray analyze`: run the "
+              "`5 backbones` row alone (this file's `base` with `composition: finqa-5` and "
+              "one run), then `df-ray analyze --config <that file> --fresh`. Its agent "
+              "subsets are every composition of the five backbones (31), Table 10's 3- and "
+              "4-backbone ones among them (`finance-llama3-8b+qwen25-7b+qwen25-coder-7b`, "
+              "`+mathstral-7b`): the vote and the belief-only decision from the 5-backbone "
+              "run's cached calls with each subset's calibration refitted from the "
+              "calibration split's cached calls (an agent has one id and seed in every "
+              "composition, so every agent call a smaller composition makes is already "
+              "cached), DarkForest with its coordinator where `--fresh` makes the missing "
+              "coordinator calls (only where the subset's guardrail does not trust z*), and "
+              "each backbone's Shapley value: which backbone matters, not only that five "
+              "beat three.")),
     Experiment(
         "figure9_coordinator", "Figure 9: coordinator robustness",
         paper_choices="FinQA; the coordinator's backbone varied, the agents fixed",
@@ -799,6 +814,7 @@ def experiments_markdown() -> str:
                   f"Report: `df-ray report --experiment {exp.name}`.", "",
                   f"- The paper's choices: {exp.paper_choices}.",
                   f"- Ours: {exp.our_choices}.", "",
+                  *([exp.note, ""] if exp.note else []),
                   "| configuration | benchmark | method | agents | coordinator | knobs | "
                   "paper | origin |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]
