@@ -6,8 +6,10 @@ coordinator is called only on the test samples where its guardrail does not trus
 requests are the ones the method plans (``SubsetEvaluator.coordinator_calls``), so a call
 made here is the entry a real run of that subset would read, and a second analysis replays
 it. The engine is the coordinator's backbone, started in this process as ``df_ray.evaluate``
-starts engines (``make_engine``), only when a call is missing; answers with an error are not
-cached and count as not made.
+starts engines (``make_engine``), only when a call is missing; answers go to the cache as they
+are answered (one batch of the backbone's ``max_batch_size`` at a time, so an interrupted
+analysis keeps what was answered); answers with an error are not cached and count as not
+made.
 """
 
 from __future__ import annotations
@@ -60,13 +62,19 @@ class FreshCalls:
             return 0
         requests = list(todo.values())
         self.say(f"--fresh: {len(requests)} coordinator call(s)")
-        answers = self._client().generate(requests)
-        good = [(r, a) for r, a in zip(requests, answers, strict=True) if a.error is None]
-        self.failed += len(requests) - len(good)
-        if good:
-            self.cache.put_many(good)
-        self.made += len(good)
-        return len(good)
+        made = self.made
+        client = self._client()
+        step = max(1, int(getattr(self.cfg.backbones[self.cfg.coordinator.backbone],
+                                  "max_batch_size", None) or 8))
+        for i in range(0, len(requests), step):  # each batch cached as it returns
+            chunk = requests[i:i + step]
+            answers = client.generate(chunk)
+            good = [(r, a) for r, a in zip(chunk, answers, strict=True) if a.error is None]
+            self.failed += len(chunk) - len(good)
+            if good:
+                self.cache.put_many(good)
+            self.made += len(good)
+        return self.made - made
 
     def close(self) -> None:
         for e in self._owned:

@@ -152,3 +152,31 @@ def test_a_fresh_subset_equals_a_real_scripted_run_of_it_that_replays_the_calls(
                                 method_args={"lazy": True}), write=False)
         assert table.loc["+".join(subset), "darkforest"] == pytest.approx(ev.accuracy), subset
         assert ev.metrics["fresh_calls"] == 0, subset  # every coordinator call was made above
+
+
+def test_fresh_calls_are_cached_batch_by_batch_so_an_interruption_keeps_them(tmp_path):
+    from types import SimpleNamespace
+
+    from df_ray.analysis.fresh import FreshCalls
+    from df_ray.engines.base import ChatRequest, Message
+    from df_ray.engines.scripted import ScriptedEngine
+    from df_ray.methods.base import Call
+    from df_ray.pipeline.cache import GenerationCache
+
+    def respond(request):
+        if request.messages[-1].content == "q11":
+            raise KeyboardInterrupt  # the user stops the analysis in the second batch
+        return "ok"
+
+    cfg = SimpleNamespace(coordinator=SimpleNamespace(backbone="bc"), max_request_retries=0,
+                          backbones={"bc": SimpleNamespace(max_batch_size=8)})
+    cache = GenerationCache(str(tmp_path))
+    fresh = FreshCalls(cfg, cache, engines={"bc": ScriptedEngine("mc", respond)})
+    calls = [Call("coordinator", "coord", ChatRequest(model="mc", backbone="bc",
+                                                      messages=(Message("user", f"q{i}"),)))
+             for i in range(12)]
+    with pytest.raises(KeyboardInterrupt):
+        fresh.make(calls)
+    again = GenerationCache(str(tmp_path))
+    assert len(again) == 8 and fresh.made == 8  # the first batch, answered and kept
+    assert all(again.get(c.request.key()) is not None for c in calls[:8])
