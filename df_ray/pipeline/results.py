@@ -60,6 +60,7 @@ class ResultsFile:
         self.schema = results_schema(cfg)
         self.acc = MetricsAccumulator(method_class(cfg.method).metrics)
         self.writer: pq.ParquetWriter | None = None
+        self.sha256: str | None = None  # the committed file's digest (commit)
 
     def add(self, table: pa.Table) -> None:
         """Add stage output rows of this configuration (the generic columns and

@@ -488,7 +488,8 @@ class Runner:
                 run_id = self.tracker.log_run(cfg, metrics, path, calibration,
                                               params={**provenance(cfg, samples),
                                                       **guardrail_fit_params(cfg, calibration)},
-                                              failure=failure)
+                                              failure=failure,
+                                              samples_sha256=getattr(f, "sha256", None))
             if failure:
                 self.say(f"{cfg.name}: FAILED: {failure}")
             out[i] = RunResult(cfg, metrics, str(path), run_id, failure=failure, errors=errors,

@@ -266,11 +266,13 @@ class Tracker:
 
     def log_run(self, cfg: RunConfig, metrics: dict[str, float], samples_path: str | Path,
                 calibration: Any = None, params: dict[str, str] | None = None,
-                failure: str | None = None) -> str:
+                failure: str | None = None, samples_sha256: str | None = None) -> str:
         """Log one configuration (see :meth:`_log_run`); a fault of the store becomes a
-        :class:`TrackingStoreError` that says what is kept."""
+        :class:`TrackingStoreError` that says what is kept. ``samples_sha256``: the results
+        file's digest as its writer computed it (None: read from its ``.sha256`` file)."""
         try:
-            return self._log_run(cfg, metrics, samples_path, calibration, params, failure)
+            return self._log_run(cfg, metrics, samples_path, calibration, params, failure,
+                                 samples_sha256)
         except Exception as e:
             if not _is_store_fault(e):
                 raise
@@ -281,7 +283,7 @@ class Tracker:
 
     def _log_run(self, cfg: RunConfig, metrics: dict[str, float], samples_path: str | Path,
                  calibration: Any = None, params: dict[str, str] | None = None,
-                 failure: str | None = None) -> str:
+                 failure: str | None = None, samples_sha256: str | None = None) -> str:
         """Log one configuration. ``params``: further parameters, such as the provenance
         (model revisions, data set fingerprint, prompt version) the runner computes. The run
         ends FINISHED, or FAILED with ``failure`` as its reason tag (a FAILED run is not
@@ -329,7 +331,7 @@ class Tracker:
             ms = [Metric(metric_name(k), float(v), now, 0) for k, v in sorted(metrics.items())
                   if v is not None]
             tags = [RunTag("df_ray.samples", str(samples_path))]
-            digest = _samples_digest(samples_path)
+            digest = samples_sha256 or _samples_digest(samples_path)
             if digest:
                 tags.append(RunTag(SAMPLES_SHA_TAG, digest))
             if failure:

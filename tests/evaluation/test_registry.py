@@ -105,7 +105,13 @@ def test_a_toy_methods_column_and_metric_reach_samples_parquet_and_mlflow(toy, t
         out.add(table.filter(pc.equal(table["config"], k)))
         out.close()
         path = out.commit()
-        run_id = tracker.log_run(cfg, out.acc.result(), path)
+        if k == 0:  # the digest its writer computed, passed on: the .sha256 file is not read
+            (path.parent / "samples.parquet.sha256").rename(path.parent / "side")
+            run_id = tracker.log_run(cfg, out.acc.result(), path, samples_sha256=out.sha256)
+            (path.parent / "side").rename(path.parent / "samples.parquet.sha256")
+        else:  # without it, the writer's .sha256 file is read
+            run_id = tracker.log_run(cfg, out.acc.result(), path)
+        assert tracker.client.get_run(run_id).data.tags["df_ray.samples_sha256"] == out.sha256
         logged[cfg.name] = (read_results(path), tracker.client.get_run(run_id).data.metrics)
     toy_rows, toy_metrics = logged["toy"]
     assert toy_rows.column_names == [*RESULT_COLUMNS, "unanimous"]
