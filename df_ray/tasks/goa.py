@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from df_ray.tasks._common import hub_offline
-from df_ray.tasks.base import DataUnavailable
+from df_ray.tasks.base import BaseTask, DataUnavailable
 
 REPO = "UNITES-Lab/GoA"
 COMMIT = "c9def0082e43bb737dd97d998db381842e444908"
@@ -123,3 +123,13 @@ def goa_file(benchmark: str) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return dest
+
+
+class GoADataTask(BaseTask):
+    """A benchmark whose default test data (``source`` None) is the paper's: GoA's file at
+    the pinned commit, recorded as such in a run's provenance."""
+
+    def data_provenance(self, source: str | None, revision: str | None) -> tuple[str, str]:
+        if source is None:
+            return data_provenance(self.name)
+        return super().data_provenance(source, revision)

@@ -49,7 +49,8 @@ from pathlib import Path
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.answer_instruction import answer_instruction
-from df_ray.tasks.base import BaseTask, DataSchemaError, Grade, Sample, Split
+from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
+from df_ray.tasks.goa import GoADataTask
 from df_ray.tasks.mmlu_pro import _GOA_OPTIONS, count_inline_options, grade_letter, render_options
 
 HUB = "Idavidrein/gpqa"
@@ -122,17 +123,10 @@ def _rows_to_samples(rows: list[dict], file: str, seed: int) -> list[Sample]:
     return C.dedupe_ids(out)
 
 
-class GPQATask(BaseTask):
+class GPQATask(GoADataTask):
     name = "gpqa"
     kind = "choice"
     hub_name = HUB
-
-    def data_provenance(self, source: str | None, revision: str | None) -> tuple[str, str]:
-        if source is None:  # the paper's data: GoA's file at its pinned commit
-            from df_ray.tasks.goa import data_provenance
-
-            return data_provenance(self.name)
-        return super().data_provenance(source, revision)
     data_source = ("GoA's GPQA_test.json (UNITES-Lab/GoA at the pinned commit; calibration: "
                    "hub Idavidrein/gpqa, gated: HF_TOKEN)")
     data_hint = ("run once with internet access (GoA's file is fetched and cached under "

@@ -66,7 +66,8 @@ import re
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.answer_instruction import answer_instruction
-from df_ray.tasks.base import BaseTask, DataSchemaError, DataUnavailable, Grade, Sample, Split
+from df_ray.tasks.base import DataSchemaError, DataUnavailable, Grade, Sample, Split
+from df_ray.tasks.goa import GoADataTask
 
 HUB = "TIGER-Lab/MMLU-Pro"
 #: The prompt variants (``benchmark_args: {prompt: ...}``).
@@ -215,17 +216,10 @@ def _is_hash_id(sid: str) -> bool:
     return bool(re.fullmatch(r"mmlu_pro/[0-9a-f]{16}", sid))
 
 
-class MMLUProTask(BaseTask):
+class MMLUProTask(GoADataTask):
     name = "mmlu_pro"
     kind = "choice"
     hub_name = HUB
-
-    def data_provenance(self, source: str | None, revision: str | None) -> tuple[str, str]:
-        if source is None:  # the paper's data: GoA's file at its pinned commit
-            from df_ray.tasks.goa import data_provenance
-
-            return data_provenance(self.name)
-        return super().data_provenance(source, revision)
     data_source = ("GoA's MMLU_Pro_sampled_test.json (UNITES-Lab/GoA at the pinned commit; "
                    "calibration: hub TIGER-Lab/MMLU-Pro)")
     data_hint = ("run once with internet access (GoA's file is fetched and cached under "

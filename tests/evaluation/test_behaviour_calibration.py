@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -107,7 +108,18 @@ def test_the_committed_text_file_is_found_and_serves_no_behaviour_run(tmp_path):
     d["calibration"] = {**d["calibration"], "dir": str(REPO / "calibration"),
                         "auto_fit": False}
     beh = RunConfig.model_validate(d)
-    assert find_calibration(REPO / "calibration", beh.benchmark, beh.agent_ids(),
+    # the behaviour run finds the committed behaviour-keyed file, never the text one
+    served = find_calibration(REPO / "calibration", beh.benchmark, beh.agent_ids(),
+                              beh.agent_identities(), keying="behaviour")
+    assert served == REPO / "calibration" / "humaneval-behaviour-fcf30bc1.json"
+    assert load_calibration(served).keying == "behaviour"
+    # where only the text file is, a behaviour run is refused before it starts
+    only_text = tmp_path / "calibration"
+    only_text.mkdir()
+    shutil.copy(found, only_text / found.name)
+    d["calibration"]["dir"] = str(only_text)
+    beh = RunConfig.model_validate(d)
+    assert find_calibration(only_text, beh.benchmark, beh.agent_ids(),
                             beh.agent_identities(), keying="behaviour") is None
     with pytest.raises(ConfigError, match="candidates keyed by behaviour") as e:
         check_calibration(beh)
