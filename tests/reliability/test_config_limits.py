@@ -20,8 +20,9 @@ base:
 
 
 # Lines the session's in-process Ray forwards from its own processes ("(pid=gcs_server) ...",
-# "(raylet) ...") can land on stderr at any time; they are not df-ray's output.
-_RAY_FORWARDED = re.compile(r"^(\x1b\[[0-9;]*m)?\((pid=|raylet|gcs_server)")
+# "(raylet) ...", an earlier test's actor: "(MapWorker(...) pid=123) ...") can land on stderr
+# at any time; they are not df-ray's output.
+_RAY_FORWARDED = re.compile(r"^(\x1b\[[0-9;]*m)?\((pid=|raylet|gcs_server|.*\bpid=\d+\))")
 
 
 def _one_line_error(path, capsys) -> str:
