@@ -270,7 +270,7 @@ def test_the_committed_reproduction_cache_reads_whole(tmp_path):
     root = tmp_path / "generations"
     shutil.copytree(FIXTURE, root)
     c = GenerationCache(str(root), user="someone")
-    assert len(c) == 1440 and c.legacy_parts == 0 and not c.foreign_skipped
+    assert len(c) == 1667 and c.legacy_parts == 0 and not c.foreign_skipped
     assert all(c.get(k) is not None for k in c.keys())  # noqa: SIM118
     assert not c.conflicts and not c.bad_entries and not c.oversized
 
