@@ -202,7 +202,7 @@ class SubsetEvaluator:
 
     def _make_missing(self, subset: Subset, beliefs: list[Any]) -> None:
         """``--fresh``: the subset's coordinator calls on the samples its guardrail does not
-        trust, where the cache lacks them, made in one batch."""
+        trust, where the cache lacks them (``FreshCalls.make``: batch by batch)."""
         calls = []
         for i, b in enumerate(beliefs):
             if (subset, i) in self._coord_obs or is_trusted(b, self.guard):

@@ -70,12 +70,19 @@ def render_chatml(messages: Sequence[Message]) -> str:
     return "".join(parts)
 
 
+def without_template_stops(no_template: NoTemplate | None = None) -> tuple[str, ...]:
+    """The extra stop strings of a request to a model rendered without a chat template."""
+    if no_template == "chatml":
+        return CHATML_STOPS
+    if no_template not in (None, "completion"):
+        raise ValueError(f"no_template must be 'completion' or 'chatml', not {no_template!r}")
+    return COMPLETION_STOPS
+
+
 def render_without_template(messages: Sequence[Message], no_template: NoTemplate | None = None
                             ) -> tuple[str, tuple[str, ...]]:
     """The prompt and the extra stop strings of a request to a model rendered without a chat
     template: ChatML where ``no_template`` is "chatml", else the completion prompt."""
-    if no_template == "chatml":
-        return render_chatml(messages), CHATML_STOPS
-    if no_template not in (None, "completion"):
-        raise ValueError(f"no_template must be 'completion' or 'chatml', not {no_template!r}")
-    return render_completion_prompt(messages), COMPLETION_STOPS
+    stops = without_template_stops(no_template)
+    render = render_chatml if no_template == "chatml" else render_completion_prompt
+    return render(messages), stops

@@ -48,7 +48,7 @@ from pydantic import Field, model_validator
 
 from df_ray.engines.base import CONTEXT_LENGTH_ERROR, ChatRequest, Completion, timed_out
 from df_ray.engines.batching import generate_by_submit
-from df_ray.engines.completion_prompt import render_without_template
+from df_ray.engines.completion_prompt import render_without_template, without_template_stops
 from df_ray.engines.spec import EngineSpec
 
 #: Rendered prompts whose token ids an engine keeps (least recently used dropped first).
@@ -293,7 +293,7 @@ class VLLMEngine:
         s = request.sampling
         stop = list(s.stop)
         if self.prompt_format == "completion":
-            stop += list(render_without_template((), request.no_template)[1])
+            stop += list(without_template_stops(request.no_template))
         params = {**self.sampling_defaults, "temperature": s.temperature, "top_p": s.top_p,
                   "max_tokens": s.max_tokens, "stop": stop or None, "seed": request.seed}
         if s.ignore_eos:

@@ -18,6 +18,7 @@ before; the death is counted and shown in the run's summary.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -27,13 +28,14 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from df_ray.engines.base import ChatRequest, Message, SamplingParams
 from df_ray.engines.spec import EngineSpec
 from df_ray.errors import EngineFailure
 from df_ray.pipeline import faults
+from df_ray.pipeline.error_text import first_line
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +62,6 @@ async def replica_answers(replica: Any, requests: list[dict]) -> list[dict]:
     """A replica's answers to requests as dicts (``Replica.submit``), in order, for a Ray
     actor or a Serve deployment to return: a request the engine raised on comes back as
     ``{"failed": "Type: message"}`` alone (the caller retries it)."""
-    import asyncio
-    from dataclasses import asdict
-
-    from df_ray.pipeline.error_text import first_line
-
     futs = replica.submit([ChatRequest.from_dict(r) for r in requests])
     out: list[dict] = []
     for f in futs:

@@ -33,8 +33,7 @@ COMPARISON_METRICS = {"diff": "report.diff", "ci_lo": "report.diff_ci_low",
                       "p_mcnemar": "report.p_mcnemar",
                       "p_mcnemar_holm": "report.p_mcnemar_holm",
                       "p_clustered": "report.p_clustered",
-                      "p_clustered_holm": "report.p_clustered_holm",
-                      "comparisons": "report.comparisons"}
+                      "p_clustered_holm": "report.p_clustered_holm"}
 REFERENCE_TAG = "df_ray.report.reference"
 
 
@@ -59,8 +58,7 @@ def table_numbers(table: pd.DataFrame, found: Mapping[str, Any]
             metrics.update({m: float(a[c]) for c, m in ACCURACY_METRICS.items()})
         c = by_comp.get(key)
         if c is not None:
-            metrics.update({m: float(c[k]) for k, m in COMPARISON_METRICS.items()
-                            if k in c.index})
+            metrics.update({m: float(c[k]) for k, m in COMPARISON_METRICS.items()})
             metrics["report.comparisons"] = float(n_comps[row["benchmark"]])
             tags[REFERENCE_TAG] = str(c["reference"])
         elif row.get("reference"):
