@@ -198,7 +198,9 @@ def format_answers(results, max_samples: int = 5, max_configs: int = 3) -> str:
     for r in shown:
         lines = [f"{r.config.name}: what the agents answered"]
         method = method_class(r.config.method)
-        for s in agent_answers(r.samples_path, limit=max_samples, method=method):
+        rows = getattr(r, "head", None)
+        for s in agent_answers(rows if rows is not None else r.samples_path,
+                               limit=max_samples, method=method):
             verdict = "right" if s["correct"] else "wrong"
             lines.append(f"  {s['sample_id']}: final {s['final']!r} ({verdict})")
             for agent, ans in s["answers"].items():

@@ -112,6 +112,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from df_ray.core.parsing import answer_words
 from df_ray.core.types import Observation
 from df_ray.methods.base import (
     AgentView,
@@ -640,12 +641,13 @@ class GraphOfAgents(Method):
 def reference_choice(text: str, spec, seed: int, agent: str) -> Observation | None:
     """GoA's last resort for a multiple-choice final answer (``main.py`` after
     ``get_alphabet_choice``): the last option letter followed by ")" in the text, else the last
-    option letter anywhere, else a random letter (drawn from ``seed``). None for other kinds
-    (GoA's MATH rule scores an unreadable answer as 0, which is wrong for every problem whose
-    answer is not 0)."""
-    if spec.kind != "choice":
+    option letter anywhere, else a random letter (drawn from ``seed``). None for a kind whose
+    answers are not option letters (``AnswerWords.letters``; GoA's MATH rule scores an
+    unreadable answer as 0, which is wrong for every problem whose answer is not 0)."""
+    shown = answer_words(spec).letters
+    if not shown:
         return None
-    letters = "".join(chr(65 + i) for i in range(spec.n_options or 10))
+    letters = "".join(re.escape(c) for c in shown)
     found = re.findall(f"([{letters}])\\)", text or "") or re.findall(f"([{letters}])",
                                                                       text or "")
     if found:

@@ -71,6 +71,7 @@ import pyarrow.parquet as pq
 
 from df_ray.engines.base import ChatRequest, Completion, valid_text
 from df_ray.pipeline.file_errors import naming
+from df_ray.pipeline.writers import is_abandoned, writer_tag
 
 SCHEMA = pa.schema([
     ("key", pa.string()),
@@ -90,9 +91,6 @@ log = logging.getLogger(__name__)
 
 #: The columns an entry is read from (the first four are required).
 _READ = ("key", "text", "prompt_tokens", "completion_tokens", "finish_reason")
-
-#: A temporary part older than this (seconds) whose writer cannot be asked is abandoned.
-STALE_TMP_S = 24 * 3600.0
 
 #: Read bounds. An entry's text larger than this is neither served nor written.
 MAX_ENTRY_BYTES = 8 * 2**20
@@ -535,7 +533,7 @@ class GenerationCache:
         the writer's provenance in its footer); the part and each row's (group, row)."""
         name = f"part-{time.time_ns()}-{uuid.uuid4().hex[:12]}.parquet"
         final = f"{self.path}/{name}"
-        tmp = f"{self.path}/{_TMP_PREFIX}{_writer_tag()}-{name}"
+        tmp = f"{self.path}/{_TMP_PREFIX}{writer_tag()}-{name}"
         prov = Provenance(self.user, socket.gethostname(), os.getpid(), time.time())
         schema = SCHEMA.with_metadata(_provenance_metadata(prov))
         groups: list[list[dict]] = [[]]
@@ -649,7 +647,7 @@ class GenerationCache:
 
     def remove_stale_tmp(self) -> int:
         """Delete the temporary files of writers that died before their rename: on this
-        machine, those whose process is gone; elsewhere, those older than ``STALE_TMP_S``."""
+        machine, those whose process is gone; elsewhere, those older than ``writers.STALE_TMP_S``."""
         sel = pafs.FileSelector(self.path, recursive=False, allow_not_found=True)
         n = 0
         now = time.time()
@@ -797,31 +795,9 @@ def compact_above(root: str, max_parts: int) -> dict[str, int] | None:
 _TMP_PREFIX = ".tmp-"
 
 
-def _writer_tag() -> str:
-    host = "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:40] or "host"
-    return f"{host}~{os.getpid()}"
-
-
 def _tmp_is_stale(rest: str, mtime, now: float) -> bool:
     """Whether a temporary part named ``<host>~<pid>-part-...`` (or an older unnamed one)
     belongs to a writer that is gone."""
     tag = rest.split("-part-", 1)[0] if "-part-" in rest else ""
-    host, _, pid = tag.partition("~")
-    me = _writer_tag().partition("~")[0]
-    if host == me and pid.isdigit():
-        return not pid_alive(int(pid))
-    age = now - mtime.timestamp() if mtime is not None else float("inf")
-    return age > STALE_TMP_S
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this machine."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    return is_abandoned(tag, mtime.timestamp() if mtime is not None else None, now)
     return True

@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from df_ray.config import RunConfig
@@ -37,18 +38,23 @@ def judge(cfg: RunConfig, metrics: dict[str, float], errors: Sequence[str] = ())
     return failure_reason(cfg.max_error_rate, metrics, errors)
 
 
-def agent_answers(samples_path: str, limit: int = 5,
+def agent_answers(samples: str | pa.Table, limit: int = 5,
                   method: type[Method] | None = None) -> list[dict[str, Any]]:
     """What each agent answered on the first ``limit`` samples: the parsed answer of every
     observation (or why there is none), the final answer and whether it was right, and, when
-    ``method`` is given, the lines in which it explains its decision (``Method.explain``)."""
-    try:
-        names = set(pq.read_schema(samples_path).names)
-        own = [c for c in (method.result_columns if method else ()) if c in names]
-        cols = ["sample_id", "correct", "final_answer", "detail", *own]
-        table = read_results(samples_path, columns=cols)
-    except (OSError, ValueError, CorruptResultsError):
-        return []
+    ``method`` is given, the lines in which it explains its decision (``Method.explain``).
+    ``samples`` is a ``samples.parquet`` path or its rows already in memory (a run's first
+    rows, `ResultsFile.head`: the file just written is not read again)."""
+    if isinstance(samples, pa.Table):
+        table = samples
+    else:
+        try:
+            names = set(pq.read_schema(samples).names)
+            own = [c for c in (method.result_columns if method else ()) if c in names]
+            cols = ["sample_id", "correct", "final_answer", "detail", *own]
+            table = read_results(samples, columns=cols)
+        except (OSError, ValueError, CorruptResultsError):
+            return []
     out = []
     for row in table.slice(0, limit).to_pylist():
         d = json.loads(row["detail"])

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import time
 import uuid
 from pathlib import Path
@@ -34,6 +33,7 @@ from df_ray.evaluation.scoring import arrow_schema
 from df_ray.methods import method_class
 from df_ray.pipeline.file_errors import naming
 from df_ray.pipeline.rows import METHOD_COLUMNS
+from df_ray.pipeline.writers import is_abandoned, writer_tag
 
 #: The generic columns of ``samples.parquet`` (the ``ResultRow`` fields), every method's.
 RESULT_SCHEMA = arrow_schema()
@@ -43,6 +43,10 @@ def results_schema(cfg: RunConfig) -> pa.Schema:
     """The schema of a configuration's ``samples.parquet``: the generic columns, then its
     method's."""
     return arrow_schema(method_class(cfg.method).result_columns)
+
+
+#: Rows a `ResultsFile` keeps in memory as written (`ResultsFile.head`).
+HEAD_ROWS = 5
 
 
 class ResultsFile:
@@ -56,11 +60,14 @@ class ResultsFile:
         remove_stale_tmp(self.dir)
         # Each writer its own temporary file: concurrent runs of one configuration never
         # truncate each other's (the last rename wins, and every renamed file is whole).
-        self.tmp = self.dir / f".samples-{_writer_tag()}-{uuid.uuid4().hex[:12]}.parquet.tmp"
+        self.tmp = self.dir / f".samples-{writer_tag()}-{uuid.uuid4().hex[:12]}.parquet.tmp"
         self.schema = results_schema(cfg)
         self.acc = MetricsAccumulator(method_class(cfg.method).metrics)
         self.writer: pq.ParquetWriter | None = None
         self.sha256: str | None = None  # the committed file's digest (commit)
+        #: The first `HEAD_ROWS` rows written, as in the file: what the CLI shows of a small
+        #: run without reading the file it has just written.
+        self.head: pa.Table | None = None
 
     def add(self, table: pa.Table) -> None:
         """Add stage output rows of this configuration (the generic columns and
@@ -74,6 +81,11 @@ class ResultsFile:
             table = table.append_column(
                 self.schema.field(name),
                 pa.array([e.get(name) for e in own], type=self.schema.field(name).type))
+        if self.head is None:
+            self.head = table.slice(0, HEAD_ROWS)
+        elif self.head.num_rows < HEAD_ROWS:
+            self.head = pa.concat_tables(
+                [self.head, table.slice(0, HEAD_ROWS - self.head.num_rows)])
         with naming(self.tmp):
             if self.writer is None:
                 self.writer = pq.ParquetWriter(self.tmp, self.schema, write_page_checksum=True)
@@ -91,7 +103,7 @@ class ResultsFile:
             with naming(self.tmp):
                 pq.write_table(self.schema.empty_table(), self.tmp, write_page_checksum=True)
         digest = file_sha256(self.tmp)
-        side_tmp = self.dir / f".samples-{_writer_tag()}-{uuid.uuid4().hex[:12]}.sha256.tmp"
+        side_tmp = self.dir / f".samples-{writer_tag()}-{uuid.uuid4().hex[:12]}.sha256.tmp"
         side_tmp.write_text(digest + "\n")
         os.replace(self.tmp, path)
         os.replace(side_tmp, self.dir / "samples.parquet.sha256")
@@ -151,38 +163,19 @@ def results_path(cfg: RunConfig, sweep: str) -> Path:
     return out
 
 
-def _writer_tag() -> str:
-    host = "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:40] or "host"
-    return f"{host}~{os.getpid()}"
-
-
-#: A temporary file of a writer on another machine counts as abandoned after this (seconds).
-STALE_TMP_S = 24 * 3600.0
-
-
 def remove_stale_tmp(directory: Path) -> int:
-    """Remove the ``.samples-*.tmp`` files of writers that are gone: on this machine those
-    whose process has exited, from elsewhere those older than ``STALE_TMP_S``."""
-    from df_ray.pipeline.cache import pid_alive
-
-    me = _writer_tag().partition("~")[0]
+    """Remove the ``.samples-*.tmp`` files of writers that are gone (`writers.is_abandoned`)."""
     n = 0
+    now = time.time()
     for p in directory.glob(".samples-*.tmp"):
         tag = p.name[len(".samples-"):].rsplit("-", 1)[0]
-        host, sep, pid = tag.partition("~")
-        if sep and host == me and pid.isdigit():
-            stale = not pid_alive(int(pid))
-        else:
-            try:
-                stale = time.time() - p.stat().st_mtime > STALE_TMP_S
-            except OSError:
+        try:
+            if not is_abandoned(tag, p.stat().st_mtime, now):
                 continue
-        if stale:
-            try:
-                p.unlink()
-                n += 1
-            except OSError:
-                pass
+            p.unlink()
+            n += 1
+        except OSError:
+            pass
     return n
 
 

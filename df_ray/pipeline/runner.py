@@ -68,6 +68,8 @@ class RunResult:
     errors: list[str] = field(default_factory=list)
     #: Workers (engine replicas, stage actors) that died while its pipeline ran.
     worker_deaths: list[str] = field(default_factory=list)
+    #: Its first rows as written to ``samples_path`` (`ResultsFile.head`); None when skipped.
+    head: Any = field(default=None, repr=False)
 
 
 def _say(msg: str) -> None:
@@ -493,7 +495,7 @@ class Runner:
             if failure:
                 self.say(f"{cfg.name}: FAILED: {failure}")
             out[i] = RunResult(cfg, metrics, str(path), run_id, failure=failure, errors=errors,
-                               worker_deaths=deaths)
+                               worker_deaths=deaths, head=f.head)
         return [out[i] for i in range(len(cfgs))]
 
     def _new_faults(self):

@@ -416,3 +416,18 @@ def test_goa_unreadable_choice_final_follows_the_reference(run_method):
     assert run.outcome.extra["final_fallback"] in ("goa_letter", None)
     table[("a1", "t2s")] = "no idea at all, sorry"
     assert final(run_method("goa_max", Script(table), {"invalid_final": "wrong"})) is None
+
+
+def test_goa_letter_rule_follows_the_kind_not_its_name():
+    """GoA's last resort reads option letters only for a kind whose answers are letters
+    (``AnswerWords.letters``): labels and math answers get none, whatever their options."""
+    from df_ray.core.types import ParseSpec
+    from df_ray.methods.goa import reference_choice
+
+    got = reference_choice("maybe B) or D)", ParseSpec("choice", n_options=4), 0, "a1")
+    assert (got.answer, got.rule) == ("D", "goa_letter")
+    # E is not an option of a 4-option question: the random rule draws one of A-D
+    got = reference_choice("E", ParseSpec("choice", n_options=4), 0, "a1")
+    assert got.rule == "goa_random" and got.answer in "ABCD"
+    assert reference_choice("A) yes", ParseSpec("label", labels=("Yes", "No")), 0, "a1") is None
+    assert reference_choice("A)", ParseSpec("math"), 0, "a1") is None

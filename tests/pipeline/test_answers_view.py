@@ -72,3 +72,22 @@ def test_the_printed_table_has_the_methods_own_explanation(tmp_path):
     single = SimpleNamespace(samples_path=path, skipped=False, metrics={"n_samples": 1},
                              config=SimpleNamespace(name="one", method="single"))
     assert "guardrail" not in format_answers([single])
+
+
+def test_the_printed_table_reads_a_runs_rows_in_memory_not_its_file(tmp_path):
+    """A run's first rows (``RunResult.head``) are what the table shows: the file the run has
+    just written is not read again (here it is gone)."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from df_ray.cli import format_answers
+    script = Script({("a1", "independent"): answer("B"), ("a2", "independent"): answer("B"),
+                     ("a3", "independent"): answer("C"), ("coord", "coordinator"): answer("C")})
+    path = results_file(tmp_path, script, [make_sample("q1")])
+    head = pq.read_table(path)
+    assert agent_answers(head, method=DarkForest) == agent_answers(path, method=DarkForest)
+    Path(path).unlink()
+    run = SimpleNamespace(samples_path=path, head=head, skipped=False,
+                          metrics={"n_samples": 1},
+                          config=SimpleNamespace(name="df", method="darkforest"))
+    assert "    a3: C (wrong)" in format_answers([run])

@@ -22,7 +22,7 @@ from df_ray.core.calibration import (
     load_calibration,
 )
 from df_ray.engines.base import ChatRequest, Completion, Message
-from df_ray.pipeline import cache as cache_mod
+from df_ray.pipeline import writers
 from df_ray.pipeline.cache import SCHEMA, GenerationCache, entry_checksum
 from tests.helpers import REPO, cli_env
 
@@ -130,7 +130,7 @@ def test_temporary_parts_of_dead_writers_are_removed_and_only_theirs(tmp_path):
     fill(tmp_path)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
-    host = cache_mod._writer_tag().partition("~")[0]
+    host = writers.writer_tag().partition("~")[0]
     stale = tmp_path / f".tmp-{host}~{dead.stdout.strip()}-part-1-a.parquet"
     alive = tmp_path / f".tmp-{host}~{os.getpid()}-part-2-b.parquet"
     stale.write_bytes(b"half")
@@ -214,12 +214,10 @@ def test_a_changed_samples_file_is_refused_naming_it(tmp_path):
 
 
 def test_the_next_writer_removes_a_killed_writers_temporary_file(tmp_path):
-    from df_ray.pipeline import results
-
     first = _results_file(tmp_path)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    host = results._writer_tag().partition("~")[0]
+    host = writers.writer_tag().partition("~")[0]
     stale = first.dir / f".samples-{host}~{dead}-0123456789ab.parquet.tmp"
     stale.write_bytes(b"half a file")
     mine = first.dir / f".samples-{host}~{os.getpid()}-ba9876543210.parquet.tmp"

@@ -211,6 +211,7 @@ def words(spec: ParseSpec) -> AnswerWords:
         noun="one of the answer choices: " + ", ".join(shown),
         field_rule=f'Only place {",".join(shown)} representing your choice in the "answer" field.',
         options=tuple(chr(65 + i) for i in range(spec.n_options or 10)),
+        letters=tuple(chr(65 + i) for i in range(spec.n_options or 10)),
         critique_focus=("Check every option against the question, not only the chosen one, "
                         "and make sure the chosen letter is the option the reasoning supports."),
         read_json=_first_letter)  # GoA's reading of a JSON answer: its first capital letter

@@ -93,6 +93,10 @@ class AnswerWords:
     #: How a JSON ``answer`` field's text is read before it is canonicalized (multiple
     #: choice: its first capital letter); None: as it is.
     read_json: Callable[[str], str | None] | None = None
+    #: The letters an answer is written as, when the kind's answers are option letters
+    #: (multiple choice): GoA's last resort for an unreadable final answer looks for the last
+    #: of them in the text; None: the kind has no such rule.
+    letters: tuple[str, ...] | None = None
     #: Few-shot examples of a critique and fix (Self-Refine's feedback prompt), as
     #: (question, solution, [(step, verdict), ...], fixed solution or None) tuples.
     feedback_examples: tuple[tuple[Any, ...], ...] = ()
