@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
 from df_ray.engines.base import ChatRequest, Completion, route, timed_out
 from df_ray.engines.spec import EngineSpec
@@ -45,6 +45,14 @@ PROBE_S = 10.0
 #: A request unanswered this many ``request_timeout_s`` on a replica that keeps answering
 #: others is failed by the client alone (for an engine that cannot cancel a request itself).
 CLIENT_CANCEL_TIMEOUTS = 3
+
+#: Times a request may meet its replica restarting (Ray's ``ActorUnavailableError``: the call
+#: never reached a live replica) without it counting as one of its retries.
+UNAVAILABLE_RETRIES = 5
+
+
+#: How a request's last error starts when it met its replica restarting.
+UNAVAILABLE = "engine unavailable (replica restarting)"
 
 
 def cancel_grace_s(timeout_s: float) -> float:
@@ -313,8 +321,12 @@ class EngineClient:
     restarts it) and its in-flight requests are retried once on another replica (the
     restarted one when it has none). A replica that keeps answering others is left alone:
     the request waits for its engine, and after `CLIENT_CANCEL_TIMEOUTS` timeouts is failed
-    by the client alone. When the retries run out the request is answered with its last
-    error; its batch-mates are not.
+    by the client alone. A replica is killed once for the requests in flight on it, by
+    whichever of the client's threads sees them late first; one already down (restarting,
+    e.g. killed by another stage's client) is not killed again: its requests wait for it. A
+    request that met its replica restarting (the call never reached a live replica) is
+    retried without using up a retry (at most `UNAVAILABLE_RETRIES` times). When the retries
+    run out the request is answered with its last error; its batch-mates are not.
     """
 
     def __init__(self, handles: Mapping[str, list[Any]], specs: Mapping[str, EngineSpec],
@@ -325,10 +337,12 @@ class EngineClient:
         self._load = {k: [0] * len(v) for k, v in self.handles.items()}
         self._turn = dict.fromkeys(self.handles, 0)
         self._lock = threading.Lock()  # a stage actor's batches share one client
+        self._killed_at: dict[tuple[str, int], float] = {}  # replica -> when this client killed it
 
     def __getstate__(self) -> dict[str, Any]:
         state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
         state["_load"] = {k: [0] * len(v) for k, v in self.handles.items()}
+        state["_killed_at"] = {}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -357,6 +371,16 @@ class EngineClient:
         with self._lock:
             self._load[name][k] -= 1
 
+    def _kill_once(self, name: str, k: int, since: float) -> bool:
+        """Kill replica ``k`` of ``name`` (Ray restarts it) unless this client (any of its
+        threads) already killed it after ``since``: whether this call killed it."""
+        with self._lock:
+            if self._killed_at.get((name, k), float("-inf")) >= since:
+                return False
+            self._killed_at[(name, k)] = time.monotonic()
+        ray.kill(self.handles[name][k], no_restart=False)
+        return True
+
     def outstanding(self) -> dict[str, list[int]]:
         """Requests outstanding per replica, per backbone (from this client)."""
         with self._lock:
@@ -374,15 +398,20 @@ class EngineClient:
         results: list[Completion | None] = [None] * len(requests)
         last_error: dict[int, str] = {}
         hung: dict[int, int] = {}  # request -> replicas that stopped answering under it
+        unavailable: dict[int, int] = {}  # request -> times it met its replica restarting
+        tries: dict[int, int] = {}  # request -> failed attempts counted against ``retries``
         pending = list(range(len(requests)))
-        attempt = 0
         avoid: set[tuple[str, int]] = set()
         while pending:
             failed, troubled = self._round(requests, names, pending, results, last_error,
-                                           on_answer, hung, avoid)
-            attempt += 1
+                                           on_answer, hung, avoid, unavailable)
+            for i in failed:
+                if unavailable.get(i, 0) and unavailable[i] <= UNAVAILABLE_RETRIES \
+                        and last_error.get(i, "").startswith(UNAVAILABLE):
+                    continue  # it never reached a live replica: not one of its retries
+                tries[i] = tries.get(i, 0) + 1
             # in flight on two replicas that stopped answering: not retried a second time
-            final = [i for i in failed if hung.get(i, 0) > 1 or attempt > self.retries]
+            final = [i for i in failed if hung.get(i, 0) > 1 or tries.get(i, 0) > self.retries]
             for i in final:
                 results[i] = Completion("", 0, 0, error=last_error.get(i, "engine failed"))
             pending = [i for i in failed if i not in final]
@@ -400,10 +429,14 @@ class EngineClient:
                idxs: Sequence[int], results: list, last_error: dict[int, str],
                on_answer: Callable[[int, Completion], None] | None = None,
                hung: dict[int, int] | None = None,
-               avoid: set[tuple[str, int]] | frozenset = frozenset()):
+               avoid: set[tuple[str, int]] | frozenset = frozenset(),
+               unavailable: dict[int, int] | None = None):
         """Send ``idxs`` (one call each) and take every answer as it comes: the requests that
-        failed, and the replicas that failed them (``(backbone, replica) -> handle``)."""
+        failed, and the replicas that failed them (``(backbone, replica) -> handle``).
+        ``hung`` and ``unavailable`` count, per request, the replicas that stopped answering
+        under it and the times it met its replica restarting."""
         hung = {} if hung is None else hung
+        unavailable = {} if unavailable is None else unavailable
         inflight: dict[Any, tuple[int, str, int, float]] = {}
         sent: dict[Any, float] = {}
         for i in idxs:
@@ -431,7 +464,11 @@ class EngineClient:
                     log.warning("engine replica %s/%d failed (%s); retrying", name, k,
                                 type(e).__name__)
                     failed.append(i)
-                    last_error[i] = f"engine error: {last_line(e)}"
+                    if isinstance(e, ActorUnavailableError):
+                        unavailable[i] = unavailable.get(i, 0) + 1
+                        last_error[i] = f"{UNAVAILABLE}: {last_line(e)}"
+                    else:
+                        last_error[i] = f"engine error: {last_line(e)}"
                     troubled[(name, k)] = self.handles[name][k]
                     continue
                 if "failed" in d:
@@ -466,10 +503,15 @@ class EngineClient:
                     results[i] = timed_out(timeout_s, engine="the engine client")
                     continue
                 if (name, k) not in killed:
-                    log.warning("engine replica %s/%d stopped answering (nothing answered for "
-                                "%.0f s); restarting it", name, k, timeout_s)
-                    ray.kill(actor, no_restart=False)
                     killed.add((name, k))
+                    # not when it is down already (restarting: killed by another client) or
+                    # was killed by another thread of this one since this request was sent
+                    if answering.get((name, k)) is None:
+                        log.warning("engine replica %s/%d stopped answering under a request "
+                                    "and is restarting; waiting for it", name, k)
+                    elif self._kill_once(name, k, since=sent[ref]):
+                        log.warning("engine replica %s/%d stopped answering (nothing answered "
+                                    "for %.0f s); restarting it", name, k, timeout_s)
                 del inflight[ref]
                 self._release(name, k)
                 failed.append(i)
@@ -479,14 +521,16 @@ class EngineClient:
                 troubled[(name, k)] = actor
         return failed, troubled
 
-    def _answers(self, name: str, k: int) -> bool:
+    def _answers(self, name: str, k: int) -> bool | None:
         """Whether replica ``k`` of ``name`` still answers: it answers its ``stats`` within
         `PROBE_S` and answered some request within the last ``request_timeout_s`` (or has
-        none in its engine)."""
+        none in its engine). None: it is down (dead or restarting), which Ray is handling."""
         timeout_s = self.specs[name].request_timeout_s
         try:
             s = ray.get(self.handles[name][k].stats.remote(), timeout=PROBE_S)
-        except (RayActorError, RayTaskError, GetTimeoutError):
+        except RayActorError:
+            return None
+        except (RayTaskError, GetTimeoutError):
             return False
         except Exception:
             return False
@@ -516,6 +560,7 @@ class EngineClient:
         for _attempt in range(self.retries + 1):
             k = self._pick(backbone)
             actor = self.handles[backbone][k]
+            since = time.monotonic()
             try:
                 return list(ray.get(actor.count_tokens.remote(list(texts)),
                                     timeout=spec.request_timeout_s))
@@ -523,7 +568,7 @@ class EngineClient:
                 cause = f"a token count got no answer in {spec.request_timeout_s:.0f} s"
                 log.warning("engine replica %s/%d hung counting tokens; restarting it",
                             backbone, k)
-                ray.kill(actor, no_restart=False)
+                self._kill_once(backbone, k, since)
             except (RayActorError, RayTaskError) as e:
                 cause = f"a token count failed: {last_line(e)}"
                 log.warning("engine replica %s/%d failed counting tokens (%s); retrying",

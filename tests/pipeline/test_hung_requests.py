@@ -95,3 +95,31 @@ def test_a_replica_that_stops_answering_is_restarted_and_its_requests_retried_el
         assert (tmp_path / "hung").exists()
     finally:
         pool.shutdown()
+
+
+def test_a_replica_stuck_under_several_threads_of_one_client_is_restarted_once(
+        ray_local, tmp_path):
+    # A stage actor's batches share one client, each in its own thread. The only replica
+    # hangs on its first call and answers nothing more: every thread sees its requests late
+    # at about the same moment. One of them kills the replica; the others wait for the
+    # restarted one instead of killing it again (which used to cost a second client's retries
+    # and fail its requests).
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = EnginePool({"b": make_spec(kind="scripted", model="m", script="echo",
+                                      request_timeout_s=3, max_batch_size=1,
+                                      engine_args={"hang_on_call": 1, "hang_s": 600,
+                                                   "fault_marker": str(tmp_path / "hung")})})
+    try:
+        pool.wait_ready(120)
+        client = pool.client(retries=1)
+        batches = [[ask(f"q{t}-{j}", "b", "m") for j in range(2)] for t in range(4)]
+        with ThreadPoolExecutor(4) as ex:
+            outs = list(ex.map(client.generate, batches))
+        assert [[c.text for c in out] for out in outs] == [[r.messages[0].content for r in b]
+                                                            for b in batches]
+        assert (tmp_path / "hung").exists()
+        pool.supervisor.check()
+        assert len(pool.supervisor.lives()[("b", 0)]) == 2  # one restart, not one per thread
+    finally:
+        pool.shutdown()
