@@ -129,10 +129,11 @@ def apply_limit(samples: list[Sample], limit: int | None) -> list[Sample]:
     return samples[:limit]
 
 
-def dedupe_ids(samples: Iterable[Sample]) -> list[Sample]:
+def dedupe_ids(samples: Iterable[Sample], *, quiet: bool = False) -> list[Sample]:
     """One sample per id. A repeated id with the same content (question and gold answer) is
-    the same row given twice: the first is kept, and the repeats are said once. A repeated
-    id with different content cannot be both: a `DataSchemaError` naming the ids."""
+    the same row given twice: the first is kept, and the repeats are said once (not at all
+    when ``quiet``). A repeated id with different content cannot be both: a
+    `DataSchemaError` naming the ids."""
     first: dict[str, Sample] = {}
     out = []
     repeats: list[str] = []
@@ -153,7 +154,7 @@ def dedupe_ids(samples: Iterable[Sample]) -> list[Sample]:
             f"{len(conflicts)} id(s) appear more than once with different content (question "
             f"or gold answer): {shown}{more}; give each row its own id, or remove the wrong "
             "copy")
-    if repeats:
+    if repeats and not quiet:
         ids = list(dict.fromkeys(repeats))
         log.warning("data: %d repeated row(s) with the same id and content were read once "
                     "(%s%s)", len(repeats), ", ".join(repr(r) for r in ids[:5]),
@@ -495,8 +496,11 @@ def load_prefix(load: Callable[[int | None], list[Sample]], limit: int | None) -
     a prefix read first, the whole file only when repeated rows left it short."""
     if limit is None:
         return dedupe_ids(load(None))
-    got = dedupe_ids(load(limit))
-    if len(got) < limit:  # repeats inside the prefix (or a short file): read everything
+    rows = load(limit)
+    whole = len(rows) < limit  # a short file: the prefix is all of it
+    # a full prefix with fewer distinct ids holds repeats: said once, by the whole read
+    got = dedupe_ids(rows, quiet=not whole)
+    if len(got) < limit and not whole:
         got = dedupe_ids(load(None))
     return got[:limit]
 

@@ -107,12 +107,14 @@ def test_bad_data_bytes_and_conflicting_ids_are_one_data_error_before_ray(
     assert "Ray" not in out.stdout + out.stderr
 
 
-def test_identical_repeated_rows_are_read_once_and_said_once(tmp_path):
+@pytest.mark.parametrize("limit", [None, 3, 5, 20])
+def test_identical_repeated_rows_are_read_once_and_said_once(tmp_path, limit):
+    """Whole or limited, the repeats are said once."""
     from df_ray.tasks import get_task
 
     data = tmp_path / "native.json"
-    rows = _native_rows(3)
-    data.write_text(json.dumps([*rows, rows[1], rows[2], rows[1]]))
+    rows = _native_rows(4)
+    data.write_text(json.dumps([*rows[:3], rows[1], rows[2], rows[1], rows[3]]))
     import logging
 
     records: list[logging.LogRecord] = []
@@ -120,11 +122,13 @@ def test_identical_repeated_rows_are_read_once_and_said_once(tmp_path):
     handler.emit = records.append  # type: ignore[method-assign]
     logging.getLogger("df_ray.tasks._common").addHandler(handler)
     try:
-        samples = get_task("mmlu_pro").load("test", source=str(data))
+        samples = get_task("mmlu_pro").load("test", source=str(data), limit=limit)
     finally:
         logging.getLogger("df_ray.tasks._common").removeHandler(handler)
-    assert sorted(s.id for s in samples) == ["mmlu_pro/0", "mmlu_pro/1", "mmlu_pro/2"]
-    (notice,) = [r.getMessage() for r in records]
+    ids = [f"mmlu_pro/{i}" for i in range(4)]
+    got = [s.id for s in samples]
+    assert len(set(got)) == len(got) == len(ids[:limit]) and set(got) <= set(ids)
+    (notice,) = [r.getMessage() for r in records]  # MMLU-Pro reads its file whole
     assert notice.startswith("data: 3 repeated row(s) with the same id and content were read "
                              "once ('mmlu_pro/1', 'mmlu_pro/2')")
 
@@ -219,3 +223,27 @@ def test_every_failure_of_the_sweep_job_is_one_line(tmp_path, base, edit, rc, sa
     """``jobs/sweep.py`` (the ``ray job submit`` entry point) ends as ``df-ray run`` does."""
     edit(tmp_path, base)
     one_line(_sweep_job("--config", str(_write(tmp_path, base))), rc, says)
+
+
+@pytest.mark.parametrize("limit, said", [
+    (3, 0),  # the first three rows are distinct: nothing repeated was read
+    (5, 1),  # the prefix holds repeats: read again whole, said once (not once per read)
+    (20, 1),  # past the file's end: the prefix is the whole file, said once
+    (None, 1),
+])
+def test_a_limited_read_says_its_repeats_once(caplog, limit, said):
+    from df_ray.tasks._common import load_prefix
+    from df_ray.tasks.base import Sample
+
+    rows = [Sample(id=f"q{i}", task="t", question=f"Q{i}", gold="A") for i in (0, 1, 2, 1, 2, 1, 3)]
+    reads = []
+
+    def load(n):
+        reads.append(n)
+        return rows if n is None else rows[:n]
+
+    with caplog.at_level("WARNING", logger="df_ray.tasks._common"):
+        got = load_prefix(load, limit)
+    assert [s.id for s in got] == ["q0", "q1", "q2", "q3"][:limit]
+    assert len([r for r in caplog.records if "repeated row" in r.getMessage()]) == said
+    assert reads == {3: [3], 5: [5, None], 20: [20], None: [None]}[limit]
