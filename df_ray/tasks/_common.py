@@ -7,6 +7,7 @@ SHA-256 of (seed, id), never from Python's salted ``hash()``.
 
 from __future__ import annotations
 
+import contextvars
 import csv
 import gzip
 import hashlib
@@ -129,11 +130,16 @@ def apply_limit(samples: list[Sample], limit: int | None) -> list[Sample]:
     return samples[:limit]
 
 
-def dedupe_ids(samples: Iterable[Sample], *, quiet: bool = False) -> list[Sample]:
+#: Set while `load_prefix` reads a prefix: `dedupe_ids` (wherever a loader calls it) does
+#: not say the repeats it finds, so a prefix read again whole says them once.
+_QUIET_REPEATS: contextvars.ContextVar[bool] = contextvars.ContextVar("quiet_repeats",
+                                                                      default=False)
+
+
+def dedupe_ids(samples: Iterable[Sample]) -> list[Sample]:
     """One sample per id. A repeated id with the same content (question and gold answer) is
-    the same row given twice: the first is kept, and the repeats are said once (not at all
-    when ``quiet``). A repeated id with different content cannot be both: a
-    `DataSchemaError` naming the ids."""
+    the same row given twice: the first is kept, and the repeats are said once. A repeated
+    id with different content cannot be both: a `DataSchemaError` naming the ids."""
     first: dict[str, Sample] = {}
     out = []
     repeats: list[str] = []
@@ -154,7 +160,7 @@ def dedupe_ids(samples: Iterable[Sample], *, quiet: bool = False) -> list[Sample
             f"{len(conflicts)} id(s) appear more than once with different content (question "
             f"or gold answer): {shown}{more}; give each row its own id, or remove the wrong "
             "copy")
-    if repeats and not quiet:
+    if repeats and not _QUIET_REPEATS.get():
         ids = list(dict.fromkeys(repeats))
         log.warning("data: %d repeated row(s) with the same id and content were read once "
                     "(%s%s)", len(repeats), ", ".join(repr(r) for r in ids[:5]),
@@ -496,11 +502,12 @@ def load_prefix(load: Callable[[int | None], list[Sample]], limit: int | None) -
     a prefix read first, the whole file only when repeated rows left it short."""
     if limit is None:
         return dedupe_ids(load(None))
-    rows = load(limit)
-    whole = len(rows) < limit  # a short file: the prefix is all of it
-    # a full prefix with fewer distinct ids holds repeats: said once, by the whole read
-    got = dedupe_ids(rows, quiet=not whole)
-    if len(got) < limit and not whole:
+    token = _QUIET_REPEATS.set(True)  # a prefix's repeats are said by the whole read
+    try:
+        got = dedupe_ids(load(limit))
+    finally:
+        _QUIET_REPEATS.reset(token)
+    if len(got) < limit:  # repeats inside the prefix (or a short file): read everything
         got = dedupe_ids(load(None))
     return got[:limit]
 

@@ -228,22 +228,23 @@ def test_every_failure_of_the_sweep_job_is_one_line(tmp_path, base, edit, rc, sa
 @pytest.mark.parametrize("limit, said", [
     (3, 0),  # the first three rows are distinct: nothing repeated was read
     (5, 1),  # the prefix holds repeats: read again whole, said once (not once per read)
-    (20, 1),  # past the file's end: the prefix is the whole file, said once
+    (20, 1),  # past the file's end: read again whole, said once
     (None, 1),
 ])
 def test_a_limited_read_says_its_repeats_once(caplog, limit, said):
-    from df_ray.tasks._common import load_prefix
+    from df_ray.tasks._common import dedupe_ids, load_prefix
     from df_ray.tasks.base import Sample
 
-    rows = [Sample(id=f"q{i}", task="t", question=f"Q{i}", gold="A") for i in (0, 1, 2, 1, 2, 1, 3)]
+    rows = [Sample(id=f"q{i}", task="t", question=f"Q{i}", gold="A")
+            for i in (0, 1, 2, 1, 2, 1, 3)]
     reads = []
 
-    def load(n):
+    def load(n):  # as a loader does: its rows made samples, one per id
         reads.append(n)
-        return rows if n is None else rows[:n]
+        return dedupe_ids(rows if n is None else rows[:n])
 
     with caplog.at_level("WARNING", logger="df_ray.tasks._common"):
         got = load_prefix(load, limit)
     assert [s.id for s in got] == ["q0", "q1", "q2", "q3"][:limit]
     assert len([r for r in caplog.records if "repeated row" in r.getMessage()]) == said
-    assert reads == {3: [3], 5: [5, None], 20: [20], None: [None]}[limit]
+    assert reads == {3: [3], 5: [5, None], 20: [20, None], None: [None]}[limit]
