@@ -800,4 +800,3 @@ def _tmp_is_stale(rest: str, mtime, now: float) -> bool:
     belongs to a writer that is gone."""
     tag = rest.split("-part-", 1)[0] if "-part-" in rest else ""
     return is_abandoned(tag, mtime.timestamp() if mtime is not None else None, now)
-    return True

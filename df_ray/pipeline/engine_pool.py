@@ -403,11 +403,12 @@ class EngineClient:
         pending = list(range(len(requests)))
         avoid: set[tuple[str, int]] = set()
         while pending:
+            before = dict(unavailable)
             failed, troubled = self._round(requests, names, pending, results, last_error,
                                            on_answer, hung, avoid, unavailable)
             for i in failed:
-                if unavailable.get(i, 0) and unavailable[i] <= UNAVAILABLE_RETRIES \
-                        and last_error.get(i, "").startswith(UNAVAILABLE):
+                met = unavailable.get(i, 0)
+                if before.get(i, 0) < met <= UNAVAILABLE_RETRIES:
                     continue  # it never reached a live replica: not one of its retries
                 tries[i] = tries.get(i, 0) + 1
             # in flight on two replicas that stopped answering: not retried a second time

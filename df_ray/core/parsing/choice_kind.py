@@ -206,12 +206,13 @@ def words(spec: ParseSpec) -> AnswerWords:
     """What methods say about a multiple-choice answer (``AnswerWords``): the letters of the
     spec's options (A-D when it does not say, in a hint; A-J for a random answer)."""
     shown = [chr(65 + i) for i in range(spec.n_options or 4)]
+    options = tuple(chr(65 + i) for i in range(spec.n_options or 10))
     return AnswerWords(
         feedback_examples=tuple(FEEDBACK_EXAMPLES),
         noun="one of the answer choices: " + ", ".join(shown),
         field_rule=f'Only place {",".join(shown)} representing your choice in the "answer" field.',
-        options=tuple(chr(65 + i) for i in range(spec.n_options or 10)),
-        letters=tuple(chr(65 + i) for i in range(spec.n_options or 10)),
+        options=options,
+        letters=options,
         critique_focus=("Check every option against the question, not only the chosen one, "
                         "and make sure the chosen letter is the option the reasoning supports."),
         read_json=_first_letter)  # GoA's reading of a JSON answer: its first capital letter
