@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import typing
 from collections.abc import Iterable
 from typing import Any
 
@@ -92,18 +93,14 @@ def describe(name: str) -> list[str]:
                     "  the fields every kind has (EngineSpec):",
                     *_indent(model_fields(EngineSpec, skip=("kind",)))]
         elif section == "benchmarks":
-            params = [p for p in inspect.signature(obj.__init__).parameters.values()
-                      if p.name != "self" and p.kind in (p.KEYWORD_ONLY,
-                                                         p.POSITIONAL_OR_KEYWORD)]
+            args = benchmark_args(obj)
             out.append(f"  data: {obj.data_source}")
-            out.append("  benchmark_args:" + ("" if params else " (none)"))
-            out += _indent([f"{p.name} (default {p.default!r})" for p in params
-                            if p.default is not inspect.Parameter.empty])
+            out.append("  benchmark_args:" + ("" if args else " (none)"))
+            out += _indent(_lines(args))
         else:
-            opts = getattr(obj, "Options", None)
-            fields = dataclasses.fields(opts) if dataclasses.is_dataclass(opts) else ()
-            out.append("  ParseSpec options:" + ("" if fields else " (none)"))
-            out += _indent([f"{f.name} (default {f.default!r})" for f in fields])
+            opts = kind_options(obj)
+            out.append("  ParseSpec options:" + ("" if opts else " (none)"))
+            out += _indent(_lines(opts))
     if not out:
         known = sorted({n for reg in registries().values() for n in reg})
         raise KeyError(f"no method, benchmark, engine kind or answer kind is named {name!r}; "
@@ -111,12 +108,112 @@ def describe(name: str) -> list[str]:
     return out
 
 
+def benchmark_args(task: type) -> dict[str, dict[str, str]]:
+    """A benchmark's ``benchmark_args`` (its constructor's keyword arguments): name ->
+    type, default and description (the class's ``arg_descriptions``)."""
+    described = getattr(task, "arg_descriptions", {}) or {}
+    out = {}
+    for p in inspect.signature(task.__init__).parameters.values():
+        if p.name == "self" or p.kind not in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
+            continue
+        ann = p.annotation
+        out[p.name] = {
+            "type": ann if isinstance(ann, str) else _type_name(ann),
+            "default": "required" if p.default is p.empty else repr(p.default),
+            "description": described.get(p.name, "")}
+    return out
+
+
+def kind_options(module: Any) -> dict[str, dict[str, str]]:
+    """An answer kind's ``Options`` (a dataclass): name -> type, default and description
+    (the field's ``metadata["description"]``)."""
+    opts = getattr(module, "Options", None)
+    if not dataclasses.is_dataclass(opts):
+        return {}
+    hints = typing.get_type_hints(opts)
+    return {f.name: {"type": _type_name(hints.get(f.name, f.type)),
+                     "default": ("required" if f.default is dataclasses.MISSING
+                                 else repr(f.default)),
+                     "description": f.metadata.get("description", "")}
+            for f in dataclasses.fields(opts)}
+
+
+def model_json(model: Any) -> dict[str, dict[str, Any]]:
+    """A pydantic model's fields: name -> type, default, description, and for a field that is
+    itself a model (a method's ``guardrail``) its own ``fields``."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, f in model.model_fields.items():
+        entry: dict[str, Any] = {"type": _type(f), "default": _default(f),
+                                 "description": f.description or ""}
+        inner = f.annotation
+        if isinstance(inner, type) and hasattr(inner, "model_fields"):
+            entry["fields"] = model_json(inner)
+        out[name] = entry
+    return out
+
+
+def as_json() -> dict[str, Any]:
+    """``df-ray list --json``: every registered name with its summary and its fields (a
+    method's ``method_args``, a benchmark's ``benchmark_args``, an engine kind's spec fields,
+    an answer kind's options) and every configuration model's fields; each field has a
+    type, a default and a description."""
+    from df_ray.engines.spec import EngineSpec, spec_class
+
+    out: dict[str, Any] = {"config": {m.__name__: model_json(m) for m in config_models()}}
+    out["config"]["EngineSpec"] = model_json(EngineSpec)
+    for section, reg in registries().items():
+        entries: dict[str, Any] = {}
+        for name, target in reg.items():
+            obj = _target(target)
+            entry: dict[str, Any] = {"summary": summary(section, name)}
+            if section == "methods":
+                entry["method_args"] = model_json(obj.Args)
+            elif section == "benchmarks":
+                entry |= {"answer_kind": obj.kind, "data": obj.data_source,
+                          "benchmark_args": benchmark_args(obj)}
+            elif section == "engine kinds":
+                spec = spec_class(name)
+                entry |= {"spec": spec.__name__, "fields": {  # its own (config's EngineSpec)
+                    k: v for k, v in model_json(spec).items() if k not in EngineSpec.model_fields}}
+            else:
+                entry["options"] = kind_options(obj)
+            entries[name] = entry
+        out[section] = entries
+    return out
+
+
+def json_text(name: str | None = None) -> str:
+    """``df-ray list --json [NAME]``: :func:`as_json`, or only the entries named ``name``."""
+    import json
+
+    data = as_json()
+    if name is not None:
+        data = {sec: {name: entries[name]} for sec, entries in data.items()
+                if sec != "config" and name in entries}
+        if not data:
+            describe(name)  # raises the KeyError that lists the registered names
+    return json.dumps(data, indent=2)
+
+
+def _lines(fields: dict[str, dict[str, str]]) -> list[str]:
+    """``name (type; default): description`` for each of ``fields``."""
+    return [f"{n} ({f['type']}; "
+            + (f["default"] if f["default"] == "required" else f"default {f['default']}") + ")"
+            + (f": {f['description']}" if f["description"] else "") for n, f in fields.items()]
+
+
 def _indent(lines: Iterable[str]) -> list[str]:
     return [f"    {line}" for line in lines]
 
 
+def _type_name(ann: Any) -> str:
+    from df_ray.methods.base import _type_name as name
+
+    return name(ann)
+
+
 def _type(f: Any) -> str:
-    from df_ray.methods.base import _BOUNDS, _type_name
+    from df_ray.methods.base import _BOUNDS
 
     kind = _type_name(f.annotation)
     for m in f.metadata:

@@ -347,7 +347,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     from df_ray import catalog
 
     try:
-        lines = catalog.describe(args.name) if args.name else catalog.listing()
+        lines = ([catalog.json_text(args.name)] if args.json else
+                 catalog.describe(args.name) if args.name else catalog.listing())
     except KeyError as e:
         print(f"df-ray: {e.args[0]}", file=sys.stderr)
         return 2
@@ -415,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     ls = sub.add_parser("list", help="the methods, benchmarks, engine kinds and answer kinds; "
                                      "with NAME, its arguments")
     ls.add_argument("name", nargs="?", help="a method, benchmark, engine kind or answer kind")
+    ls.add_argument("--json", action="store_true",
+                    help="everything as JSON: each field's type, default and description")
     ls.set_defaults(fn=cmd_list)
     from df_ray.serving.cli import add_serve_parser
 

@@ -197,10 +197,10 @@ OWN_ENGINE_ARGS = frozenset({"sampling", "n_parallel"})
 class LlamaCppSpec(EngineSpec):
     """An embedded backbone: a packaged GGUF model on llama.cpp's CPU threads."""
 
-    #: llama.cpp threads (None = 1; a replica reserves as many CPUs, see resolved_num_cpus).
-    n_threads: int | None = Field(default=None, ge=1)
-    #: Context window in tokens.
-    n_ctx: int = Field(default=2048, ge=16)
+    n_threads: int | None = Field(
+        default=None, ge=1, description="llama.cpp threads (None: 1); a replica reserves as "
+                                        "many CPUs, since its threads spin-wait")
+    n_ctx: int = Field(default=2048, ge=16, description="the context window, in tokens")
 
     @field_validator("model")
     @classmethod

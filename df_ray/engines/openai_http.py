@@ -39,7 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from df_ray.engines.base import (
     CONTEXT_LENGTH_ERROR,
@@ -74,10 +74,10 @@ def approximate_tokens(text: str) -> int:
 class OpenAISpec(EngineSpec):
     """A backbone behind an OpenAI-compatible server."""
 
-    #: Base URL of the server, e.g. http://host:8000/v1
-    base_url: str
-    #: Environment variable holding the API key (unset variable = no auth header).
-    api_key_env: str = "OPENAI_API_KEY"
+    base_url: str = Field(description="the server's base URL, e.g. http://host:8000/v1")
+    api_key_env: str = Field("OPENAI_API_KEY",
+                             description="the environment variable holding the API key (an "
+                                         "unset variable: no auth header)")
 
     @model_validator(mode="before")
     @classmethod

@@ -183,11 +183,13 @@ def resolve_responder(name: str) -> Responder:
 class ScriptedSpec(EngineSpec):
     """A scripted backbone: a responder instead of a model."""
 
-    #: A builtin responder name ("echo", "majority", "from_file:<path.jsonl>", ...) or
-    #: "package.module:callable" (a Callable[[ChatRequest], str]). None: "echo".
-    script: str | None = None
-    #: The context length: a longer prompt is answered with a context-length error.
-    max_model_len: int | None = Field(default=None, ge=1)
+    script: str | None = Field(
+        None, description="a builtin responder (echo, majority, from_file:<path.jsonl>, ...) "
+                          "or package.module:callable (a Callable[[ChatRequest], str]); "
+                          "None: echo")
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="the context length: a longer prompt is answered with "
+                                        "a context-length error (None: no limit)")
 
     @field_validator("script")
     @classmethod

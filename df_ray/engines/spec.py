@@ -125,35 +125,48 @@ class EngineSpec(BaseModel):
     #: `df_ray.pipeline.engine_pool`. The shared service plugs in here.
     pool_provider: ClassVar[str | None] = None
 
-    kind: EngineKind
-    #: HF id (vllm/openai), a served model name (openai), a known embedded name, or any label
-    #: (scripted). For ``serve``: the model the deployed backbone serves (checked at start;
-    #: it is part of every request's cache key, so served and job-owned engines of one model
-    #: share the generation cache).
-    model: str = Field(min_length=1)
-    revision: str | None = None
-    #: Extra keyword arguments passed to the backend's constructor (vllm.LLM, llama_cpp.Llama).
-    engine_args: dict[str, Any] = Field(default_factory=dict)
-    #: How messages become a prompt. None = "chat" if the model has a chat template, else
-    #: "completion" (a plain "Question: ...\nAnswer:" rendering).
-    prompt_format: Literal["chat", "completion"] | None = None
-    #: Engine replicas (actors) for this backbone in the pipeline (at most 1024:
-    #: a larger count is a typo, and Ray would keep starting actors for it).
-    replicas: int = Field(default=1, ge=1, le=1024)
-    #: GPUs per replica. None: the kind's own figure (vllm: tensor_parallel_size, else 0).
-    num_gpus: float | None = Field(default=None, ge=0.0)
-    #: The most requests one replica works on at once. For an engine that batches
-    #: continuously it is that engine's own setting, given only to change it: vLLM's
-    #: ``max_num_seqs`` (None: vLLM's default, 1024 sequences on an H100/H200, 256 on other
-    #: GPUs and on CPU) and the embedded engine's ``n_parallel`` (None: 8); ``engine_args``
-    #: naming them win. For an engine that answers whole batches (scripted, openai) it is
-    #: the largest batch (None: 32). It never caps a replica below what its engine schedules.
-    max_batch_size: int | None = Field(default=None, ge=1, le=1_000_000)
-    request_timeout_s: float = Field(default=600.0, gt=0.0)
-    #: A replica that Ray restarts more often than this within ``restart_window_s`` seconds
-    #: is crash-looping: the job stops with the cause instead of restarting it forever.
-    max_restarts: int = Field(default=3, ge=0)
-    restart_window_s: float = Field(default=600.0, gt=0.0)
+    kind: EngineKind = Field(description="the engine kind: one of `df-ray list`'s engine kinds "
+                                         "(embedded, vllm, openai, scripted, simulated, serve, "
+                                         "or one a plugin registers)")
+    model: str = Field(
+        min_length=1,
+        description="the model: an HF id (vllm, openai), a served model name (openai), a "
+                    "packaged name (embedded) or any label (scripted); for serve, the model "
+                    "the deployed backbone serves (part of every request's cache key, so "
+                    "served and job-owned engines of one model share the cache)")
+    revision: str | None = Field(None, description="the model's revision (an HF branch, tag "
+                                                   "or commit); None: the default branch")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="extra keyword arguments for the backend's constructor (vllm.LLM, "
+                    "llama_cpp.Llama, or the simulated engine's settings)")
+    prompt_format: Literal["chat", "completion"] | None = Field(
+        None, description="how messages become a prompt; None: chat if the model has a chat "
+                          "template, else completion (a plain Question: ... Answer: rendering)")
+    replicas: int = Field(
+        default=1, ge=1, le=1024,
+        description="engine replicas (actors) of this backbone (at most 1024: a larger count "
+                    "is a typo, and Ray would keep starting actors for it)")
+    num_gpus: float | None = Field(
+        default=None, ge=0.0,
+        description="GPUs per replica; None: the kind's own figure (vllm: "
+                    "tensor_parallel_size, else 0)")
+    max_batch_size: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="the most requests one replica works on at once: for vllm its max_num_seqs "
+                    "(None: vLLM's default), for embedded its n_parallel (None: 8), engine_args "
+                    "naming them win; for an engine that answers whole batches (scripted, "
+                    "openai) the largest batch (None: 32)")
+    request_timeout_s: float = Field(
+        default=600.0, gt=0.0,
+        description="seconds one request may take: its engine cancels it then (one "
+                    "failed call, never retried; its batch-mates are unaffected)")
+    max_restarts: int = Field(
+        default=3, ge=0,
+        description="restarts of a replica within restart_window_s after which it is "
+                    "crash-looping and the job stops with the cause")
+    restart_window_s: float = Field(default=600.0, gt=0.0,
+                                    description="the window, in seconds, max_restarts counts in")
 
     def __init__(self, /, **data: Any) -> None:
         if type(self) is EngineSpec:

@@ -65,10 +65,15 @@ class VLLMSpec(EngineSpec):
 
     serve_llm = True
 
-    dtype: str = "auto"
-    max_model_len: int | None = Field(default=None, ge=1)
-    tensor_parallel_size: int = Field(default=1, ge=1)
-    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    dtype: str = Field("auto", description="vLLM's dtype for weights and activations (auto: "
+                                           "the model config's; an fp32 model runs in fp16)")
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="the context length vLLM reserves (None: the model's)")
+    tensor_parallel_size: int = Field(
+        default=1, ge=1, description="GPUs one engine's shards span (packed on one node)")
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0.0, le=1.0,
+        description="the share of each GPU's memory vLLM may take for weights and KV cache")
 
     @model_validator(mode="after")
     def _gpus_for_its_shards(self) -> VLLMSpec:

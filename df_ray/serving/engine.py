@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from df_ray.engines.base import ChatRequest, Completion
 from df_ray.engines.spec import ENGINE_KINDS, EngineSpec, one_of, spec_class
@@ -24,13 +24,13 @@ class ServeSpec(EngineSpec):
     served = True
     pool_provider = "df_ray.serving.client"
 
-    #: The Ray Serve application of the backbone (None: the backbone's own name in the
-    #: config).
-    app: str | None = None
-    #: The engine kind behind the service (None = not checked). Calibration files match
-    #: agents by engine kind and model, so a served vllm backbone with ``engine: vllm`` finds
-    #: the files fitted with job-owned vLLM engines, and vice versa.
-    engine: str | None = None
+    app: str | None = Field(None, description="the Ray Serve application of the backbone "
+                                              "(None: the backbone's own name in the config)")
+    engine: str | None = Field(
+        None, description="the engine kind behind the service (None: not checked); "
+                          "calibration files match agents by engine kind and model, so a "
+                          "served vllm backbone with engine: vllm finds the files fitted "
+                          "with job-owned vLLM engines")
 
     @field_validator("engine")
     @classmethod

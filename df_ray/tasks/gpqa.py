@@ -45,6 +45,7 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
+from typing import ClassVar
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
@@ -133,6 +134,12 @@ class GPQATask(GoADataTask):
                  "$DF_RAY_HOME/data/goa); for calibration accept the terms on "
                  "huggingface.co/datasets/Idavidrein/gpqa and export HF_TOKEN, or pass "
                  "source=<folder with gpqa_diamond.csv and gpqa_main.csv>")
+
+    arg_descriptions: ClassVar[dict[str, str]] = {
+        "calibration_size": "main-pool questions (not in diamond) in the calibration split",
+        "test_source": "where the diamond test rows are read to remove them from a local "
+                       "calibration pool (None: the hub)",
+    }
 
     def __init__(self, *, calibration_size: int = 100, test_source: str | None = None):
         self.calibration_size = calibration_size

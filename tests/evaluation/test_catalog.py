@@ -6,6 +6,7 @@ one the models generate."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -59,3 +60,58 @@ def test_the_docs_config_reference_is_the_generated_one():
     assert text[begin:end] == catalog.config_reference(), (
         "docs/running.md's configuration reference is out of date: regenerate it with "
         "`python -m df_ray.catalog`")
+
+
+def described_fields(tree, path=""):
+    """Every field entry (a mapping with a type and a default) in ``df-ray list --json``'s
+    output, with where it is and its description."""
+    if isinstance(tree, dict):
+        if "type" in tree and "default" in tree:
+            yield path, tree.get("description", "")
+        for key, value in tree.items():
+            yield from described_fields(value, f"{path}.{key}" if path else key)
+
+
+def test_df_ray_list_json_describes_every_field():
+    """Everything ``df-ray list --json`` emits, walked: every field has a description (a
+    fresh process, so only what df_ray itself registers is listed)."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "df_ray.cli", "list", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    data = json.loads(out)
+    fields = list(described_fields(data))
+    missing = [where for where, desc in fields if not desc]
+    assert not missing, f"fields without a description: {', '.join(missing)}"
+    sections = {where.split(".")[0] for where, _ in fields}
+    assert sections == {"config", "methods", "benchmarks", "engine kinds", "answer kinds"}
+    for where in ("config.EngineSpec.replicas", "engine kinds.vllm.fields.dtype",
+                  "benchmarks.humaneval.benchmark_args.candidates",
+                  "answer kinds.choice.options.n_options",
+                  "methods.darkforest.method_args.guardrail.fields.tau_p"):
+        assert where in dict(fields), where
+
+
+def test_a_field_without_a_description_is_found(monkeypatch):
+    """The walk above finds an undescribed field: a benchmark whose argument has none."""
+    from df_ray import tasks
+    from df_ray.tasks.base import BaseTask
+
+    class Quiet(BaseTask):
+        kind = "choice"
+        arg_descriptions: ClassVar[dict[str, str]] = {"size": "how many"}
+
+        def __init__(self, *, size: int = 3, shuffle: bool = False):
+            pass
+
+    import types
+
+    mod = types.ModuleType("quiet_task_for_catalog")
+    mod.Quiet = Quiet
+    monkeypatch.setitem(__import__("sys").modules, mod.__name__, mod)
+    monkeypatch.setitem(tasks.REGISTRY, "quiet", f"{mod.__name__}:Quiet")
+    found = dict(described_fields(catalog.as_json()))
+    assert found["benchmarks.quiet.benchmark_args.size"] == "how many"
+    assert found["benchmarks.quiet.benchmark_args.shuffle"] == ""

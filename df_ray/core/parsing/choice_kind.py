@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 
 from df_ray.core.parsing._text import boxed_spans, squeeze, strip_confidence_lines
-from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, options_of
+from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, option, options_of
 from df_ray.core.types import ParseSpec
 
 LETTERS = "ABCDEFGHIJ"
@@ -168,9 +168,10 @@ def valid_letter(letter: str, n_options: int | None) -> bool:
 
 @dataclass(frozen=True)
 class Options:
-    """``n_options``: how many options the question has (4 -> A-D; None: A-J)."""
+    """What a choice answer's spec says of its question."""
 
-    n_options: int | None = None
+    n_options: int | None = option(
+        None, "how many options the question has (4: A-D; None: A-J)")
 
 
 def parse(text: str, spec: ParseSpec) -> Found | Invalid:

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from df_ray.core.parsing._text import fenced_blocks
-from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, options_of
+from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, option, options_of
 from df_ray.core.types import ParseSpec
 
 _PY_LANGS = {"", "python", "python3", "py", "py3", "python3.10", "python3.11", "ipython", "pycon"}
@@ -124,9 +124,10 @@ def extract_code(text: str, entry_point: str | None) -> tuple[str, float] | None
 
 @dataclass(frozen=True)
 class Options:
-    """``entry_point``: the function a code answer must define (None: any code)."""
+    """What a code answer must be."""
 
-    entry_point: str | None = None
+    entry_point: str | None = option(
+        None, "the function a code answer must define (None: any code)")
 
 
 def parse(text: str, spec: ParseSpec) -> Found | Invalid:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from df_ray.core.parsing._text import fenced_blocks, squeeze, strip_confidence_lines
-from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, options_of
+from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, option, options_of
 from df_ray.core.types import ParseSpec
 
 
@@ -499,9 +499,10 @@ def number_key(token: str) -> str | None:
 
 @dataclass(frozen=True)
 class Options:
-    """``table``: the sample's table (rows of cells) that ``table_*`` operations read."""
+    """What a FinQA program runs on."""
 
-    table: tuple[tuple[str, ...], ...] | None = None
+    table: tuple[tuple[str, ...], ...] | None = option(
+        None, "the sample's table (rows of cells) that a program's table_* operations read")
 
 
 def parse(text: str, spec: ParseSpec) -> Found | Invalid:

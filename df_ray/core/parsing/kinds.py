@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from df_ray.core.types import ParseSpec
@@ -63,6 +63,12 @@ def _options(options_cls: type, spec: ParseSpec) -> Any:
     except TypeError as e:
         raise ParseSpecError(f"answer kind {spec.kind!r}: {e} (its options: "
                              f"{options_cls.__module__}.{options_cls.__qualname__})") from None
+
+
+def option(default: Any, description: str) -> Any:
+    """A field of a kind's ``Options`` with its description (what ``df-ray list`` shows):
+    ``labels: tuple[str, ...] | None = option(None, "the task's label set")``."""
+    return field(default=default, metadata={"description": description})
 
 
 def options_of(spec: ParseSpec, options_cls: type) -> Any:

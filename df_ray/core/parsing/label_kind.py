@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from df_ray.core.parsing._text import boxed_spans, squeeze, strip_confidence_lines
-from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, options_of
+from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, option, options_of
 from df_ray.core.types import ParseSpec
 
 _MARKER_RE = re.compile(
@@ -84,9 +84,10 @@ def extract_label(text: str, labels: tuple[str, ...] | None) -> tuple[str, float
 
 @dataclass(frozen=True)
 class Options:
-    """``labels``: the task's label set (None: any label)."""
+    """The labels a label answer is one of."""
 
-    labels: tuple[str, ...] | None = None
+    labels: tuple[str, ...] | None = option(
+        None, "the task's label set (None: any label)")
 
 
 def parse(text: str, spec: ParseSpec) -> Found | Invalid:
