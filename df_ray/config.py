@@ -288,7 +288,7 @@ class RunConfig(_Strict):
     @field_validator("cache_read_from")
     @classmethod
     def _check_read_from(cls, v: list[str]) -> list[str]:
-        from df_ray.pipeline.cache import check_read_from
+        from df_ray.user_names import check_read_from
 
         return check_read_from(v)
 

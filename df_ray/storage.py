@@ -47,8 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from df_ray.config import ConfigError, RunConfig
-from df_ray.pipeline.cache import READ_FROM_ENV, read_from_env
-from df_ray.user_names import current_user, safe_user, validate_user
+from df_ray.user_names import (
+    READ_FROM_ENV,
+    current_user,
+    read_from_env,
+    safe_user,
+    validate_user,
+)
 
 __all__ = ["current_user", "validate_user"]  # re-exported: their home is df_ray.user_names
 
@@ -198,7 +203,7 @@ def cache_read_from(items: Sequence[str], own_root: str, user: str) -> list[str]
 
 
 def _is_cache_root(item: str) -> bool:
-    from df_ray.pipeline.cache import _is_root
+    from df_ray.user_names import is_root as _is_root
 
     return _is_root(item)
 
