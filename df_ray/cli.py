@@ -356,6 +356,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    """``df-ray show`` (df_ray.evaluation.preview): one sample's calls, no model run."""
+    from df_ray.evaluation.preview import show
+
+    sweep = load_with_overrides(args.config, args.set or [], None)
+    return show(sweep.expand(), args.sample, name=args.name, script=args.script,
+                split=args.split)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     sweep = load_with_overrides(args.config, args.set or [], None)
     sweep = with_sources(sweep, parse_sources(args.source))
@@ -413,6 +422,16 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--data", action="store_true",
                    help="also load every test split (hub or local), not only check paths")
     v.set_defaults(fn=cmd_validate)
+    sh = sub.add_parser("show", help="every call the configured method would make for one "
+                                     "sample, round by round, with scripted stand-in answers")
+    sh.add_argument("--config", help="YAML run or sweep config (default: the embedded demo)")
+    sh.add_argument("--sample", required=True, metavar="ID", help="the sample's id")
+    sh.add_argument("--name", help="the sweep's configuration to show (default: its first)")
+    sh.add_argument("--split", choices=("test", "calibration"), help="default: the config's")
+    sh.add_argument("--script", help="the stand-in responder of every backbone (default: a "
+                                     "scripted backbone's own, else majority)")
+    sh.add_argument("--set", action="append", metavar="KEY=VALUE")
+    sh.set_defaults(fn=cmd_show)
     ls = sub.add_parser("list", help="the methods, benchmarks, engine kinds and answer kinds; "
                                      "with NAME, its arguments")
     ls.add_argument("name", nargs="?", help="a method, benchmark, engine kind or answer kind")
