@@ -17,13 +17,19 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from df_ray.tasks.base import DataSchemaError, Sample
+
+# The hub access point (df_ray.tasks.hub), as the loaders reach it: ``C.load_hub_dataset``.
+from df_ray.tasks.hub import HubUnavailable as HubUnavailable
+from df_ray.tasks.hub import hub_offline as hub_offline
+from df_ray.tasks.hub import hub_snapshot as hub_snapshot
+from df_ray.tasks.hub import load_hub_dataset as load_hub_dataset
+from df_ray.tasks.hub import pinned as pinned
+from df_ray.tasks.hub import pinned_revision as pinned_revision
 
 _MISSING = object()
 
@@ -230,64 +236,6 @@ def _type_names(types: type | tuple[type, ...]) -> str:
 # ----------------------------------------------------------------------------- reading
 
 
-class HubUnavailable(RuntimeError):
-    """The Hugging Face hub cannot be used (offline mode or no network)."""
-
-
-def hub_offline() -> bool:
-    return any(os.environ.get(v, "").strip().lower() in {"1", "true", "yes", "on"}
-               for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
-
-
-_PINNED: ContextVar[str | None] = ContextVar("df_ray_data_revision", default=None)
-
-
-@contextmanager
-def pinned_revision(revision: str | None) -> Iterator[None]:
-    """Within the block, hub data sets load at ``revision`` (a commit, tag or branch of the
-    data set repository; the run's ``data_revision``). None: each loader's default."""
-    token = _PINNED.set(revision)
-    try:
-        yield
-    finally:
-        _PINNED.reset(token)
-
-
-def pinned() -> str | None:
-    return _PINNED.get()
-
-
-def load_hub_dataset(path: str, name: str | None = None, *, split: str,
-                     revision: str | None = None, token: str | None = None) -> Any:
-    """``datasets.load_dataset`` for a hub repository (one place, so tests can stub it).
-
-    Raises HubUnavailable in offline mode instead of letting ``datasets`` try the network.
-    A revision pinned with :func:`pinned_revision` wins over ``revision``.
-    """
-    revision = _PINNED.get() or revision
-    if hub_offline():
-        raise HubUnavailable(
-            f"Hugging Face hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE); cannot load "
-            f"{path}{'/' + name if name else ''}; pass source=<local file or folder>")
-    import datasets
-
-    kwargs: dict[str, Any] = {"split": split}
-    if revision:
-        kwargs["revision"] = revision
-    if token:
-        kwargs["token"] = token
-    return datasets.load_dataset(path, name, **kwargs)
-
-
-def hub_config_names(path: str, revision: str | None = None) -> list[str]:
-    """The configurations (subsets) of a hub data set, sorted."""
-    revision = _PINNED.get() or revision
-    if hub_offline():
-        raise HubUnavailable(f"Hugging Face hub is offline; cannot list the subsets of {path}; "
-                             "pass source=<local folder>")
-    import datasets
-
-    return sorted(datasets.get_dataset_config_names(path, revision=revision))
 
 
 def dataset_rows(ds: Any) -> list[dict]:

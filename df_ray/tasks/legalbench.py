@@ -10,10 +10,15 @@ here: it is every task the source holds (the hub's subsets, or a local copy's), 
 those eight. Pass ``tasks=[...]`` to choose others.
 
 Data: ``nguha/legalbench``, one subset per task. The hub repository is script-based, which
-``datasets`` >= 4 refuses to run, so we load its parquet conversion
-(``revision="refs/convert/parquet"``; a run's ``data_revision`` pins a commit of it): split
-``test`` for the questions, split ``train`` (LegalBench's few-shot examples, a handful per
-task) for the examples. Rows have ``answer`` (the label), ``index`` and task-specific input
+``datasets`` >= 4 refuses to run, and its parquet conversion (branch
+``refs/convert/parquet``, laid out ``<task>/<split>/0000.parquet``) is one ``default``
+configuration to ``datasets``, not one per task. So the branch is fetched as files
+(``huggingface_hub.snapshot_download``, the tasks' folders only when ``tasks`` names them; from
+the cache when offline) and each task's files are read by path with
+``datasets.load_dataset("parquet", data_files=...)``, as a local copy in that layout is; a
+run's ``data_revision`` pins a commit of the branch: split ``test`` for the questions, split
+``train`` (LegalBench's few-shot examples, a handful per task; some tasks have none) for the
+examples. Rows have ``answer`` (the label), ``index`` and task-specific input
 columns (``text``, ``question``, ``contract``, ...); every string column other than
 ``answer``, ``index`` and ``slice`` is shown to the agent as "Column: value".
 
@@ -492,18 +497,11 @@ class LegalBenchTask(BaseTask):
 
     # ------------------------------------------------------------------ loading
     def _hub(self) -> list[Sample]:
-        parsed = []
-        for task in self.selected(C.hub_config_names(HUB, PARQUET_REVISION)):
-            for split in ("train", "test"):
-                try:
-                    ds = C.load_hub_dataset(HUB, task, split=split, revision=PARQUET_REVISION)
-                except ValueError:  # a task without a train split
-                    if split == "test":
-                        raise
-                    continue
-                rows = _with_split(C.dataset_rows(ds), split)
-                parsed += _parse_rows(rows, f"{HUB}/{task}:{split}", task)
-        return self._build(parsed, None)
+        """The parquet branch's files (the chosen tasks' folders only), read as a local copy
+        in its layout is; the prompt files come from their own cache, not the branch."""
+        patterns = [f"{t}/*" for t in self.tasks] if self.tasks is not None else None
+        folder = C.hub_snapshot(HUB, revision=PARQUET_REVISION, allow_patterns=patterns)
+        return self._folder(folder, None)
 
     @staticmethod
     def _local_layout(folder: Path) -> dict[str, dict[str, list[Path]]]:
@@ -536,6 +534,11 @@ class LegalBenchTask(BaseTask):
             keep = set(self.selected(sorted({t for t, *_ in parsed})))
             parsed = [r for r in parsed if r[0] in keep]
             return self._build(parsed, None)
+        return self._folder(p, p)
+
+    def _folder(self, p: Path, prompts: Path | None) -> list[Sample]:
+        """The tasks of a folder laid out one sub-folder per task (``prompts``: where their
+        prompt files are, when the folder holds them)."""
         layout = self._local_layout(p)
         if not layout:
             raise FileNotFoundError(f"no LegalBench task data under {p}")
@@ -546,7 +549,7 @@ class LegalBenchTask(BaseTask):
             for split in ("train", "test"):
                 for f in layout[task][split]:
                     parsed += _parse_rows(_with_split(C.read_rows(f), split), str(f), task)
-        return self._build(parsed, p)
+        return self._build(parsed, prompts)
 
     def _all(self, source: str | None) -> list[Sample]:
         C.check_source(source)

@@ -116,6 +116,8 @@ class MathTask(BaseTask):
     name = "math"
     kind = "math"
     data_source = "hub HuggingFaceH4/MATH-500 (+ EleutherAI/hendrycks_math for calibration)"
+    #: The hub repositories it loads (a run records the commit each resolved to).
+    hub_repos = (MATH500, HENDRYCKS)
     data_hint = ("fetch those data sets into the Hugging Face cache, or pass source=<GoA's "
                  "MATH_test.json or a MATH-500 file>")
 

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import json
 
-import datasets
 import pandas as pd
 import pytest
 
@@ -150,24 +149,59 @@ def test_legalbench_parquet_folder_stratified_split(tmp_path):
     assert o.valid and t.grade(s, o).correct is (s.gold == "generic")
 
 
-def test_legalbench_hub_path_uses_the_parquet_conversion(tmp_path, monkeypatch):
-    _write_parquet_tree(tmp_path)
-    seen = []
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
-    def fake_hub(path, name=None, *, split, revision=None, token=None):
-        seen.append((path, name, split, revision))
-        return datasets.load_dataset("parquet",
-                                     data_files=str(tmp_path / name / split / "0000.parquet"),
-                                     split="train", cache_dir=str(tmp_path / "cache"))
 
-    monkeypatch.setattr(C, "load_hub_dataset", fake_hub)
-    monkeypatch.setattr(C, "hub_config_names",
-                        lambda path, revision=None: ["abercrombie", "hearsay", "rule_qa"])
+def _hub_cache(home, commit=COMMIT):
+    """A Hugging Face cache holding the parquet branch of nguha/legalbench as
+    ``snapshot_download`` leaves it: the branch's layout (<task>/<split>/0000.parquet) under
+    snapshots/<commit>/, the branch name resolved in refs/. hearsay has no train split."""
+    repo = home / "hub" / "datasets--nguha--legalbench"
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    _write_parquet_tree(snap)
+    for f in (snap / "hearsay" / "train").iterdir():
+        f.unlink()
+    (snap / "hearsay" / "train").rmdir()
+    ref = repo / "refs" / "refs" / "convert" / "parquet"
+    ref.parent.mkdir(parents=True)
+    ref.write_text(commit)
+    return snap
+
+
+@pytest.fixture
+def hf_home(tmp_path, monkeypatch):
+    home = tmp_path / "hf"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    return home
+
+
+def test_legalbench_loads_the_parquet_branch_from_the_cache_offline(hf_home):
+    from df_ray.tasks.hub import resolved_commits
+
+    snap = _hub_cache(hf_home)
     t = LegalBenchTask(test_size=20, calibration_size=10)  # every exact-match task
-    rows = t.load("test")
-    assert seen == [("nguha/legalbench", task, split, "refs/convert/parquet")
-                    for task in ("abercrombie", "hearsay") for split in ("train", "test")]
-    assert rows == t.load("test", source=str(tmp_path))
+    test = t.load("test")  # HF_HUB_OFFLINE=1 (conftest): the cache is all there is
+    assert {s.meta["legalbench_task"] for s in test} == {"abercrombie", "hearsay"}
+    assert test == t.load("test", source=str(snap))  # as a local copy in that layout
+    hearsay = next(s for s in test if s.meta["legalbench_task"] == "hearsay")
+    aber = next(s for s in test if s.meta["legalbench_task"] == "abercrombie")
+    assert hearsay.meta["few_shot"] == [] and len(aber.meta["few_shot"]) == 2
+    assert all("/90" not in s.id for s in test)  # train rows are examples, not questions
+    assert resolved_commits(["nguha/legalbench"]) == {"nguha/legalbench": COMMIT}
+    only = LegalBenchTask(tasks=["hearsay"], test_size=5, calibration_size=2).load("test")
+    assert {s.meta["legalbench_task"] for s in only} == {"hearsay"} and len(only) == 5
+
+
+def test_legalbench_offline_without_the_cache_names_the_cache_folder(hf_home):
+    with pytest.raises(C.HubUnavailable) as e:
+        LegalBenchTask().load("test")
+    msg = str(e.value)
+    assert "\n" not in msg and "nguha/legalbench@refs/convert/parquet" in msg
+    assert str(hf_home / "hub") in msg
+    assert "hf download nguha/legalbench --repo-type dataset --revision refs/convert/parquet" \
+        in msg
 
 
 def test_legalbench_single_file_and_defaults(fixtures):

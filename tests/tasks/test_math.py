@@ -109,3 +109,16 @@ def test_gold_key_matches_the_parser():
     obs = parse("so the answer is \\boxed{\\frac12}\nConfidence: 0.7", t.parse_spec(s), "a")
     assert obs.answer == t.gold_key(s)
     assert t.grade(s, obs).correct
+
+
+def test_offline_cache_miss_names_the_cache_folder():
+    """Offline, `datasets` is asked (it reads its own cache); a miss is one line naming the
+    data set, the cache folder it looked in and the command that fills it."""
+    import datasets.config
+
+    with pytest.raises(C.HubUnavailable) as e:
+        MathTask().load("test")
+    msg = str(e.value)
+    assert "\n" not in msg and "HuggingFaceH4/MATH-500" in msg
+    assert str(datasets.config.HF_DATASETS_CACHE) in msg
+    assert "datasets.load_dataset('HuggingFaceH4/MATH-500', split='test')" in msg
