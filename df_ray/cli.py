@@ -381,12 +381,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for c in configs:
         print(f"  {c.name}: {c.method} on {c.benchmark} ({c.fingerprint()})")
     problems = check_data(configs, load=args.data)
+    from df_ray.engines.hub_models import weight_problems
     from df_ray.reporting.inference import sweep_power
 
     print("\n".join(sweep_power(configs)))  # what differences the sweep can detect
     for p in problems:
         print(f"df-ray: data missing: {p}", file=sys.stderr)
-    return 2 if problems else 0
+    weights = weight_problems({n: s for c in configs for n, s in c.backbones.items()})
+    for p in weights:
+        print(f"df-ray: weights: {p}", file=sys.stderr)
+    return 2 if problems or weights else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -152,6 +152,9 @@ class PoolModel:
     max_model_len: int = 8192
     #: A commit of the model repository, to pin it (None: the hub's current main).
     revision: str | None = None
+    #: The repository is gated on the hub: its weights need an accepted licence and HF_TOKEN
+    #: (preflight refuses a run without one: df_ray.engines.hub_models).
+    gated: bool = False
 
     def engine(self) -> dict[str, Any]:
         """The EngineSpec mapping: vLLM, bf16, one GPU, as GoA and the paper serve it."""
@@ -168,7 +171,7 @@ POOL: dict[str, PoolModel] = {m.name: m for m in (
         card=GOA_CARDS["qwen25-coder-7b"]),
     PoolModel(
         name="mathstral-7b", model="mistralai/Mathstral-7B-v0.1", domain="math", seed=3,
-        card=GOA_CARDS["mathstral-7b"]),
+        card=GOA_CARDS["mathstral-7b"], gated=True),
     PoolModel(
         name="biomed-llama3-8b", model="ContactDoctor/Bio-Medical-Llama-3-8B",
         domain="biomedical", seed=4,

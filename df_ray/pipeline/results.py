@@ -53,7 +53,8 @@ class ResultsFile:
     """One configuration's graded rows: metrics accumulated, rows streamed to a temporary
     Parquet file that becomes ``samples.parquet`` once every sample is in."""
 
-    def __init__(self, cfg: RunConfig, sweep: str) -> None:
+    def __init__(self, cfg: RunConfig, sweep: str,
+                 provenance: dict[str, str] | None = None) -> None:
         self.cfg = cfg
         self.dir = results_path(cfg, sweep)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -62,6 +63,11 @@ class ResultsFile:
         # truncate each other's (the last rename wins, and every renamed file is whole).
         self.tmp = self.dir / f".samples-{writer_tag()}-{uuid.uuid4().hex[:12]}.parquet.tmp"
         self.schema = results_schema(cfg)
+        if provenance:  # what the run loaded (df_ray.pipeline.pins reads it back)
+            from df_ray.pipeline.pins import METADATA_KEY
+
+            self.schema = self.schema.with_metadata(
+                {METADATA_KEY: json.dumps(provenance, sort_keys=True).encode()})
         self.acc = MetricsAccumulator(method_class(cfg.method).metrics)
         self.writer: pq.ParquetWriter | None = None
         self.sha256: str | None = None  # the committed file's digest (commit)

@@ -44,6 +44,7 @@ from df_ray.pipeline.error_text import first_line
 from df_ray.pipeline.graph import MAX_BATCHES_IN_FLIGHT, stage_plan, stream_batches
 from df_ray.pipeline.lifecycle import EngineLifecycle, shared_backbones
 from df_ray.pipeline.outcome import failed_call_rate, judge
+from df_ray.pipeline.pins import resolved_commits
 from df_ray.pipeline.progress import GroupProgress
 from df_ray.pipeline.results import RESULT_SCHEMA, ResultsFile
 from df_ray.tasks.base import Sample
@@ -204,6 +205,7 @@ def provenance(cfg: RunConfig, samples: Sequence[Sample]) -> dict[str, str]:
     for name, spec in sorted(cfg.backbones.items()):
         out[f"provenance.model.{name}"] = spec.model
         out[f"provenance.model_revision.{name}"] = spec.revision or "unpinned"
+    out.update(resolved_commits(cfg, task))
     return out
 
 
@@ -248,6 +250,16 @@ def check_outputs(configs: Sequence[RunConfig], sweep: str) -> None:
                                   "goes; move it aside")
 
 
+def check_weights(configs: Sequence[RunConfig]) -> None:
+    """Refuse, before any engine starts, backbones whose hub weights cannot load here (gated
+    without HF_TOKEN, not cached while offline): every one at once, one line each."""
+    from df_ray.engines.hub_models import weight_problems
+
+    problems = weight_problems({n: s for c in configs for n, s in c.backbones.items()})
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+
 def preflight(configs: Sequence[RunConfig]) -> list[RunPlan]:
     """Everything that can fail without an engine fails here: data, calibration files,
     methods, engine arguments, the results and cache folders. Returns each configuration's
@@ -255,6 +267,7 @@ def preflight(configs: Sequence[RunConfig]) -> list[RunPlan]:
     per samples key), which the runner and the stage take as it is."""
     loaded: dict[tuple, list[Sample]] = {}
     check_engine_args_of(configs)
+    check_weights(configs)
     for d in sorted({c.results_dir for c in configs}):
         check_writable(d, "results_dir")
     for d in sorted({c.cache_root for c in configs}):
@@ -422,7 +435,7 @@ class Runner:
         members = [self.with_calibration(plans[i]) for i in todo]
         for p in members:
             self.say(f"{p.name}: {p.cfg.method} on {len(samples)} {p.cfg.benchmark} samples")
-        outs = [ResultsFile(p.cfg, sweep) for p in members]
+        outs = [ResultsFile(p.cfg, sweep, provenance(p.cfg, samples)) for p in members]
         t0 = time.time()
         busy = [0.0] * len(outs)
         pool = self.pool

@@ -162,6 +162,11 @@ def test_the_document_is_the_table():
 
 @pytest.mark.parametrize("stem", sorted(p.stem for p in CONFIGS.glob("*.yaml")))
 def test_validate_passes_with_local_fixture_sources(stem, capsys, monkeypatch):
+    # the weights check (gated models need a token; offline, weights must be cached): a
+    # token, and a hub that is online but never reached (a closed port)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     # MMLU-Pro's official prompt: its validation examples from the fixture copy
     monkeypatch.setenv("DF_RAY_MMLU_PRO_VALIDATION", str(FIXTURES / "mmlu_pro_validation.json"))
     args = ["validate", "--config", str(CONFIGS / f"{stem}.yaml"), "--data"]
