@@ -37,7 +37,9 @@ import contextlib
 import dataclasses
 import gc
 import importlib.util
+import inspect
 import itertools
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -116,6 +118,35 @@ class VLLMSpec(EngineSpec):
         return kwargs
 
 
+def too_long(e: BaseException) -> bool:
+    """Whether vLLM refused a request for its length: a ``ValueError`` whose message says so
+    (vLLM before ``VLLMValidationError``), or a ``VLLMValidationError`` (a ``ValueError``
+    too) about the prompt's or the completion's tokens."""
+    if not isinstance(e, ValueError):
+        return False
+    parameter = str(getattr(e, "parameter", None) or "").lower()
+    text = str(e).lower()
+    return "token" in parameter or "length" in text or "context" in text
+
+
+_WATCHED: set[int] = set()
+
+
+def _watch_descendants() -> None:
+    """Once per process: a sidecar that kills this process's engine cores if it dies without
+    closing them (``df_ray.engines.reaper``)."""
+    pid = os.getpid()
+    if pid in _WATCHED:
+        return
+    from df_ray.engines import reaper
+
+    try:
+        reaper.watch(pid)
+    except OSError:  # pragma: no cover - no process to spare: Ray's subreaper may still help
+        return
+    _WATCHED.add(pid)
+
+
 class VLLMEngine:
     """vLLM's async engine for one backbone (see module docstring)."""
 
@@ -145,12 +176,24 @@ class VLLMEngine:
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-loop",
                                         daemon=True)
         self._thread.start()
+        _watch_descendants()
         try:
             self.engine = self._on_loop(self._build, args)
         except BaseException:
             self._stop_loop()
             raise
-        self.tokenizer = self.engine.get_tokenizer()
+        try:
+            self._configure(spec)
+        except BaseException:
+            self.close()  # the engine core and its GPU memory go with the failed start
+            raise
+
+    def _configure(self, spec: VLLMSpec) -> None:
+        """What the built engine reports: tokenizer, context length, sequences at once."""
+        tokenizer = self.engine.get_tokenizer()
+        if inspect.isawaitable(tokenizer):  # a coroutine in the older V1 AsyncLLM
+            tokenizer = asyncio.run_coroutine_threadsafe(tokenizer, self._loop).result()
+        self.tokenizer = tokenizer
         config = self.engine.vllm_config
         self.max_model_len: int = int(config.model_config.max_model_len)
         #: Sequences the engine's scheduler runs at once.
@@ -158,7 +201,6 @@ class VLLMEngine:
         has_template = bool(getattr(self.tokenizer, "chat_template", None))
         fmt = spec.prompt_format or ("chat" if has_template else "completion")
         if fmt == "chat" and not has_template:
-            self.close()
             raise ValueError(f"{spec.model} has no chat template; use prompt_format: completion")
         self.prompt_format = fmt
         #: Token ids of recently rendered prompts (messages -> ids): the agents of a sample,
@@ -225,7 +267,7 @@ class VLLMEngine:
             self.cancelled = getattr(self, "cancelled", 0) + 1
             return timed_out(timeout_s, n, 0, "the vllm engine (AsyncLLM.abort)")
         except ValueError as e:  # vLLM refused this request (e.g. too long): this one only
-            if "length" in str(e).lower():
+            if too_long(e):
                 return Completion(text="", prompt_tokens=n, completion_tokens=0,
                                   error=f"{CONTEXT_LENGTH_ERROR}: {e}")
             raise

@@ -88,10 +88,20 @@ class EngineActor:
         except BaseException as e:
             report.set("failed", error=first_line(e, typed=True),
                        detail=engine_health.describe_exception(e))
+            self.__ray_shutdown__()  # a restart must find the GPU memory free
             raise
         report.set("ready")
         self.replica = Replica(self.engine, self.spec.batch_size_cap)
         self.capacity = engine_capacity(self.engine, self.spec)
+
+    def __ray_shutdown__(self) -> None:
+        """Close the engine (vLLM: its engine-core processes and GPU memory) when the actor
+        ends gracefully or its start failed; a killed actor's are ended by
+        ``df_ray.engines.reaper``."""
+        close = getattr(self.__dict__.pop("engine", None), "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
 
     async def generate(self, requests: list[dict]) -> list[dict]:
         from df_ray.pipeline import engine_health
