@@ -33,5 +33,5 @@ fi
 # The statistics every run's metrics carry (intervals, McNemar): df_ray's own dependencies.
 "${PIP[@]}" install --quiet "scipy>=1.11,<2" "statsmodels>=0.14,<0.16"
 # Ray with Ray Data: the pipeline way of jobs/perf/vllm_throughput.py (and its ray.data.llm way).
-"${PIP[@]}" install --quiet "ray[data]>=2.40,<3"
+"${PIP[@]}" install --quiet "ray[data]>=2.60,<2.61" "psutil>=5.9,<8"
 "$VENV/bin/python" -c "import vllm, df_ray; print('vllm', vllm.__version__, 'in $VENV')"

@@ -133,22 +133,26 @@ def test_raycluster_structure(raycluster):
     assert len(images) == 1, f"head and workers must run the same image: {images}"
 
 
-def test_raycluster_one_gpu_per_worker_pod(raycluster):
+def test_raycluster_gpu_groups(raycluster):
+    """Pods advertise to Ray exactly the GPUs they hold: one (one engine per pod) in one
+    group, four on one node in another (a tensor-parallel engine's GPUs)."""
     spec = raycluster["spec"]
     head = spec["headGroupSpec"]
     assert all(_gpus(c.get("resources", {}), "limits") == 0 for c in _containers(head))
     assert head["rayStartParams"].get("num-gpus") == "0"
     gpu_groups = [g for g in spec["workerGroupSpecs"]
                   if any(_gpus(c.get("resources", {}), "limits") for c in _containers(g))]
-    assert gpu_groups, "no GPU worker group"
+    sizes = []
     for g in gpu_groups:
         (c,) = _containers(g)  # one container per worker pod: Ray's
         res = c["resources"]
-        assert _gpus(res, "limits") == 1, f"{g['groupName']}: one GPU (one engine) per pod"
+        n = _gpus(res, "limits")
         if "nvidia.com/gpu" in res.get("requests", {}):
-            assert _gpus(res, "requests") == 1
-        assert g["rayStartParams"].get("num-gpus", "1") == "1"
+            assert _gpus(res, "requests") == n
+        assert g["rayStartParams"].get("num-gpus") == str(n), g["groupName"]
         assert 0 <= g["minReplicas"] <= g["replicas"] <= g["maxReplicas"]
+        sizes.append(n)
+    assert sorted(sizes) == [1, 4], sizes
 
 
 def test_raycluster_environment(raycluster):
