@@ -158,6 +158,21 @@ def engine_app(name: str, spec: EngineSpec, opts: ReplicaOptions,
     return dep.bind(spec.model_dump(mode="json"), name, token_sha256)
 
 
+#: Accelerators on which vLLM's own default is 1024 sequences at once (256 elsewhere).
+LARGE_SEQ_ACCELERATORS = ("H100", "H200", "H20", "B200", "GB200")
+
+
+def serve_capacity(spec: EngineSpec, opts: ReplicaOptions) -> int:
+    """Sequences a served vLLM engine runs at once: the spec's ``max_num_seqs`` (or
+    ``max_batch_size``), else vLLM's default on the placement's accelerator (1024 on an
+    H100/H200-class GPU, 256 elsewhere: the job-owned engine reports the same)."""
+    given = spec.engine_args.get("max_num_seqs") or spec.max_batch_size
+    if given:
+        return int(given)
+    acc = (opts.accelerator_type or "").upper()
+    return 1024 if acc and acc.startswith(LARGE_SEQ_ACCELERATORS) else spec.capacity
+
+
 def llm_config_dict(name: str, spec: EngineSpec, opts: ReplicaOptions) -> dict[str, Any]:
     """The ``ray.serve.llm.LLMConfig`` fields of a vLLM backbone: the engine arguments of the
     job-owned vLLM engine, one replica per GPU (times tensor parallelism), autoscaling bounds."""
@@ -166,12 +181,16 @@ def llm_config_dict(name: str, spec: EngineSpec, opts: ReplicaOptions) -> dict[s
     engine_kwargs: dict[str, Any] = spec.engine_kwargs()
     if spec.revision:
         engine_kwargs["revision"] = spec.revision
-    engine_kwargs.update(spec.engine_args)
+    # `sampling` holds the job-owned engine's per-request defaults, no engine argument:
+    # vLLM refuses it (a served request carries its own sampling)
+    engine_kwargs.update({k: v for k, v in spec.engine_args.items() if k != "sampling"})
+    # the engine is told the sequences the deployment is sized for, so the two agree
+    seqs = engine_kwargs.setdefault("max_num_seqs", serve_capacity(spec, opts))
     max_r = max(spec.replicas, opts.max_replicas or spec.replicas)
     deployment: dict[str, Any] = {
         "autoscaling_config": {"min_replicas": spec.replicas, "max_replicas": max_r,
-                               "target_ongoing_requests": spec.capacity},
-        "max_ongoing_requests": opts.max_ongoing_requests or 4 * spec.capacity,
+                               "target_ongoing_requests": seqs},
+        "max_ongoing_requests": opts.max_ongoing_requests or 4 * seqs,
     }
     if opts.resources or opts.num_cpus is not None:
         actor: dict[str, Any] = {}

@@ -72,6 +72,26 @@ def test_vllm_backbone_becomes_an_llm_config():
         llm_config_dict("s", make_spec(kind="scripted", model="m"), ReplicaOptions())
 
 
+def test_served_vllm_engine_and_deployment_agree_on_its_sequences():
+    """Sampling defaults are no engine argument; the deployment is sized for the sequences
+    the engine is told to run: the spec's, else vLLM's default on the accelerator."""
+    spec = make_spec(kind="vllm", model="Qwen/Qwen2.5-7B-Instruct",
+                     engine_args={"sampling": {"ignore_eos": True}})
+    for opts, seqs in ((ReplicaOptions(accelerator_type="H100"), 1024),
+                       (ReplicaOptions(accelerator_type="H200"), 1024),
+                       (ReplicaOptions(accelerator_type="A100-80G"), 256),
+                       (ReplicaOptions(), 256)):
+        d = llm_config_dict("qwen", spec, opts)
+        assert "sampling" not in d["engine_kwargs"]
+        assert d["engine_kwargs"]["max_num_seqs"] == seqs
+        assert d["deployment_config"]["autoscaling_config"]["target_ongoing_requests"] == seqs
+        assert d["deployment_config"]["max_ongoing_requests"] == 4 * seqs
+    own = make_spec(kind="vllm", model="m/m", engine_args={"max_num_seqs": 512})
+    d = llm_config_dict("m", own, ReplicaOptions(accelerator_type="H100"))
+    assert d["engine_kwargs"]["max_num_seqs"] == 512
+    assert d["deployment_config"]["max_ongoing_requests"] == 2048
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                     reason="ray.serve.llm's LLMConfig validates against vLLM")
 def test_llm_config_is_accepted_by_ray_serve_llm():
