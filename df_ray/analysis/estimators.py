@@ -6,21 +6,23 @@
   over problems it is the unbiased estimate of pass@k.
 - :func:`maj_at_k`: the probability that the plurality vote over k answers drawn without
   replacement from the n cached ones is correct: the average over all C(n, k) subsets,
-  computed exactly by counting, not by drawing. The vote is the one Self-Consistency runs
-  (``df_ray.core.majority_vote`` over one agent's samples): invalid answers do not vote, a
-  subset with no valid answer has no answer (wrong), ties go to the larger support, then to
-  the smaller answer key.
+  computed exactly by counting, not by drawing. Invalid answers do not vote, a subset with
+  no valid answer has no answer (wrong), and a tie is broken uniformly at random: a subset
+  whose plurality is shared by m answers counts 1/m for each of them that is correct (the
+  ``expected`` tie rule of ``df_ray.core.voting``), so no order of the answers or their keys
+  decides it.
 
-maj@k by counting: for a winning answer j held by t of the k drawn answers, every other
-answer i may hold at most t - 1 of them when its key is smaller than j's (it would win the
-tie) and at most t otherwise, and the invalid answers any number. The number of such
-subsets is C(c_j, t) times the coefficient of z^(k-t) in prod_i sum_{x <= limit_i}
-C(c_i, x) z^x, in exact integers.
+maj@k by counting: for a correct answer j held by t of the k drawn answers, every other
+answer i holds at most t of them, and r of the others exactly t (a tie among r + 1
+answers, credit 1 / (r + 1)); the invalid answers any number. The number of subsets with a
+given r is C(c_j, t) times the coefficient of z^(k-t) w^r in prod_i (sum_{x < t} C(c_i, x)
+z^x + C(c_i, t) z^t w), in exact integers; the credit is summed as a fraction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from math import comb
 
 __all__ = ["maj_at_k", "pass_at_k"]
@@ -42,18 +44,22 @@ def _check(n: int, k: int) -> None:
         raise ValueError(f"k must be in [1, n={n}], got {k}")
 
 
-def _poly_mul(a: list[int], b: list[int], deg: int) -> list[int]:
-    out = [0] * (min(len(a) + len(b) - 1, deg + 1))
-    for i, x in enumerate(a):
-        if x == 0 or i > deg:
-            continue
-        for j, y in enumerate(b[:deg + 1 - i]):
-            out[i + j] += x * y
+def _poly_mul(a: list[list[int]], b: list[list[int]], deg: int) -> list[list[int]]:
+    """The product of two polynomials in z and w (``p[z_degree][w_degree]``), truncated
+    above z^deg."""
+    out = [[0] * (len(a[0]) + len(b[0]) - 1) for _ in range(min(len(a) + len(b) - 1, deg + 1))]
+    for i, row_a in enumerate(a[:deg + 1]):
+        for j, row_b in enumerate(b[:deg + 1 - i]):
+            for u, x in enumerate(row_a):
+                if x:
+                    for v, y in enumerate(row_b):
+                        out[i + j][u + v] += x * y
     return out
 
 
 def maj_at_k(answers: Sequence[str | None], correct: Mapping[str, bool], k: int) -> float:
-    """P(the plurality vote over a random k-subset of ``answers`` is correct).
+    """The expected correctness of the plurality vote over a random k-subset of ``answers``,
+    ties broken uniformly at random (a tie among m answers counts 1/m for each correct one).
 
     ``answers``: the n cached answers' keys (None: invalid, no vote); ``correct``: whether
     each key is right (a key missing from it counts as wrong)."""
@@ -66,21 +72,20 @@ def maj_at_k(answers: Sequence[str | None], correct: Mapping[str, bool], k: int)
             invalid += 1
         else:
             counts[a] = counts.get(a, 0) + 1
-    keys = sorted(counts)
-    inv_poly = [comb(invalid, x) for x in range(min(invalid, k) + 1)]
-    ways = 0
-    for j in keys:
+    inv_poly = [[comb(invalid, x)] for x in range(min(invalid, k) + 1)]
+    credit = Fraction(0)
+    for j, cj in counts.items():
         if not correct.get(j, False):
             continue
-        cj = counts[j]
         for t in range(1, min(cj, k) + 1):
             poly = inv_poly
-            for i in keys:
-                if i == j:
-                    continue
-                limit = min(counts[i], t - 1 if i < j else t, k)
-                poly = _poly_mul(poly, [comb(counts[i], x) for x in range(limit + 1)], k - t)
-            rest = k - t
-            if rest < len(poly):
-                ways += comb(cj, t) * poly[rest]
-    return ways / comb(n, k)
+            for i, ci in counts.items():
+                if i != j:
+                    factor = [[comb(ci, x), 0] for x in range(min(ci, t) + 1)]
+                    if ci >= t:
+                        factor[t] = [0, comb(ci, t)]
+                    poly = _poly_mul(poly, factor, k - t)
+            if k - t < len(poly):
+                for r, ways in enumerate(poly[k - t]):
+                    credit += Fraction(comb(cj, t) * ways, r + 1)
+    return float(credit / comb(n, k))

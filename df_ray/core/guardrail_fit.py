@@ -27,6 +27,20 @@ with probability at least 1 - delta every one of them has R <= alpha simultaneou
 "Never trust" can override nothing (R = 0 by construction), so it is always certified and
 not counted in m; the fit can therefore always fall back on it.
 
+What a certificate says: with probability at least 1 - delta, the wrong-override rate of
+*each* certified setting is at most alpha; the fit counts how many settings were tested (a
+fixed sequence stops at its first non-rejection) and how many were certified. The chosen
+setting's one-sided Clopper-Pearson bound at level delta is a post-hoc figure for a setting
+chosen after seeing the data, not a certificate; ``simultaneous_bound`` is its bound at
+delta / m over the whole grid, which holds whichever setting is chosen.
+
+The test is only valid when its records' scores (the belief's posterior and margin) do not
+depend on them: the belief's parameters must be fitted on other samples.
+``split_held_out`` divides the held-out samples into a fitting part and a certifying part by
+a fixed hash of their ids, so that the caller fits alpha, R and kappa on one and runs the
+coordinator and the test on the other. The certificate also assumes that the test samples
+are exchangeable with the certifying ones.
+
 Among the certified settings the fit chooses the most accurate on the held-out samples;
 ties go to the setting that trusts least, then to the earlier in the grid. It reports every
 setting's held-out accuracy, trusted rate and wrong-override rate, and for each the one-sided
@@ -65,6 +79,7 @@ __all__ = [
     "default_grid",
     "fit_from_dict",
     "fit_guardrail",
+    "split_held_out",
     "upper_bound",
 ]
 
@@ -229,18 +244,36 @@ class FitResult:
     max_wrong_override: float
     delta: float
     testing: Testing
+    #: settings whose null was tested (fixed sequence: up to its first non-rejection)
     tested: int = field(default=0)
+    #: settings of the grid that could be tested ("never" not counted)
+    grid_size: int = field(default=0)
 
     @property
     def bound(self) -> float:
-        """The chosen setting's certified upper bound on the wrong-override rate."""
+        """The chosen setting's one-sided Clopper-Pearson bound at the test's level: a
+        post-hoc figure for a setting chosen after seeing the data, not its certificate."""
         return self.chosen.bound
+
+    @property
+    def certified(self) -> int:
+        """How many tested settings were certified ("never" not counted)."""
+        return sum(1 for r in self.results if r.certified and r.setting.mode != "never")
+
+    @property
+    def simultaneous_bound(self) -> float:
+        """The chosen setting's Clopper-Pearson bound at delta / grid_size: it holds
+        simultaneously over the grid, so whichever setting the data chose."""
+        return upper_bound(self.chosen.wrong_overrides, self.n,
+                           self.delta / max(self.grid_size, 1))
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": "learn_then_test", "testing": self.testing, "n": self.n,
                 "max_wrong_override": self.max_wrong_override, "delta": self.delta,
-                "tested": self.tested, "chosen": self.chosen.to_dict(),
-                "bound": self.bound, "settings": [r.to_dict() for r in self.results]}
+                "tested": self.tested, "certified": self.certified,
+                "grid_size": self.grid_size, "chosen": self.chosen.to_dict(),
+                "bound": self.bound, "simultaneous_bound": self.simultaneous_bound,
+                "settings": [r.to_dict() for r in self.results]}
 
 
 def _evaluate(setting: GuardrailSetting, records: Sequence[HeldOutRecord]
@@ -285,12 +318,14 @@ def fit_guardrail(records: Sequence[HeldOutRecord],
     level = delta / max(m, 1) if testing == "bonferroni" else delta
     results: list[SettingResult] = []
     sequence_open = True
+    tested = 0
     for s in settings:
         acc, trusted, wrong = _evaluate(s, records)
         if s.mode == "never":
             results.append(SettingResult(s, acc, trusted, 0.0, 0, 0.0, True, 0.0))
             continue
         p = binomial_p_value(wrong, n, max_wrong_override)
+        tested += sequence_open
         certified = p <= level and sequence_open
         if testing == "fixed_sequence" and not certified:
             sequence_open = False
@@ -301,7 +336,26 @@ def fit_guardrail(records: Sequence[HeldOutRecord],
                  key=lambda r: (round(r.accuracy, 12), -round(r.trusted_rate, 12),
                                 -order[id(r)]))
     return FitResult(chosen, tuple(results), n, float(max_wrong_override), float(delta),
-                     testing, m)
+                     testing, tested, m)
+
+
+def split_held_out(sample_ids: Sequence[str], fit_share: float = 0.5
+                   ) -> tuple[list[str], list[str]]:
+    """The held-out samples divided into a fitting part (alpha, R, kappa) and a certifying
+    part (the coordinator's calls and the test), ``fit_share`` of them (rounded) to fitting:
+    ordered by the SHA-256 of their ids, so the division is fixed before any data is seen
+    and the same on every machine. Each part keeps the given order."""
+    import hashlib
+
+    if not 0.0 < fit_share < 1.0:
+        raise ValueError(f"split_held_out: fit_share must be in (0, 1), got {fit_share!r}")
+    ids = list(dict.fromkeys(sample_ids))
+    if len(ids) < 2:
+        raise ValueError(f"split_held_out: {len(ids)} held-out samples cannot be divided")
+    ranked = sorted(ids, key=lambda i: hashlib.sha256(str(i).encode()).hexdigest())
+    n_fit = min(max(1, round(len(ids) * fit_share)), len(ids) - 1)
+    fit = set(ranked[:n_fit])
+    return [i for i in ids if i in fit], [i for i in ids if i not in fit]
 
 
 def fit_from_dict(d: dict[str, Any]) -> tuple[GuardrailSetting, float]:

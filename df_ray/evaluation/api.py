@@ -188,15 +188,20 @@ def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mappin
             held_out = load_calibration_samples(c)
             check_held_out(c, held_out)
             run_held_out = run_in_process(client, cache, count)
-            extended = extend_with_guardrail_fit(c, held_out, run_held_out)
-            if extended is not None:  # a frozen file's counts, with a guardrail fit added
-                return extended
             member = Member.from_config(c, None, count, for_calibration=True)
             driver = Driver([member], client, cache)
+
+            def records_of(rows: Any) -> list:
+                return [record_from_dict(record_to_dict(r))
+                        for _, r in driver.calibration_records(rows)]
+
+            extended = extend_with_guardrail_fit(
+                c, held_out, run_held_out, lambda: records_of(driver.run(held_out.samples)))
+            if extended is not None:  # a frozen file's counts, with a guardrail fit added
+                return extended
             rows = driver.run(held_out.samples)
-            recs = driver.calibration_records(rows)
             states = [st for sts in rows for st in sts]
-            return fit_and_save(c, [record_from_dict(record_to_dict(r)) for _, r in recs],
+            return fit_and_save(c, records_of(rows),
                                 held_out=held_out,
                                 tokens=sum(spent_tokens(st.calls) for st in states),
                                 calls=sum(len(st.calls) for st in states),

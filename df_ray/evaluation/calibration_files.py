@@ -223,9 +223,10 @@ def fit_and_save(cfg: Any, records: Iterable[CalibrationRecord],
     (``df_ray.evaluation.guardrail_calibration``); its coordinator calls count in the
     file's calls and tokens."""
     identities = cfg.agent_identities()
+    records = list(records)
     # the independence discount's strength the file records: the method's, where it has one
     gamma = {"gamma": cfg.method_args["gamma"]} if "gamma" in cfg.method_args else {}
-    cal = fit_calibration(list(records), agents=cfg.agent_ids(), benchmark=cfg.benchmark,
+    cal = fit_calibration(records, agents=cfg.agent_ids(), benchmark=cfg.benchmark,
                           identities=identities,
                           min_samples=cfg.calibration.min_samples,
                           data_source=getattr(held_out, "origin", "") or "",
@@ -241,7 +242,7 @@ def fit_and_save(cfg: Any, records: Iterable[CalibrationRecord],
             raise ValueError(f"{cfg.name}: a guardrail fit needs the held-out samples and a "
                              "way to run the coordinator on them")
         fit, g_tokens, g_calls = fit_on_held_out(cfg, cal, held_out.samples, run_held_out,
-                                                 say)
+                                                 records, say)
         cal = dataclasses.replace(cal, guardrail_fit=fit, fit_tokens=cal.fit_tokens + g_tokens,
                                   fit_calls=cal.fit_calls + g_calls)
         tag = spec_tag(spec)
@@ -249,6 +250,7 @@ def fit_and_save(cfg: Any, records: Iterable[CalibrationRecord],
 
 
 def extend_with_guardrail_fit(cfg: Any, held_out: Any, run_held_out: Any,
+                              held_out_records: Callable[[], Sequence[CalibrationRecord]],
                               say: Callable[[str], None] = lambda m: None
                               ) -> Calibration | None:
     """With ``guardrail.fit``: the frozen file the configuration would use with fixed
@@ -257,7 +259,9 @@ def extend_with_guardrail_fit(cfg: Any, held_out: Any, run_held_out: Any,
     file; None when there is no such file (the caller then fits from scratch). The counts
     stay the frozen ones, so the belief is the one the fixed-threshold configurations use
     (only the guardrail differs between their rows), and no agent call or grading is
-    repeated: the second pass runs alone (``fit_and_save``'s ``run_held_out``)."""
+    repeated: the second pass runs alone (``fit_and_save``'s ``run_held_out``).
+    ``held_out_records()``: the held-out samples' calibration records (from the cached
+    agent calls), whose fitting part the second pass's belief is counted on."""
     spec = _guardrail_spec(cfg)
     if spec is None:
         return None
@@ -278,7 +282,8 @@ def extend_with_guardrail_fit(cfg: Any, held_out: Any, run_held_out: Any,
         return None
     say(f"guardrail fit: on the counts of {found} (fitted on these {base.n_samples} "
         "held-out samples)")
-    fit, g_tokens, g_calls = fit_on_held_out(cfg, base, held_out.samples, run_held_out, say)
+    fit, g_tokens, g_calls = fit_on_held_out(cfg, base, held_out.samples, run_held_out,
+                                             held_out_records(), say)
     from datetime import UTC, datetime
 
     cal = dataclasses.replace(base, guardrail_fit=fit, fit_tokens=base.fit_tokens + g_tokens,

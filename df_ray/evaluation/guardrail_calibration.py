@@ -2,12 +2,16 @@
 
 A configuration whose DarkForest asks for ``guardrail.fit`` fits its calibration in two
 passes over the held-out samples: the agents' independent answers give alpha, R_pi and
-kappa (as for every calibration); then DarkForest itself runs on the same samples with that
-calibration, its coordinator called on every one of them (the guardrail off, not lazy), and
-each sample's belief and coordinator answer become a :class:`HeldOutRecord` for
-``df_ray.core.guardrail_fit.fit_guardrail`` (Learn-then-Test). The agents' calls of the
-second pass are the first pass's, answered from the cache; the coordinator's are new and
-counted in the file's calibration calls and tokens.
+kappa (as for every calibration, on all of them: the counts the run's belief uses); then
+the held-out samples are divided (``df_ray.core.guardrail_fit.split_held_out``, half and
+half by a hash of their ids): alpha, R_pi and kappa are counted again on the fitting half
+alone, and DarkForest runs on the certifying half with those counts, its coordinator called
+on every sample (the guardrail off, not lazy); each certifying sample's belief and
+coordinator answer become a :class:`HeldOutRecord` for
+``df_ray.core.guardrail_fit.fit_guardrail`` (Learn-then-Test). So the test's scores do not
+depend on the samples it certifies on, as LTT requires. The agents' calls of the second
+pass are the first pass's, answered from the cache; the coordinator's are new and counted
+in the file's calibration calls and tokens. The division is recorded with the fit.
 
 The fit is frozen with the counts, in the same file, under ``guardrail_fit``: the chosen
 setting, every setting's held-out accuracy, trusted and wrong-override rates and its
@@ -27,11 +31,14 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from df_ray.core.guardrail_fit import HeldOutRecord, default_grid, fit_guardrail
+from df_ray.core.guardrail_fit import HeldOutRecord, default_grid, fit_guardrail, split_held_out
 
 __all__ = ["RunHeldOut", "check_fit_possible", "fit_metrics", "fit_on_held_out", "fit_params",
            "fit_requested", "guardrail_spec", "held_out_config", "held_out_record",
            "least_held_out", "run_in_process", "spec_tag"]
+
+#: The share of the held-out samples whose records fit the belief the test is run with.
+FIT_SHARE = 0.5
 
 #: Runs a configuration over samples with a calibration and yields its result rows (dicts:
 #: the generic columns and the method's, or the method's as one JSON ``method_columns``).
@@ -72,7 +79,8 @@ def guardrail_spec(cfg: Any) -> dict[str, Any] | None:
         "max_wrong_override": float(g.max_wrong_override), "delta": float(g.delta),
         "testing": g.testing, "grid": "default", "disclosure": args.disclosure,
         "ablation": args.ablation, "gamma": float(args.gamma),
-        "coordinator": coordinator_identity(cfg)}
+        "coordinator": coordinator_identity(cfg),
+        "split": {"fit_share": FIT_SHARE, "order": "sha256 of sample id"}}
     if args.disclosure == "adaptive":
         spec["certain_at"] = {"k": g.k, "tau_p": float(g.tau_p), "tau_m": float(g.tau_m)}
     return json.loads(json.dumps(spec))  # as a file holds it
@@ -96,6 +104,11 @@ def least_held_out(max_wrong_override: float, delta: float, testing: str) -> int
     return max(1, math.ceil(math.log(level) / math.log1p(-max_wrong_override) - 1e-9))
 
 
+def certifying_share(n_held_out: int) -> int:
+    """How many of ``n_held_out`` samples the certifying part holds."""
+    return n_held_out - min(max(1, round(n_held_out * FIT_SHARE)), n_held_out - 1)
+
+
 def check_fit_possible(cfg: Any, n_held_out: int | None = None) -> None:
     """Refuse, with one line, a fit that its calibration split cannot certify anything on
     (``n_held_out`` samples; None: not known yet)."""
@@ -106,12 +119,12 @@ def check_fit_possible(cfg: Any, n_held_out: int | None = None) -> None:
     if need is None:
         raise ConfigError(f"{cfg.name}: method_args.guardrail.max_wrong_override 0 can never "
                           "be certified on finitely many held-out samples; give a rate above 0")
-    if n_held_out is not None and n_held_out < need:
+    if n_held_out is not None and (n_held_out < 2 or certifying_share(n_held_out) < need):
         raise ConfigError(
-            f"{cfg.name}: method_args.guardrail.fit needs at least {need} held-out samples to "
+            f"{cfg.name}: method_args.guardrail.fit needs at least {need} certifying samples to "
             f"certify a wrong-override rate of {g.max_wrong_override:g} at delta {g.delta:g} "
-            f"({g.testing}), and the calibration split has {n_held_out}; raise "
-            "calibration.limit, max_wrong_override or delta")
+            f"({g.testing}), and the calibration split has {n_held_out} (half of them fit the "
+            "belief, half certify); raise calibration.limit, max_wrong_override or delta")
 
 
 def held_out_config(cfg: Any) -> Any:
@@ -144,31 +157,59 @@ def held_out_record(row: Mapping[str, Any]) -> HeldOutRecord | None:
         coordinator_correct=bool(row.get("coordinator_correct")) if called_valid else None)
 
 
+def fitting_calibration(calibration: Any, records: Sequence[Any]) -> Any:
+    """alpha, R_pi and kappa counted on ``records`` alone, as ``calibration`` was fitted
+    (its agents, benchmark, gamma, keying and identities)."""
+    from df_ray.core.calibration import fit_calibration
+
+    return fit_calibration(records, agents=calibration.agents,
+                           benchmark=calibration.benchmark, gamma=calibration.gamma,
+                           identities=calibration.identities, keying=calibration.keying,
+                           fitted_at=calibration.fitted_at,
+                           data_source=f"{calibration.data_source}, the fitting part")
+
+
 def fit_on_held_out(cfg: Any, calibration: Any, samples: Sequence[Any], run: RunHeldOut,
-                    say: Callable[[str], None] = lambda m: None
+                    records: Sequence[Any], say: Callable[[str], None] = lambda m: None
                     ) -> tuple[dict[str, Any], int, int]:
-    """The guardrail fit of ``cfg`` on the held-out ``samples`` (``run`` runs the second
-    pass, :func:`held_out_config` with ``calibration``): the file's ``guardrail_fit``
-    section, and the coordinator's tokens and calls it took."""
+    """The guardrail fit of ``cfg`` on the held-out ``samples``: ``records`` (their
+    calibration records) are divided by :func:`split_held_out`; the fitting part's counts
+    give the belief that ``run`` (:func:`held_out_config`) runs the certifying part with,
+    and the test runs on the certifying part. Returns the file's ``guardrail_fit`` section
+    (with the division), and the coordinator's tokens and calls it took. ``calibration``
+    (all held-out samples' counts) is the run's and is only checked against the records."""
     g = _guardrail_args(cfg)
-    records: list[HeldOutRecord] = []
+    by_id = {str(r.sample_id): r for r in records}
+    missing = [str(s.id) for s in samples if str(s.id) not in by_id]
+    if missing:
+        raise ValueError(f"{cfg.name}: guardrail fit: no calibration record for held-out "
+                         f"sample {missing[0]!r} ({len(missing)} missing)")
+    fit_ids, certify_ids = split_held_out([str(s.id) for s in samples], FIT_SHARE)
+    fitting = fitting_calibration(calibration, [by_id[i] for i in fit_ids])
+    certify = set(certify_ids)
+    part = [s for s in samples if str(s.id) in certify]
+    held: list[HeldOutRecord] = []
     tokens = calls = 0
-    say(f"guardrail fit: the coordinator on {len(samples)} held-out samples")
-    for row in run(held_out_config(cfg), calibration, samples):
+    say(f"guardrail fit: belief counted on {len(fit_ids)} held-out samples, the coordinator "
+        f"on the other {len(part)}")
+    for row in run(held_out_config(cfg), fitting, part):
         tokens += int(row.get("coordinator_tokens") or 0)
         rec = held_out_record(row)
         if rec is not None:
-            records.append(rec)
+            held.append(rec)
             mc = row.get("method_columns")
             cols = json.loads(mc) if isinstance(mc, str) else row
             calls += int(bool(cols.get("coordinator_called")))
-    fit = fit_guardrail(records, max_wrong_override=g.max_wrong_override, delta=g.delta,
+    fit = fit_guardrail(held, max_wrong_override=g.max_wrong_override, delta=g.delta,
                         testing=g.testing)
-    out = {**fit.to_dict(), "spec": guardrail_spec(cfg), "calls": calls, "tokens": tokens}
+    out = {**fit.to_dict(), "spec": guardrail_spec(cfg), "calls": calls, "tokens": tokens,
+           "split": {"fit_share": FIT_SHARE, "order": "sha256 of sample id",
+                     "fit": fit_ids, "certify": certify_ids}}
     c = fit.chosen
-    say(f"guardrail fit: {c.setting.name} chosen on {fit.n} held-out samples (accuracy "
-        f"{c.accuracy:.1%}, trusted {c.trusted_rate:.1%}, wrong overrides certified <= "
-        f"{fit.bound:.1%} w.p. {1 - fit.delta:g})")
+    say(f"guardrail fit: {c.setting.name} chosen on {fit.n} certifying samples (accuracy "
+        f"{c.accuracy:.1%}, trusted {c.trusted_rate:.1%}); {fit.certified} of {fit.tested} "
+        f"tested settings certified: wrong-override rate <= {fit.max_wrong_override:g} w.p. "
+        f"{1 - fit.delta:g} for each")
     return out, tokens, calls
 
 

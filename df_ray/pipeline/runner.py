@@ -349,7 +349,12 @@ class Runner:
         def run_held_out(c: RunConfig, cal: Calibration, s: Sequence[Sample]):
             return self._stream([RunPlan.of(c).with_calibration(cal)], s)
 
-        extended = extend_with_guardrail_fit(cfg, held_out, run_held_out, self.say)
+        def held_out_records() -> list:
+            return [record_from_dict(json.loads(row["record"]))
+                    for row in self._stream([RunPlan.of(cfg)], samples, for_calibration=True)]
+
+        extended = extend_with_guardrail_fit(cfg, held_out, run_held_out, held_out_records,
+                                             self.say)
         if extended is not None:  # a frozen file's counts, with a guardrail fit added
             return extended
         self.say(f"no calibration file matches {cfg.benchmark} with agents {cfg.agent_ids()}: "

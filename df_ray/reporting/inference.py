@@ -30,26 +30,57 @@ import numpy as np
 import pandas as pd
 
 from df_ray.methods.result_columns import FAILURES
+from df_ray.reporting.runs import sample_detail
 from df_ray.reporting.stats import (
     PowerLine,
     brier,
     clustered_mean,
     ece,
     holm,
+    min_mcnemar_p,
     paired_difference,
     power_line,
     power_text,
     proportion_interval,
+    tost,
 )
+from df_ray.reporting.ties import DEFAULT_TIE_RULE, is_fractional, tie_outcome
+
+#: The equivalence margin of the comparisons (points) unless told otherwise.
+DEFAULT_MARGIN = 5.0
 
 WON_LOST = ("selected_correct", "kept", "lost", "found", "guardrail_saved", "guardrail_lost")
 
 
-def pooled(table: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None]) -> pd.DataFrame:
+def _with_ties(d: pd.DataFrame, s: pd.DataFrame, method: str, seed: int,
+               rule: str) -> pd.DataFrame:
+    """``d`` with ``correct`` under the tie rule (``correct_run``: the run's own outcome),
+    ``tied`` (answers level at the top of the row's vote or belief, 0: no vote),
+    ``tie_matters`` (the rule can change the outcome) and ``vote`` (the final answer is the
+    vote or the belief's argmax)."""
+    d["correct_run"] = d["correct"].astype(bool)
+    if "detail" not in s:
+        d["tied"], d["tie_matters"], d["vote"] = 0, False, False
+        return d
+    outs = [tie_outcome(sample_detail(row), method, bool(row["correct"]), rule, seed,
+                        str(row["sample_id"]),
+                        {"decision_source": row.get("decision_source")})
+            for _, row in s.iterrows()]
+    d["correct"] = [o.credit for o in outs]
+    d["tied"] = [o.tied for o in outs]
+    d["tie_matters"] = [o.matters for o in outs]
+    d["vote"] = [o.vote for o in outs]
+    return d
+
+
+def pooled(table: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
+           tie_rule: str = DEFAULT_TIE_RULE) -> pd.DataFrame:
     """Every run's samples, one row per (configuration, seed, question): ``benchmark``,
     ``group`` (the configuration's name without ``seed=``), ``method``, ``seed``,
     ``reference`` (the run is its seed's reference DarkForest), ``sample_id``, ``correct``
-    and the won-and-lost, cluster and posterior columns the rows have."""
+    (under ``tie_rule`` where the final answer is a vote: ``ties.tie_outcome``; the run's own
+    in ``correct_run``), ``tied``, ``tie_matters`` and the won-and-lost, cluster and
+    posterior columns the rows have."""
     keep = ["sample_id", "correct", "any_agent_correct", "cluster", "top_posterior",
             "failure", *WON_LOST]
     parts = []
@@ -59,6 +90,7 @@ def pooled(table: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None]) -> p
             continue
         s = s.drop_duplicates("sample_id")
         d = s[[c for c in keep if c in s.columns]].copy()
+        d = _with_ties(d, s, str(r["method"]), int(r["seed"]), tie_rule)
         d["benchmark"], d["group"], d["method"] = r["benchmark"], r["group"], r["method"]
         d["seed"], d["reference"] = int(r["seed"]), bool(r["reference"])
         parts.append(d)
@@ -82,9 +114,12 @@ def accuracy_table(data: pd.DataFrame) -> pd.DataFrame:
         by_c = clustered_mean(y, d["cluster"].to_numpy()) if _declares_clusters(d) else None
         main = by_c or by_q
         seeds = int(d["seed"].nunique())
-        k, n = int(y.sum()), len(y)
-        exact = proportion_interval(k, n, "beta") if seeds == 1 else (math.nan, math.nan)
-        wilson = proportion_interval(k, n, "wilson") if seeds == 1 else (math.nan, math.nan)
+        k, n = round(float(y.sum())), len(y)
+        whole = seeds == 1 and not is_fractional(y)
+        exact = proportion_interval(k, n, "beta") if whole else (math.nan, math.nan)
+        wilson = proportion_interval(k, n, "wilson") if whole else (math.nan, math.nan)
+        tied = d["tied"] if "tied" in d else pd.Series(0, index=d.index)
+        matters = d["tie_matters"] if "tie_matters" in d else pd.Series(False, index=d.index)
         rows.append({
             "benchmark": bench, "configuration": group, "method": d["method"].iloc[0],
             "seeds": seeds, "questions": int(d["sample_id"].nunique()), "n": n,
@@ -95,6 +130,7 @@ def accuracy_table(data: pd.DataFrame) -> pd.DataFrame:
             "ci_lo": 100 * max(main.lo, 0.0), "ci_hi": 100 * min(main.hi, 1.0),
             "exact_lo": 100 * exact[0], "exact_hi": 100 * exact[1],
             "wilson_lo": 100 * wilson[0], "wilson_hi": 100 * wilson[1],
+            "ties": int((tied > 1).sum()), "ties_matter": int(matters.astype(bool).sum()),
         })
     return pd.DataFrame(rows)
 
@@ -112,11 +148,15 @@ def reference_group(d: pd.DataFrame, name: str | None = None) -> str | None:
     return str(ref.groupby("group", sort=False)["seed"].nunique().idxmax())
 
 
-def comparisons(data: pd.DataFrame, reference: str | None = None) -> pd.DataFrame:
+def comparisons(data: pd.DataFrame, reference: str | None = None,
+                margin: float = DEFAULT_MARGIN) -> pd.DataFrame:
     """Per benchmark, every configuration against the reference one, paired on the
     (question, seed) pairs both ran: difference (points) with its clustered t interval, the
-    exact McNemar p over the pairs, the clustered t test's p, their Holm adjustments over
-    the benchmark's comparisons, the discordance rate and the seeds' design effect."""
+    exact McNemar p over the pairs (NaN where an outcome is a tie's expected credit), the
+    clustered t test's p, their Holm adjustments over the benchmark's comparisons, the
+    discordance rate, the seeds' design effect, the smallest McNemar p the discordant pairs
+    could give at any outcome (``can_reach_05``: below 0.05), and the equivalence test
+    against +-``margin`` points: the 90% TOST interval, its p and the verdict."""
     rows = []
     for bench, d in data.groupby("benchmark", sort=False):
         ref_name = reference_group(d, reference)
@@ -130,8 +170,11 @@ def comparisons(data: pd.DataFrame, reference: str | None = None) -> pd.DataFram
                 continue
             clusters = (m["cluster_ref"] if _declares_clusters(ref) and "cluster_ref" in m
                         else m["sample_id"]).to_numpy()
-            a, b = m["correct"].astype(bool).to_numpy(), m["correct_ref"].astype(bool).to_numpy()
+            a = m["correct"].astype(float).to_numpy()
+            b = m["correct_ref"].astype(float).to_numpy()
             pdiff = paired_difference(a, b, clusters)
+            eq = tost(a - b, clusters, margin / 100)
+            least = min_mcnemar_p(pdiff.b + pdiff.c)
             dd = a.astype(float) - b.astype(float)
             seeds = int(m["seed"].nunique())
             iid = float(np.std(dd, ddof=1)) / math.sqrt(len(dd)) if len(dd) > 1 else math.nan
@@ -143,7 +186,9 @@ def comparisons(data: pd.DataFrame, reference: str | None = None) -> pd.DataFram
                 "ci_lo": 100 * pdiff.lo, "ci_hi": 100 * pdiff.hi,
                 "b": pdiff.b, "c": pdiff.c, "discordance": (pdiff.b + pdiff.c) / pdiff.n,
                 "p_mcnemar": pdiff.p_mcnemar, "p_clustered": pdiff.p_clustered,
-                "design_effect": deff,
+                "design_effect": deff, "min_p_mcnemar": least, "can_reach_05": least < 0.05,
+                "margin": margin, "tost_lo": 100 * eq.lo, "tost_hi": 100 * eq.hi,
+                "p_tost": eq.p, "equivalence": eq.verdict,
             })
         if part:
             frame = pd.DataFrame(part)
@@ -169,12 +214,18 @@ def power_lines(data: pd.DataFrame, comps: pd.DataFrame, reference: str | None =
         seeds = int(ref["seed"].nunique())
         c = comps[comps["benchmark"] == bench] if not comps.empty else comps
         psi = rho = None
+        rows: list[str] = []
         if not c.empty:
-            psi = float(c["discordance"].median())
-            multi = c[(c["seeds"] > 1) & c["design_effect"].notna()]
+            # the line is for the comparisons paired over all of the reference's seeds
+            same = c[c["seeds"] == seeds]
+            basis = same if not same.empty else c
+            psi = float(basis["discordance"].median())
+            rows = [str(x) for x in basis["configuration"]]
+            multi = basis[(basis["seeds"] > 1) & basis["design_effect"].notna()]
             if not multi.empty:
                 rho = float(((multi["design_effect"] - 1) / (multi["seeds"] - 1)).median())
-        out[str(bench)] = power_line(n, seeds, psi, rho, comparisons=max(len(c), 1))
+        out[str(bench)] = power_line(n, seeds, psi, rho, comparisons=max(len(c), 1),
+                                     rows=rows)
     return out
 
 
@@ -269,27 +320,35 @@ def to_markdown(acc: pd.DataFrame, comps: pd.DataFrame, power: Mapping[str, Powe
             lines += _table(
                 ["configuration", "method", "seeds", "questions", "accuracy %",
                  "95% CI (clustered t)", "s.e. by question", "s.e. by cluster",
-                 "exact 95% CI (1 seed)", "Wilson 95% CI (1 seed)"],
+                 "exact 95% CI (1 seed)", "Wilson 95% CI (1 seed)",
+                 "decided by a tie (rule matters)"],
                 [[str(r["configuration"]), str(r["method"]), str(r["seeds"]),
                   str(r["questions"]), f"{r['accuracy']:.2f}",
                   f"[{_f(r['ci_lo'], '{:.1f}')}, {_f(r['ci_hi'], '{:.1f}')}]",
                   _f(r["se_question"]), _f(r["se_cluster"]),
                   f"[{_f(r['exact_lo'], '{:.1f}')}, {_f(r['exact_hi'], '{:.1f}')}]",
-                  f"[{_f(r['wilson_lo'], '{:.1f}')}, {_f(r['wilson_hi'], '{:.1f}')}]"]
+                  f"[{_f(r['wilson_lo'], '{:.1f}')}, {_f(r['wilson_hi'], '{:.1f}')}]",
+                  f"{r.get('ties', 0)} ({r.get('ties_matter', 0)})"]
                  for _, r in a.iterrows()])
         c = comps[comps["benchmark"] == bench] if not comps.empty else comps
         if not c.empty:
             ref = c["reference"].iloc[0]
             lines += ["", f"### {bench}: paired differences against {ref}", ""]
+            margin = float(c["margin"].iloc[0])
             lines += _table(
                 ["configuration", "seeds paired", "pairs", "difference (points)",
-                 "95% CI (clustered t)", "discordant (+ / -)", "McNemar p", "Holm p",
-                 "clustered t p", "Holm p (t)"],
+                 "95% CI (clustered t)", "clustered t p", "Holm p (t)", "discordant (+ / -)",
+                 "McNemar p", "Holm p", f"90% CI (TOST, ±{margin:g})", "equivalence"],
                 [[str(r["configuration"]), str(r["seeds"]), str(r["pairs"]),
                   f"{r['diff']:+.2f}", f"[{_f(r['ci_lo'], '{:+.1f}')}, "
-                  f"{_f(r['ci_hi'], '{:+.1f}')}]", f"{r['b']} / {r['c']}",
-                  _pv(r["p_mcnemar"]), _pv(r["p_mcnemar_holm"]), _pv(r["p_clustered"]),
-                  _pv(r["p_clustered_holm"])] for _, r in c.iterrows()])
+                  f"{_f(r['ci_hi'], '{:+.1f}')}]", _pv(r["p_clustered"]),
+                  _pv(r["p_clustered_holm"]),
+                  f"{r['b']} / {r['c']}" + ("" if r["can_reach_05"] else " (cannot reach "
+                                            "p < 0.05)"),
+                  _pv(r["p_mcnemar"]), _pv(r["p_mcnemar_holm"]),
+                  f"[{_f(r['tost_lo'], '{:+.1f}')}, {_f(r['tost_hi'], '{:+.1f}')}]",
+                  f"{r['equivalence']} (p {_f(r['p_tost'], '{:.3f}')})"]
+                 for _, r in c.iterrows()])
         if bench in power:
             lines += ["", power_text(power[bench])]
         w = won[won["benchmark"] == bench] if not won.empty else won
@@ -332,10 +391,18 @@ def to_markdown(acc: pd.DataFrame, comps: pd.DataFrame, power: Mapping[str, Powe
         "interval then uses those), the interval Student's t with clusters - 1 degrees of "
         "freedom (clipped to [0, 100]); with one seed the exact (Clopper-Pearson) and "
         "Wilson intervals too. "
+        "Votes (majority and weighted vote, the belief-only decision) are scored under the "
+        "tie rule named above the tables; 'decided by a tie': the problems (over seeds) "
+        "whose vote or belief had several answers level at the top, and in brackets those "
+        "whose tied answers were not all equally right. "
         "Differences: this configuration minus the reference, on the (question, seed) pairs "
-        "both ran; McNemar: exact, over those pairs (with several seeds a question's pairs "
-        "are not independent: read the clustered interval and its t test); Holm: over the "
-        "benchmark's comparisons; * marks p < 0.05. Won and lost, % of samples: reachable "
+        "both ran; the clustered t test is the one to read (with several seeds a question's "
+        "pairs are not independent); McNemar: exact, over those pairs (– where an outcome is "
+        "a tie's expected credit; 'cannot reach p < 0.05': even if every discordant pair "
+        "went one way); Holm: over the benchmark's comparisons; * marks p < 0.05. "
+        "Equivalence: two one-sided clustered t tests against the margin, with the 90% "
+        "interval; 'equivalent' when it lies inside the margin, 'different' when the 95% "
+        "interval excludes 0, else 'inconclusive'. Won and lost, % of samples: reachable "
         "(some independent answer right), selected (the selection right: DarkForest's z*, a "
         "vote's winner, else the plurality vote of the independent answers), kept / lost "
         "(it was right and the final answer is / is not), found (it was wrong and the final "
@@ -347,20 +414,24 @@ def to_markdown(acc: pd.DataFrame, comps: pd.DataFrame, power: Mapping[str, Powe
 
 
 def inference(table: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
-              reference: str | None = None) -> dict[str, object]:
+              reference: str | None = None, *, tie_rule: str = DEFAULT_TIE_RULE,
+              margin: float = DEFAULT_MARGIN) -> dict[str, object]:
     """Every part, from build_table's table and the runs' samples: ``data`` (pooled),
     ``accuracy``, ``comparisons``, ``power``, ``won_lost``, ``calibration``, ``markdown``.
     ``reference``: the configuration the comparisons are against (default: each
-    benchmark's reference DarkForest)."""
-    data = pooled(table, samples)
+    benchmark's reference DarkForest); ``tie_rule``: how the votes' ties are scored;
+    ``margin``: the equivalence margin (points)."""
+    data = pooled(table, samples, tie_rule)
     acc = accuracy_table(data)
-    comps = comparisons(data, reference)
+    comps = comparisons(data, reference, margin)
     power = power_lines(data, comps, reference)
     won = won_lost_table(data)
     calib = calibration_table(data)
+    md = to_markdown(acc, comps, power, won, calib)
+    if md:
+        md = f"Votes scored with tie rule `{tie_rule}`.\n\n" + md
     return {"data": data, "accuracy": acc, "comparisons": comps, "power": power,
-            "won_lost": won, "calibration": calib,
-            "markdown": to_markdown(acc, comps, power, won, calib)}
+            "won_lost": won, "calibration": calib, "markdown": md}
 
 
 # ----------------------------------------------------------------------------- before a run

@@ -33,7 +33,9 @@ COMPARISON_METRICS = {"diff": "report.diff", "ci_lo": "report.diff_ci_low",
                       "p_mcnemar": "report.p_mcnemar",
                       "p_mcnemar_holm": "report.p_mcnemar_holm",
                       "p_clustered": "report.p_clustered",
-                      "p_clustered_holm": "report.p_clustered_holm"}
+                      "p_clustered_holm": "report.p_clustered_holm",
+                      "tost_lo": "report.tost_low", "tost_hi": "report.tost_high",
+                      "p_tost": "report.p_tost"}
 REFERENCE_TAG = "df_ray.report.reference"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from df_ray.reporting.inference import belief_outcomes, inference
+from df_ray.reporting.inference import DEFAULT_MARGIN, belief_outcomes, inference
 from df_ray.reporting.paper import absolute_tokens, absolute_tokens_markdown
 from df_ray.reporting.plots import make_plots
 from df_ray.reporting.runs import collect_runs, load_samples
@@ -21,6 +21,7 @@ from df_ray.reporting.tables import (
     token_ratios,
     token_ratios_markdown,
 )
+from df_ray.reporting.ties import DEFAULT_TIE_RULE, TIE_RULES, rescore_seed_summary
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
@@ -35,7 +36,8 @@ def _safe(name: str) -> str:
 
 def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
                  out_dir: str | Path = "reports", *, n_boot: int = 2000,
-                 seed: int = 0, log: bool = False, reference: str | None = None
+                 seed: int = 0, log: bool = False, reference: str | None = None,
+                 tie_rule: str = DEFAULT_TIE_RULE, margin: float = DEFAULT_MARGIN
                  ) -> list[Path]:
     """Write ``<experiment>_table.md`` (the table, the token-ratio check against the paper,
     with several run seeds the mean and standard error over seeds, then per benchmark the
@@ -51,7 +53,9 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
     (pooled accuracy and interval, the comparison with McNemar and Holm p, the power line)
     to every configuration run (``df_ray.reporting.log_back``). ``reference``: the
     configuration (its name without ``seed=``) the paired comparisons are against, instead
-    of each benchmark's reference DarkForest."""
+    of each benchmark's reference DarkForest. ``tie_rule``: how the votes' ties are scored
+    in the seed summary and the inference (``df_ray.reporting.ties``; the per-run table
+    keeps each run's own outcome); ``margin``: the equivalence margin in points."""
     runs = collect_runs(tracking_uri, experiment)
     if runs.empty:
         raise NoRunsError(f"experiment {experiment!r} at {tracking_uri} has no finished "
@@ -75,11 +79,12 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
     md_absolute = absolute_tokens_markdown(absolute_tokens(table, runs))
     if md_absolute:
         md_table += "\n" + md_absolute
-    summary = seed_summary(table)
+    found = inference(table, samples, reference, tie_rule=tie_rule, margin=margin)
+    summary = rescore_seed_summary(seed_summary(table), found["data"],  # type: ignore[arg-type]
+                                   tie_rule)
     md_seeds = seeds_markdown(summary)
     if md_seeds:
         md_table += "\n" + md_seeds
-    found = inference(table, samples, reference)
     if log:
         from df_ray.reporting.log_back import log_table_numbers
 
@@ -136,6 +141,11 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--reference", default=None, metavar="CONFIGURATION",
                    help="compare every configuration with this one (its name without "
                    "seed=, e.g. majority_vote) instead of the reference DarkForest run")
+    p.add_argument("--tie-rule", default=DEFAULT_TIE_RULE, choices=TIE_RULES,
+                   help="how a vote's ties are scored in the seed summary and the inference "
+                   "(default: expected, 1/m per correct answer of an m-way tie)")
+    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN, metavar="POINTS",
+                   help="the equivalence margin of the comparisons' TOST (default: 5 points)")
     p.add_argument("--log", action="store_true",
                    help="also log the table's numbers (pooled accuracy, comparison with "
                    "McNemar and Holm p, power) as report.* metrics on every configuration run")
@@ -152,7 +162,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     try:
         paths = build_report(experiment, uri, out, n_boot=args.n_boot,
                              log=getattr(args, "log", False),
-                             reference=getattr(args, "reference", None))
+                             reference=getattr(args, "reference", None),
+                             tie_rule=getattr(args, "tie_rule", DEFAULT_TIE_RULE),
+                             margin=getattr(args, "margin", DEFAULT_MARGIN))
     except (KeyError, NoRunsError) as e:
         msg = e.args[0] if e.args else str(e)
         print(f"df-ray report: {msg}", file=sys.stderr)

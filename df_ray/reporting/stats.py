@@ -16,11 +16,17 @@
   small-sample t interval with (clusters - 1) degrees of freedom: statsmodels' OLS on a
   constant with ``cov_type="cluster"`` (CR1), written out. :func:`paired_difference` is the
   same over per-sample differences a - b, with the exact McNemar p beside it.
+- :func:`tost`: two one-sided t tests of equivalence within +-margin on the clustered paired
+  difference, with its 90% interval (statsmodels' ``ttost_paired`` for one seed); the
+  verdict: equivalent, different, or neither (:func:`equivalence_verdict`).
+- :func:`min_mcnemar_p`: the smallest exact McNemar p that d discordant pairs can give
+  (all of them one way): where it is above alpha, no outcome of those pairs is significant.
 - :func:`holm`: Holm-adjusted p-values over the comparisons of one table
   (``statsmodels.stats.multitest.multipletests``).
 - :func:`min_detectable_difference`: the smallest paired difference a McNemar test detects at
   80% power and two-sided alpha 0.05 for n questions and a discordance rate (Connor 1987),
-  with run seeds counted through their within-question correlation (:func:`power_line`).
+  with run seeds counted through their within-question correlation (:func:`power_line`);
+  :func:`exact_mcnemar_power`: the exact test's power at that difference.
 - :func:`brier`, :func:`reliability`, :func:`ece`, :func:`risk_coverage`: how well a
   posterior (DarkForest's P(z*|O)) is calibrated against whether its answer was right.
 
@@ -219,15 +225,71 @@ class PairedDifference(NamedTuple):
 
 
 def paired_difference(a, b, clusters, level: float = 0.95) -> PairedDifference:
-    """The paired accuracy difference a - b over aligned 0/1 outcomes (one pair per question
+    """The paired accuracy difference a - b over aligned outcomes (one pair per question
     and run seed) with its interval clustered by ``clusters`` (:func:`clustered_mean` of the
     per-pair differences) and the exact McNemar p of the discordant pairs. With one seed and
-    question clusters the interval is the paired t interval."""
-    a, b = paired(a, b)
-    cm = clustered_mean(a.astype(float) - b.astype(float), clusters, level)
-    n01, n10 = int(np.sum(a & ~b)), int(np.sum(~a & b))
-    return PairedDifference(cm.mean, cm.se, cm.lo, cm.hi, cm.p, mcnemar(a, b), n01, n10,
-                            cm.n, cm.clusters)
+    question clusters the interval is the paired t interval. Outcomes may be credits in
+    [0, 1] (a vote's expected correctness under uniform ties): then b and c count the pairs
+    whose difference is positive and negative, and McNemar (a test of 0/1 pairs) is NaN."""
+    fa = np.asarray(a, dtype=float).reshape(-1)
+    fb = np.asarray(b, dtype=float).reshape(-1)
+    binary = bool(np.all((fa == 0) | (fa == 1)) and np.all((fb == 0) | (fb == 1)))
+    if binary or isinstance(a, pd.Series):
+        a, b = paired(a, b)
+        fa, fb = a.astype(float), b.astype(float)
+    elif len(fa) != len(fb):
+        raise ValueError(f"paired outcomes need equal lengths, got {len(fa)} and {len(fb)}")
+    cm = clustered_mean(fa - fb, clusters, level)
+    n01, n10 = int(np.sum(fa > fb)), int(np.sum(fa < fb))
+    p = mcnemar(fa.astype(bool), fb.astype(bool)) if binary else math.nan
+    return PairedDifference(cm.mean, cm.se, cm.lo, cm.hi, cm.p, p, n01, n10, cm.n,
+                            cm.clusters)
+
+
+class Equivalence(NamedTuple):
+    lo: float  # the (1 - 2 * alpha) interval of the clustered difference: 90% at alpha 0.05
+    hi: float
+    p: float  # TOST p: the larger of the two one-sided p-values
+    margin: float
+    verdict: str  # "equivalent", "different", "inconclusive"
+
+
+def tost(differences, clusters, margin: float, alpha: float = 0.05) -> Equivalence:
+    """Two one-sided t tests that the mean paired difference lies within (-margin, +margin),
+    with the standard error clustered by ``clusters`` and clusters - 1 degrees of freedom
+    (with one pair per cluster: the paired t test, statsmodels' ``ttost_paired``). The
+    verdict: ``equivalent`` when TOST rejects at ``alpha`` (the 1 - 2 alpha interval lies
+    inside the margin), ``different`` when the two-sided 1 - alpha interval excludes 0,
+    else ``inconclusive`` (both can hold: a small but real difference is ``equivalent``)."""
+    from scipy.stats import t as student_t
+
+    cm = clustered_mean(differences, clusters, 1 - 2 * alpha)
+    nan = math.nan
+    if math.isnan(cm.se):
+        return Equivalence(nan, nan, nan, margin, "inconclusive")
+    df = cm.clusters - 1
+    if cm.se > 0:
+        p_low = float(student_t.sf((cm.mean + margin) / cm.se, df))
+        p_high = float(student_t.cdf((cm.mean - margin) / cm.se, df))
+    else:
+        p_low = 0.0 if cm.mean > -margin else 1.0
+        p_high = 0.0 if cm.mean < margin else 1.0
+    p = max(p_low, p_high)
+    two_sided = clustered_mean(differences, clusters, 1 - alpha)
+    if p < alpha:
+        verdict = "equivalent"
+    elif two_sided.lo > 0 or two_sided.hi < 0:
+        verdict = "different"
+    else:
+        verdict = "inconclusive"
+    return Equivalence(cm.lo, cm.hi, p, margin, verdict)
+
+
+def min_mcnemar_p(discordant_pairs: int) -> float:
+    """The smallest two-sided exact McNemar p that ``discordant_pairs`` pairs can give (all
+    of them one way: 2 * 0.5^d, at most 1)."""
+    d = int(discordant_pairs)
+    return 1.0 if d <= 0 else min(1.0, 2.0 * 0.5 ** d)
 
 
 def holm(pvalues: Sequence[float]) -> np.ndarray:
@@ -280,6 +342,34 @@ def min_detectable_difference(n: float, discordance: float, alpha: float = 0.05,
     return d if d <= psi else math.nan
 
 
+def exact_mcnemar_power(n: int, discordance: float, delta: float,
+                        alpha: float = 0.05) -> float:
+    """The power of the two-sided exact McNemar test at ``alpha`` on ``n`` independent pairs
+    whose discordance rate is ``discordance`` and whose paired difference is ``delta``,
+    computed exactly: the discordant count is Binomial(n, psi), and given d of them the
+    count one way is Binomial(d, (psi + delta) / (2 psi)); the test rejects where its exact
+    p is at most alpha. NaN where the rates are impossible."""
+    from scipy.stats import binom
+
+    psi = float(discordance)
+    n = int(n)
+    if n <= 0 or not 0 < psi <= 1 or math.isnan(delta) or abs(delta) > psi:
+        return math.nan
+    q = (psi + delta) / (2 * psi)
+    power = 0.0
+    for d in range(1, n + 1):
+        # the exact two-sided p of k <= d/2 is 2 * P(Bin(d, 1/2) <= k): reject k <= kl and,
+        # by symmetry, k >= d - kl
+        ks = np.arange(0, d // 2 + 1)
+        ok = ks[2 * binom.cdf(ks, d, 0.5) <= alpha]
+        if ok.size == 0:
+            continue
+        kl = int(ok.max())
+        reject = float(binom.cdf(kl, d, q) + binom.sf(d - kl - 1, d, q))
+        power += float(binom.pmf(d, n, psi)) * reject
+    return power
+
+
 class PowerLine(NamedTuple):
     n: int  # questions
     seeds: int
@@ -292,11 +382,16 @@ class PowerLine(NamedTuple):
     alpha: float
     power: float
     assumed: bool  # discordance (and rho) assumed, not observed
+    #: the exact McNemar test's power at ``mde`` on round(n_effective) pairs (below
+    #: ``power``: the exact test is conservative)
+    exact_power: float = math.nan
+    #: the comparisons the line is for (their configurations), empty when assumed
+    rows: tuple[str, ...] = ()
 
 
 def power_line(n: int, seeds: int = 1, discordance: float | None = None,
                rho: float | None = None, comparisons: int = 1, alpha: float = 0.05,
-               power: float = 0.8) -> PowerLine:
+               power: float = 0.8, rows: Sequence[str] = ()) -> PowerLine:
     """The minimum detectable paired difference of a table: ``n`` questions, each run under
     ``seeds`` run seeds. A question's seeds are correlated (rho); the pairs count as
     n * seeds / (1 + (seeds - 1) * rho) independent ones (the design effect of clustering by
@@ -308,10 +403,11 @@ def power_line(n: int, seeds: int = 1, discordance: float | None = None,
     s = max(int(seeds), 1)
     n_eff = n * s / (1 + (s - 1) * r) if n > 0 else 0.0
     m = max(int(comparisons), 1)
-    return PowerLine(int(n), s, psi, r, n_eff,
-                     min_detectable_difference(n_eff, psi, alpha, power),
+    mde = min_detectable_difference(n_eff, psi, alpha, power)
+    return PowerLine(int(n), s, psi, r, n_eff, mde,
                      min_detectable_difference(n_eff, psi, alpha / m, power), m, alpha,
-                     power, assumed)
+                     power, assumed, exact_mcnemar_power(round(n_eff), psi, mde, alpha),
+                     tuple(rows))
 
 
 def power_text(pl: PowerLine) -> str:
@@ -325,9 +421,13 @@ def power_text(pl: PowerLine) -> str:
     line = (f"Power: {pl.n} questions{seeds}, discordance {pl.discordance:.2f} ({src}): the "
             f"smallest paired difference detectable at {100 * pl.power:.0f}% power, two-sided "
             f"alpha {pl.alpha:g}, is {pts(pl.mde)}")
+    if not math.isnan(pl.exact_power):
+        line += f" (the exact McNemar test's power there: {100 * pl.exact_power:.0f}%)"
     if pl.comparisons > 1:
         line += (f"; {pts(pl.mde_holm)} at alpha/{pl.comparisons} (Holm's first step over "
                  f"{pl.comparisons} comparisons)")
+    if pl.rows:
+        line += f". It applies to the comparisons of {', '.join(pl.rows)}"
     return line + "."
 
 

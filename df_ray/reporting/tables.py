@@ -190,8 +190,10 @@ def seeds_markdown(summary: pd.DataFrame) -> str:
     """The seed summary as Markdown ('' when empty)."""
     if summary.empty:
         return ""
+    ties = "tie_rule" in summary
     cols = ["configuration", "method", "seeds", "accuracy % (mean ± s.e. over seeds)",
             "per seed", "tokens/sample", "truncated %"]
+    cols += ["ties scored as", "decided by a tie"] if ties else []
     parts = []
     for bench, g in summary.groupby("benchmark", sort=False):
         lines = [f"### {bench}: over run seeds", "", "| " + " | ".join(cols) + " |",
@@ -201,11 +203,16 @@ def seeds_markdown(summary: pd.DataFrame) -> str:
                     f"{r['accuracy_mean']:.2f} ± {r['accuracy_se_over_seeds']:.2f}",
                     str(r["per_seed"]), _f(r["tokens_per_sample"], "{:,.0f}"),
                     _f(r["truncation_rate"], "{:.1f}")]
+            if ties:
+                vals += [str(r["tie_rule"]), str(r["ties"])]
             lines.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
         parts.append("\n".join(lines))
     note = ("Mean over run seeds of each seed's accuracy; ± is the standard error across "
             "seeds (sample standard deviation / sqrt(seeds)). Each seed's own row, with its "
-            "McNemar test against the DarkForest run of the same seed, is in the table above.")
+            "McNemar test against the DarkForest run of the same seed, is in the table above "
+            "(as the run decided). Ties scored as: the tie rule a vote's accuracy here is "
+            "scored under (run: the row is no vote and keeps its outcome); decided by a tie: "
+            "problems, over the seeds, whose vote or belief had answers level at the top.")
     return "\n\n".join(parts) + "\n\n" + note + "\n"
 
 

@@ -4,21 +4,38 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections import Counter
+from fractions import Fraction
 
 import pytest
 
 from df_ray.analysis.estimators import maj_at_k, pass_at_k
-from df_ray.core import Observation, majority_vote
+from df_ray.core import Observation
+from df_ray.core.voting import vote_credit
 
 
 def brute_maj(answers, correct, k):
+    """The mean over every k-subset of the vote's expected correctness with ties broken
+    uniformly at random (core ``vote_credit``, rule ``expected``)."""
     hits = []
     for subset in itertools.combinations(range(len(answers)), k):
         obs = [Observation("sc", answers[i]) if answers[i] is not None
                else Observation.invalid("sc") for i in subset]
-        won = majority_vote(obs, agent_order=["sc"])
-        hits.append(won is not None and correct.get(won, False))
+        hits.append(vote_credit(obs, correct, "expected"))
     return sum(hits) / len(hits)
+
+
+def enumerate_uniform(answers, correct, k):
+    """The same by hand, with no df_ray code: every k-subset, its plurality, 1/m per tie."""
+    total = Fraction(0)
+    subsets = list(itertools.combinations(range(len(answers)), k))
+    for subset in subsets:
+        counts = Counter(answers[i] for i in subset if answers[i] is not None)
+        if counts:
+            top = max(counts.values())
+            tied = [a for a, c in counts.items() if c == top]
+            total += Fraction(sum(bool(correct.get(a)) for a in tied), len(tied))
+    return float(total / len(subsets))
 
 
 def brute_pass(flags, k):
@@ -28,7 +45,7 @@ def brute_pass(flags, k):
 
 CASES = [
     (["a", "a", "b"], {"a": True}),
-    (["a", "b"], {"b": True}),                       # a 1-1 tie goes to the smaller key
+    (["a", "b"], {"b": True}),                       # a 1-1 tie: half of it
     (["b", "a", "b", "a", None], {"b": True}),
     ([None, None, "c"], {"c": True}),                # subsets of invalid answers only
     (["x", "y", "z", "x", "y", "z", "x"], {"y": True, "z": True}),
@@ -50,14 +67,18 @@ def test_maj_at_k_on_random_inputs_against_brute_force():
         answers = [rng.choice(pool) for _ in range(n)]
         correct = {a: rng.random() < 0.4 for a in pool if a is not None}
         for k in range(1, n + 1):
-            assert maj_at_k(answers, correct, k) == pytest.approx(
-                brute_maj(answers, correct, k), abs=1e-12), (answers, correct, k)
+            got = maj_at_k(answers, correct, k)
+            assert got == pytest.approx(brute_maj(answers, correct, k), abs=1e-12)
+            assert got == pytest.approx(enumerate_uniform(answers, correct, k), abs=1e-12)
 
 
-def test_maj_at_n_is_the_vote_over_all_answers():
+def test_maj_at_n_splits_a_tie_evenly_whatever_the_keys():
     answers = ["b", "a", "a", "b", "c"]
-    assert maj_at_k(answers, {"a": True}, 5) == 1.0   # 2-2 tie: the smaller key, a
-    assert maj_at_k(answers, {"b": True}, 5) == 0.0
+    assert maj_at_k(answers, {"a": True}, 5) == 0.5   # 2-2 tie: half of it
+    assert maj_at_k(answers, {"b": True}, 5) == 0.5
+    # every answer distinct: 1/3 whichever key is right (not the smaller key's 1 or 0)
+    assert maj_at_k(["a", "b", "c"], {"a": True}, 3) == pytest.approx(1 / 3)
+    assert maj_at_k(["a", "b", "c"], {"b": True}, 3) == pytest.approx(1 / 3)
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 9])

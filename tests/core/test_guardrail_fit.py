@@ -14,6 +14,7 @@ from df_ray.core.guardrail_fit import (  # noqa: E402
     default_grid,
     fit_from_dict,
     fit_guardrail,
+    split_held_out,
     upper_bound,
 )
 
@@ -127,6 +128,39 @@ def test_fixed_sequence_stops_at_first_failure():
     assert third.wrong_overrides == 0 and third.p_value <= 0.1 and not third.certified
     assert by_name["k=3,tau_p=0.9,tau_m=0.8"].certified == (
         stats.binom.cdf(by_name["k=3,tau_p=0.9,tau_m=0.8"].wrong_overrides, 61, 0.05) <= 0.1)
+
+
+def test_fixed_sequence_counts_what_it_tested_and_certified():
+    records = _mixed(True)
+    grid = [GuardrailSetting("thresholds", 3, 0.9, 0.8), GuardrailSetting.always(),
+            GuardrailSetting("thresholds", 3, 0.95, 0.9)]
+    fit = fit_guardrail(records, grid, max_wrong_override=0.05, delta=0.1)
+    first = fit.results[1]  # after "never"
+    # the sequence tests up to and including its first non-rejection, and stops there
+    assert fit.grid_size == 3
+    assert fit.tested == (2 if first.certified else 1)
+    assert fit.certified == int(first.certified)
+    assert fit.to_dict()["tested"] == fit.tested
+    # the chosen setting's bound at delta / grid size holds over the whole grid
+    c = fit.chosen
+    assert fit.simultaneous_bound == pytest.approx(upper_bound(c.wrong_overrides, fit.n,
+                                                               0.1 / 3))
+
+
+def test_split_held_out_is_a_fixed_half_by_id_hash():
+    ids = [f"HumanEval/{i}" for i in range(100)]
+    fit, certify = split_held_out(ids)
+    assert len(fit) == len(certify) == 50 and not set(fit) & set(certify)
+    assert set(fit) | set(certify) == set(ids)
+    # fixed before any data: the same in any order, and each part keeps the given order
+    again_fit, again_cert = split_held_out(ids[::-1])
+    assert set(again_fit) == set(fit) and again_cert == certify[::-1]
+    assert fit == sorted(fit, key=ids.index)
+    assert len(split_held_out(ids, 0.3)[0]) == 30
+    with pytest.raises(ValueError, match="cannot be divided"):
+        split_held_out(["only"])
+    with pytest.raises(ValueError, match="fit_share"):
+        split_held_out(ids, 1.0)
 
 
 def test_default_grid_puts_every_setting_after_its_subsets():

@@ -3,12 +3,12 @@ coordinator on the held-out samples, the fit chooses belief-only when the coordi
 always wrong and never-trust when it is always right, the frozen file round-trips and
 serves a rerun without a second fit, and the evaluation uses the fitted setting.
 
-The held-out set is built so that the choice is forced: 60 MMLU-Pro samples, on the even
+The held-out set is built so that the choice is forced: 90 MMLU-Pro samples, on the even
 ones all three agents give the gold answer (support 3, posterior 1); on the odd ones each
 agent gives a different answer and exactly one of them is right, in turn (a1, a2, a3), so
-the three agents, their single-agent patterns and their pairs count alike, every posterior
-is 1/3 and the margin 0: only "always trust z*" trusts those, and z* (the tie goes to a1)
-is right on a third of them.
+only "always trust z*" trusts those (each candidate has support 1), and z* is right on
+some of them. The fit counts the belief on half of the held-out samples and runs the
+coordinator and the test on the other 45 (the fewest that can certify 5% at delta 0.1).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 import df_ray
 from df_ray.config import ConfigError, RunConfig
 from df_ray.core.calibration import load_calibration
-from df_ray.core.guardrail_fit import GuardrailSetting, fit_from_dict
+from df_ray.core.guardrail_fit import GuardrailSetting, fit_from_dict, split_held_out
 from df_ray.engines.base import ChatRequest
 from df_ray.engines.scripted import last_user_content
 from df_ray.evaluation.calibration_files import check_calibration, find_calibration
@@ -31,9 +31,12 @@ from df_ray.methods.darkforest import DarkForest
 from tests.helpers import LETTERS, answer, write_mmlu_goa
 
 SCRIPT = "tests.evaluation.test_guardrail_calibration:respond"
-N_HELD_OUT = 60
+N_HELD_OUT = 90
+CERTIFY = N_HELD_OUT // 2
 #: The model of every request ``respond`` answered, in order (the engines run in-process).
 CALLS: list[str] = []
+#: The held-out item of every coordinator request, in order.
+COORDINATED: list[int] = []
 
 
 def _gold(i: int) -> str:
@@ -49,6 +52,8 @@ def respond(request: ChatRequest) -> str:
     gold = _gold(i)
     wrong = [c for c in LETTERS if c != gold]
     if request.model.startswith("mc"):
+        if "[h" in text:
+            COORDINATED.append(i)
         return answer(gold if request.model == "mc-right" else wrong[0])
     agent = int(request.model[1:]) - 1  # m1 -> 0
     if i % 2 == 0:
@@ -87,21 +92,35 @@ def _file(tmp_path: Path) -> tuple[Path, dict]:
 
 def test_an_always_wrong_coordinator_makes_the_fit_choose_belief_only(tmp_path):
     cfg = _cfg(tmp_path, "mc-wrong")
+    seen = len(COORDINATED)
     ev = df_ray.evaluate(cfg)
     path, data = _file(tmp_path)
     fit = data["guardrail_fit"]
     assert path.name.endswith(f"-guardrail-{path.stem.rsplit('-', 1)[1]}.json")
+    # the belief is counted on one half, the coordinator and the test run on the other
+    split = fit["split"]
+    assert len(split["fit"]) == len(split["certify"]) == CERTIFY == fit["n"]
+    assert not set(split["fit"]) & set(split["certify"])
+    assert split_held_out(split["fit"] + split["certify"]) == (split["fit"],
+                                                               split["certify"])
+    items = COORDINATED[seen:]
+    assert len(items) == len(set(items)) == CERTIFY  # one coordinator call per certifying one
     assert fit["chosen"]["setting"]["mode"] == "always"
-    assert fit["chosen"]["accuracy"] == pytest.approx(40 / 60)  # 30 agreed + 10 of 30
-    assert fit["n"] == N_HELD_OUT and fit["spec"] == guardrail_spec(cfg)
+    assert fit["n"] == CERTIFY and fit["spec"] == guardrail_spec(cfg)
     by_name = {s["name"]: s for s in fit["settings"]}
     assert by_name["never"]["accuracy"] == 0.0  # the coordinator alone: always wrong
-    assert by_name["k=2,tau_p=0.66,tau_m=0.3"]["accuracy"] == pytest.approx(0.5)
+    evens = sum(1 for i in items if i % 2 == 0)  # unanimous: the only ones k=2 trusts
+    assert by_name["k=2,tau_p=0.66,tau_m=0.3"]["accuracy"] == pytest.approx(evens / CERTIFY)
+    assert fit["chosen"]["accuracy"] >= evens / CERTIFY
     assert all(s["wrong_overrides"] == 0 and s["certified"] for s in fit["settings"])
-    # Clopper-Pearson at delta 0.1 with no wrong override in 60: 1 - 0.1 ** (1 / 60)
-    assert fit["bound"] == pytest.approx(1 - 0.1 ** (1 / 60))
-    # the coordinator's 60 held-out calls count in the calibration's cost
-    assert data["fit_calls"] == 3 * N_HELD_OUT + N_HELD_OUT == fit["calls"] + 3 * N_HELD_OUT
+    assert fit["tested"] == fit["certified"] == fit["grid_size"] == len(fit["settings"]) - 1
+    # Clopper-Pearson at delta 0.1 with no wrong override in 45: 1 - 0.1 ** (1 / 45); over
+    # the grid (delta / 60): 1 - (0.1 / 60) ** (1 / 45)
+    assert fit["bound"] == pytest.approx(1 - 0.1 ** (1 / CERTIFY))
+    assert fit["simultaneous_bound"] == pytest.approx(
+        1 - (0.1 / fit["grid_size"]) ** (1 / CERTIFY))
+    # the coordinator's 45 held-out calls count in the calibration's cost
+    assert data["fit_calls"] == 3 * N_HELD_OUT + CERTIFY == fit["calls"] + 3 * N_HELD_OUT
     assert fit["tokens"] > 0 and data["fit_tokens"] > fit["tokens"]
     # the evaluation trusts z* on every test sample, as belief-only does
     assert ev.metrics["trusted_rate"] == 1.0
@@ -116,7 +135,7 @@ def test_an_always_right_coordinator_makes_the_fit_choose_never_trust(tmp_path):
     assert fit["chosen"]["setting"]["mode"] == "never"
     assert fit["chosen"]["accuracy"] == 1.0 and fit["bound"] == 0.0
     by_name = {s["name"]: s for s in fit["settings"]}
-    assert by_name["always"]["wrong_overrides"] == 20 and not by_name["always"]["certified"]
+    assert by_name["always"]["wrong_overrides"] > 3 and not by_name["always"]["certified"]
     assert ev.metrics["trusted_rate"] == 0.0 and ev.metrics["accuracy"] == 1.0
 
 
@@ -175,10 +194,10 @@ def test_a_split_too_small_to_certify_anything_is_refused_before_any_engine(tmp_
     assert least_held_out(0.05, 0.1, "fixed_sequence") == 45  # (0.95)^45 <= 0.1 < 0.95^44
     cfg = _cfg(tmp_path, "mc-wrong")
     small = cfg.model_copy(update={"calibration": cfg.calibration.model_copy(
-        update={"limit": 44, "min_samples": 10})})
-    with pytest.raises(ConfigError, match="needs at least 45 held-out samples") as e:
+        update={"limit": 88, "min_samples": 10})})  # 44 of them certify
+    with pytest.raises(ConfigError, match="needs at least 45 certifying samples") as e:
         check_calibration(small)
-    assert "has 44" in str(e.value) and "\n" not in str(e.value)
+    assert "has 88" in str(e.value) and "\n" not in str(e.value)
     zero = _cfg(tmp_path, "mc-wrong", guardrail={"fit": True, "max_wrong_override": 0.0})
     with pytest.raises(ConfigError, match="can never be certified"):
         check_calibration(zero)
@@ -191,8 +210,8 @@ def test_a_split_too_small_to_certify_anything_is_refused_before_any_engine(tmp_
 def test_a_fit_on_frozen_counts_keeps_them_and_repeats_no_agent_call(tmp_path):
     """A file fitted on the same held-out samples for fixed thresholds is extended: its
     counts are kept (the belief is the fixed configuration's), the second pass runs alone
-    (60 coordinator calls, no agent call again) and the test split replays the fixed
-    configuration's coordinator calls."""
+    (45 coordinator calls on the certifying half, no agent call again) and the test split
+    replays the fixed configuration's coordinator calls."""
     from df_ray.pipeline.cache import GenerationCache
 
     cache = GenerationCache(str(tmp_path / "cache"))
@@ -203,13 +222,13 @@ def test_a_fit_on_frozen_counts_keeps_them_and_repeats_no_agent_call(tmp_path):
     assert "guardrail_fit" not in base and base["fit_calls"] == 3 * N_HELD_OUT
     seen = len(CALLS)
     ev = df_ray.evaluate(_cfg(tmp_path, "mc-wrong"), cache=cache)
-    assert len(CALLS) - seen == N_HELD_OUT  # the held-out coordinator calls, nothing else
+    assert len(CALLS) - seen == CERTIFY  # the certifying coordinator calls, nothing else
     assert {m for m in CALLS[seen:]} == {"mc-wrong"}
     assert sum(r.n_fresh_calls for r in ev.rows) == 0  # the fixed run's calls, replayed
     (fitted,) = [p for p in (tmp_path / "cal").glob("*.json") if p != base_path]
     data = json.loads(fitted.read_text())
     for key in ("patterns", "pairs", "agent_stats", "data_fingerprint", "n_samples"):
         assert data[key] == base[key], key
-    assert data["fit_calls"] == base["fit_calls"] + N_HELD_OUT
+    assert data["fit_calls"] == base["fit_calls"] + CERTIFY
     assert data["guardrail_fit"]["chosen"]["setting"]["mode"] == "always"
     assert json.loads(base_path.read_text()) == base  # the frozen file is left as it was

@@ -16,14 +16,17 @@ from df_ray.reporting.stats import (
     brier,
     clustered_mean,
     ece,
+    exact_mcnemar_power,
     holm,
     mcnemar,
     min_detectable_difference,
+    min_mcnemar_p,
     paired_difference,
     power_line,
     proportion_interval,
     reliability,
     risk_coverage,
+    tost,
 )
 
 
@@ -181,6 +184,65 @@ def test_min_detectable_difference_has_the_power_it_says():
     assert min_detectable_difference(200, psi) > d
     assert math.isnan(min_detectable_difference(3, 0.3))
     assert math.isnan(min_detectable_difference(50, 0.0))
+
+
+def test_exact_power_is_the_exact_mcnemar_power():
+    for n, psi in ((50, 1 / 3), (140, 0.14), (400, 0.3)):
+        d = min_detectable_difference(n, psi)
+        assert exact_mcnemar_power(n, psi, d) == pytest.approx(_exact_mcnemar_power(n, psi, d),
+                                                               abs=1e-12)
+    line = power_line(50, 3, 0.14, rho=0.04, rows=["majority vote", "qwen-a"])
+    assert line.exact_power == pytest.approx(
+        _exact_mcnemar_power(round(line.n_effective), 0.14, line.mde), abs=1e-12)
+    assert line.exact_power < 0.8 and line.rows == ("majority vote", "qwen-a")
+    assert math.isnan(exact_mcnemar_power(50, 0.1, 0.2))  # a difference above psi
+
+
+def test_min_mcnemar_p_is_the_one_sided_extreme_of_the_exact_test():
+    from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
+
+    for d in range(1, 9):
+        assert min_mcnemar_p(d) == pytest.approx(sm_mcnemar([[0, d], [0, 0]],
+                                                            exact=True).pvalue)
+    # 4 discordant pairs can never give p < 0.05; 6 can
+    assert min_mcnemar_p(4) == 0.125 and min_mcnemar_p(6) < 0.05 and min_mcnemar_p(0) == 1.0
+
+
+def test_tost_is_statsmodels_ttost_paired_with_one_seed():
+    from statsmodels.stats.weightstats import ttost_paired
+
+    rng = np.random.default_rng(5)
+    for margin in (0.05, 0.1, 0.2):
+        a = (rng.random(50) < 0.55).astype(float)
+        b = (rng.random(50) < 0.5).astype(float)
+        ids = [f"q{i}" for i in range(50)]
+        eq = tost(a - b, ids, margin)
+        p_sm = ttost_paired(a, b, -margin, margin)[0]
+        assert eq.p == pytest.approx(p_sm)
+        # the 90% interval is the clustered one at level 0.90
+        cm = clustered_mean(a - b, ids, 0.90)
+        assert (eq.lo, eq.hi) == pytest.approx((cm.lo, cm.hi))
+        assert (eq.verdict == "equivalent") == (p_sm < 0.05) == (-margin < cm.lo
+                                                                   and cm.hi < margin)
+
+
+def test_tost_verdicts_and_clusters():
+    ids = [f"q{i % 50}" for i in range(150)]
+    same = np.zeros(150)
+    same[:6], same[6:12] = 1.0, -1.0
+    assert tost(same, ids, 0.05).verdict == "equivalent"
+    far = np.r_[np.ones(60), np.zeros(90)]
+    assert tost(far, ids, 0.05).verdict == "different"
+    wide = np.r_[np.ones(20), -np.ones(14), np.zeros(116)]
+    assert tost(wide, ids, 0.05).verdict == "inconclusive"
+
+
+def test_paired_difference_of_expected_credits():
+    a = np.array([1 / 3, 1.0, 0.0, 0.5])
+    b = np.array([0.0, 1.0, 1.0, 0.5])
+    r = paired_difference(a, b, ["q0", "q1", "q2", "q3"])
+    assert r.diff == pytest.approx(np.mean(a - b))
+    assert (r.b, r.c) == (1, 1) and math.isnan(r.p_mcnemar)
 
 
 def test_power_line_counts_seeds_by_their_correlation():

@@ -161,21 +161,33 @@ def test_paired_differences_mcnemar_and_holm(report):
     assert (r["p_mcnemar_holm"], v["p_mcnemar_holm"]) == pytest.approx((0.375, 0.125))
     md = paths[1].read_text()
     assert "### gpqa: paired differences against darkforest" in md
-    assert "| single | 3 | 30 | -10.00 |" in md and "| 1 / 4 | 0.375 | 0.375 |" in md
+    assert "| single | 3 | 30 | -10.00 |" in md
+    # 5 discordant pairs: even all one way would give p 0.0625, and the table says so
+    assert r["min_p_mcnemar"] == pytest.approx(2 / 32) and not r["can_reach_05"]
+    assert "| 1 / 4 (cannot reach p < 0.05) | 0.375 | 0.375 |" in md
+    # equivalence within +-5 points: the 90% clustered interval and statsmodels' TOST
+    assert r["margin"] == 5.0
+    lo90, hi90 = fit.conf_int(alpha=0.10)[0]
+    assert (r["tost_lo"], r["tost_hi"]) == pytest.approx((100 * lo90, 100 * hi90), rel=1e-4)
+    assert r["equivalence"] == "inconclusive" and r["p_tost"] > 0.05
+    assert "90% CI (TOST, ±5)" in md and "inconclusive (p " in md
 
 
 def test_power_line(report):
     out, paths, _ = report
     power = pd.read_csv(out / f"{EXPERIMENT}_power.csv").iloc[0]
     comps = pd.read_csv(out / f"{EXPERIMENT}_comparisons.csv")
-    psi = float(comps["discordance"].median())  # (5/30 + 5/10) / 2 = 1/3
-    assert psi == pytest.approx(1 / 3) and power["discordance"] == pytest.approx(psi)
+    # the line is for the comparisons over all three seeds: single's (5 of 30 discordant)
+    psi = float(comps.set_index("configuration").loc["single", "discordance"])
+    assert psi == pytest.approx(1 / 6) and power["discordance"] == pytest.approx(psi)
     assert (power["n"], power["seeds"], power["comparisons"]) == (10, 3, 2)
     single = comps.set_index("configuration").loc["single"]
     rho = min(1.0, max(0.0, (single["design_effect"] - 1) / 2))
     n_eff = 10 * 3 / (1 + 2 * rho)
     assert power["mde"] == pytest.approx(min_detectable_difference(n_eff, psi), nan_ok=True)
-    assert "Power: 10 questions x 3 run seeds" in paths[1].read_text()
+    md = paths[1].read_text()
+    assert "Power: 10 questions x 3 run seeds" in md
+    assert "It applies to the comparisons of single." in md
 
 
 def test_won_and_lost_and_calibration(report):
@@ -243,7 +255,8 @@ def test_the_table_numbers_are_logged_on_every_configuration_run(report):
             assert m["report.accuracy"] == pytest.approx(acc.loc[name, "accuracy"])
             assert m["report.accuracy_ci_low"] == pytest.approx(acc.loc[name, "ci_lo"])
             assert m["report.seeds"] == acc.loc[name, "seeds"]
-            assert m["report.min_detectable_diff"] == pytest.approx(100 * power["mde"])
+            assert m["report.min_detectable_diff"] == pytest.approx(100 * power["mde"],
+                                                                    nan_ok=True)
             if name == "darkforest":
                 assert r.data.tags["df_ray.report.reference"] == "self"
                 assert "report.diff" not in m
@@ -251,7 +264,8 @@ def test_the_table_numbers_are_logged_on_every_configuration_run(report):
             assert r.data.tags["df_ray.report.reference"] == "darkforest"
             for col, metric in (("diff", "report.diff"), ("p_mcnemar", "report.p_mcnemar"),
                                 ("p_mcnemar_holm", "report.p_mcnemar_holm"),
-                                ("ci_lo", "report.diff_ci_low")):
+                                ("ci_lo", "report.diff_ci_low"), ("p_tost", "report.p_tost"),
+                                ("tost_lo", "report.tost_low")):
                 assert m[metric] == pytest.approx(comps.loc[name, col], rel=1e-6), metric
             assert m["report.comparisons"] == 2
 
