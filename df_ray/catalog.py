@@ -108,10 +108,33 @@ def describe(name: str) -> list[str]:
     return out
 
 
+def arg_docs(fn: Any) -> dict[str, str]:
+    """The arguments a function's docstring describes in its ``Args:`` section (Google
+    style: ``name: what it is``, continued on lines indented further): name -> text."""
+    out: dict[str, str] = {}
+    lines = inspect.cleandoc(getattr(fn, "__doc__", None) or "").splitlines()
+    start = next((i + 1 for i, line in enumerate(lines) if line.strip() == "Args:"), None)
+    if start is None:
+        return out
+    indent, name = None, None
+    for line in lines[start:]:
+        depth = len(line) - len(line.lstrip())
+        if not line.strip() or depth == 0:
+            break
+        indent = depth if indent is None else indent
+        if depth == indent and ":" in line:
+            name, _, text = line.strip().partition(":")
+            name = name.split(" (")[0]
+            out[name] = text.strip()
+        elif name is not None:
+            out[name] += " " + line.strip()
+    return {k: v.rstrip(".") for k, v in out.items()}
+
+
 def benchmark_args(task: type) -> dict[str, dict[str, str]]:
     """A benchmark's ``benchmark_args`` (its constructor's keyword arguments): name ->
-    type, default and description (the class's ``arg_descriptions``)."""
-    described = getattr(task, "arg_descriptions", {}) or {}
+    type, default and description (the constructor docstring's ``Args:``)."""
+    described = arg_docs(task.__init__)
     out = {}
     for p in inspect.signature(task.__init__).parameters.values():
         if p.name == "self" or p.kind not in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):

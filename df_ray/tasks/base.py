@@ -5,7 +5,7 @@ comes from). ``BaseTask`` gives the defaults a benchmark module overrides."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from df_ray.core.types import Observation, ParseSpec
 
@@ -132,7 +132,9 @@ class Task(Protocol):
 class BaseTask:
     """Defaults for a benchmark: not sandboxed, no extra tags, data from ``data_source``
     unless ``source`` names a local path. Subclass it and set ``name``, ``kind``,
-    ``data_source`` and ``data_hint``; the six benchmarks do."""
+    ``data_source`` and ``data_hint``; the six benchmarks do. The constructor's keyword
+    arguments are a config's ``benchmark_args``, each described in its docstring's ``Args:``
+    section (what ``df-ray list`` shows; a test refuses an argument without one)."""
 
     name: str = ""
     kind: str = ""
@@ -142,9 +144,6 @@ class BaseTask:
     data_hint: str = "see the benchmark's module for its data"
     #: ``source`` values that name a remote copy, not a local path.
     remote_sources: tuple[str, ...] = ("hf", "hub")
-    #: What each constructor argument (a config's ``benchmark_args``) is: ``df-ray list``
-    #: shows it, and a test refuses an argument without one.
-    arg_descriptions: ClassVar[dict[str, str]] = {}
 
     def problem_statement(self, sample: Sample) -> str:
         return sample.question

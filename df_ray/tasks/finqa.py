@@ -53,7 +53,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import ClassVar
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
@@ -132,12 +131,13 @@ class FinQATask(BaseTask):
                  "github.com/czyssrs/FinQA into $DF_RAY_HOME/data/finqa (see df_ray/tasks/finqa.py), "
                  "or pass source=<that folder>")
 
-    arg_descriptions: ClassVar[dict[str, str]] = {
-        "test_size": "rows of test.json in the test split (first in sha256(id) order)",
-        "calibration_size": "rows of dev.json in the calibration split (same order)",
-    }
-
     def __init__(self, *, test_size: int = 300, calibration_size: int = 100):
+        """Its options, a configuration's ``benchmark_args``.
+
+        Args:
+            test_size: rows of test.json in the test split (first in sha256(id) order).
+            calibration_size: rows of dev.json in the calibration split (same order).
+        """
         self.test_size = test_size
         self.calibration_size = calibration_size
 

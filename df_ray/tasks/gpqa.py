@@ -45,7 +45,6 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
-from typing import ClassVar
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
@@ -135,13 +134,14 @@ class GPQATask(GoADataTask):
                  "huggingface.co/datasets/Idavidrein/gpqa and export HF_TOKEN, or pass "
                  "source=<folder with gpqa_diamond.csv and gpqa_main.csv>")
 
-    arg_descriptions: ClassVar[dict[str, str]] = {
-        "calibration_size": "main-pool questions (not in diamond) in the calibration split",
-        "test_source": "where the diamond test rows are read to remove them from a local "
-                       "calibration pool (None: the hub)",
-    }
-
     def __init__(self, *, calibration_size: int = 100, test_source: str | None = None):
+        """Its options, a configuration's ``benchmark_args``.
+
+        Args:
+            calibration_size: main-pool questions (not in diamond) in the calibration split.
+            test_source: where the diamond test rows are read to remove them from a local
+                calibration pool (None: the hub).
+        """
         self.calibration_size = calibration_size
         self.test_source = test_source
 

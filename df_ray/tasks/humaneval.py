@@ -46,7 +46,6 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import ClassVar
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
@@ -133,23 +132,24 @@ class HumanEvalTask(BaseTask):
     takes_cache_root = True
     CANDIDATES = ("text", "behaviour")
 
-    arg_descriptions: ClassVar[dict[str, str]] = {
-        "calibration_size": "problems in the held-out calibration split",
-        "timeout_s": "seconds a program's test run may take in the sandbox",
-        "memory_mb": "memory a program may use in the sandbox, in MiB",
-        "isolation": "the sandbox's isolation level (set from the config's "
-                     "sandbox.isolation; None: the best this machine has)",
-        "candidates": "how programs are keyed into candidates: text (normalized source) or "
-                      "behaviour (their outputs on the prompt's own example inputs)",
-        "behaviour_timeout_s": "seconds one program's run on the example inputs may take "
-                               "(candidates: behaviour)",
-        "cache_root": "where behaviour keys are cached (set from the config's cache_root)",
-    }
-
     def __init__(self, *, calibration_size: int = 100, timeout_s: float = 10.0,
                  memory_mb: int = 1024, isolation: str | None = None,
                  candidates: str = "text", behaviour_timeout_s: float = 5.0,
                  cache_root: str | None = None):
+        """Its options, a configuration's ``benchmark_args``.
+
+        Args:
+            calibration_size: problems in the held-out calibration split.
+            timeout_s: seconds a program's test run may take in the sandbox.
+            memory_mb: memory a program may use in the sandbox, in MiB.
+            isolation: the sandbox's isolation level (set from the config's sandbox.isolation; None:
+                the best this machine has).
+            candidates: how programs are keyed into candidates: text (normalized source) or
+                behaviour (their outputs on the prompt's own example inputs).
+            behaviour_timeout_s: seconds one program's run on the example inputs may take
+                (candidates: behaviour).
+            cache_root: where behaviour keys are cached (set from the config's cache_root).
+        """
         from df_ray.sandbox import check_level
 
         if candidates not in self.CANDIDATES:

@@ -84,7 +84,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
@@ -438,20 +437,20 @@ class LegalBenchTask(BaseTask):
                  "or pass source=<a local copy: one folder per task, see "
                  "df_ray/tasks/legalbench.py>")
 
-    arg_descriptions: ClassVar[dict[str, str]] = {
-        "tasks": "the LegalBench tasks to sample (None: every exact-match task the source "
-                 "holds)",
-        "test_size": "rows in the test split, stratified over the tasks",
-        "calibration_size": "rows in the calibration split, stratified over the tasks",
-        "few_shot": "train examples per task in the prompt (prompts: ours)",
-        "prompts": "zero_shot (LegalBench's prompt without its examples), official (its "
-                   "base_prompt.txt with them) or ours (df_ray's instructions with few-shot "
-                   "examples); None: DF_RAY_LEGALBENCH_PROMPTS, else zero_shot",
-    }
-
     def __init__(self, *, tasks: Sequence[str] | None = None, test_size: int = 500,
                  calibration_size: int = 100, few_shot: int = FEW_SHOT,
                  prompts: str | None = None):
+        """Its options, a configuration's ``benchmark_args``.
+
+        Args:
+            tasks: the LegalBench tasks to sample (None: every exact-match task the source holds).
+            test_size: rows in the test split, stratified over the tasks.
+            calibration_size: rows in the calibration split, stratified over the tasks.
+            few_shot: train examples per task in the prompt (prompts: ours).
+            prompts: zero_shot (LegalBench's prompt without its examples), official (its
+                base_prompt.txt with them) or ours (df_ray's instructions with few-shot examples);
+                None: DF_RAY_LEGALBENCH_PROMPTS, else zero_shot.
+        """
         self.tasks = tuple(tasks) if tasks is not None else None
         self.test_size = test_size
         self.calibration_size = calibration_size

@@ -40,7 +40,7 @@ helper process elsewhere): a comparison that runs past its bound is wrong, with 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
@@ -121,14 +121,15 @@ class MathTask(BaseTask):
     data_hint = ("fetch those data sets into the Hugging Face cache, or pass source=<GoA's "
                  "MATH_test.json or a MATH-500 file>")
 
-    arg_descriptions: ClassVar[dict[str, str]] = {
-        "calibration_size": "problems of the full MATH test set, not in MATH-500, in the "
-                            "calibration split",
-        "test_source": "where the test set is read to remove it from a local calibration "
-                       "pool (None: the hub's MATH-500)",
-    }
-
     def __init__(self, *, calibration_size: int = 150, test_source: str | None = None):
+        """Its options, a configuration's ``benchmark_args``.
+
+        Args:
+            calibration_size: problems of the full MATH test set, not in MATH-500, in the
+                calibration split.
+            test_source: where the test set is read to remove it from a local calibration pool
+                (None: the hub's MATH-500).
+        """
         self.calibration_size = calibration_size
         self.test_source = test_source
 

@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import os
 import re
-from typing import ClassVar
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
@@ -228,19 +227,20 @@ class MMLUProTask(GoADataTask):
                  "cache, or pass source=<a local MMLU-Pro file> and "
                  "calibration_source=<held-out rows>")
 
-    arg_descriptions: ClassVar[dict[str, str]] = {
-        "per_category_test": "test questions per category (14 categories)",
-        "calibration_size": "questions in the calibration split (the next ones per category)",
-        "prompt": "ours (df_ray's zero-shot prompt) or official (MMLU-Pro's own 5-shot "
-                  "chain-of-thought prompt with the category's validation examples)",
-        "validation_source": "a local copy of the validation split (the official prompt's "
-                             "examples; None: $DF_RAY_MMLU_PRO_VALIDATION, else the hub)",
-        "shots": "validation examples per category in the official prompt",
-    }
-
     def __init__(self, *, per_category_test: int = 150, calibration_size: int = 150,
                  prompt: str = "ours", validation_source: str | None = None,
                  shots: int = COT_SHOTS):
+        """Its options, a configuration's ``benchmark_args``.
+
+        Args:
+            per_category_test: test questions per category (14 categories).
+            calibration_size: questions in the calibration split (the next ones per category).
+            prompt: ours (df_ray's zero-shot prompt) or official (MMLU-Pro's own 5-shot chain-of-
+                thought prompt with the category's validation examples).
+            validation_source: a local copy of the validation split (the official prompt's examples;
+                None: $DF_RAY_MMLU_PRO_VALIDATION, else the hub).
+            shots: validation examples per category in the official prompt.
+        """
         if prompt not in PROMPTS:
             raise ValueError(f"prompt {prompt!r} is not one of {', '.join(PROMPTS)}")
         if isinstance(shots, bool) or not isinstance(shots, int) or shots < 1:

@@ -6,7 +6,6 @@ one the models generate."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
@@ -101,10 +100,14 @@ def test_a_field_without_a_description_is_found(monkeypatch):
 
     class Quiet(BaseTask):
         kind = "choice"
-        arg_descriptions: ClassVar[dict[str, str]] = {"size": "how many"}
 
         def __init__(self, *, size: int = 3, shuffle: bool = False):
-            pass
+            """A toy.
+
+            Args:
+                size: how many
+                    (of them).
+            """
 
     import types
 
@@ -113,5 +116,5 @@ def test_a_field_without_a_description_is_found(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, mod.__name__, mod)
     monkeypatch.setitem(tasks.REGISTRY, "quiet", f"{mod.__name__}:Quiet")
     found = dict(described_fields(catalog.as_json()))
-    assert found["benchmarks.quiet.benchmark_args.size"] == "how many"
+    assert found["benchmarks.quiet.benchmark_args.size"] == "how many (of them)"
     assert found["benchmarks.quiet.benchmark_args.shuffle"] == ""

@@ -170,8 +170,7 @@ def valid_letter(letter: str, n_options: int | None) -> bool:
 class Options:
     """What a choice answer's spec says of its question."""
 
-    n_options: int | None = option(
-        None, "how many options the question has (4: A-D; None: A-J)")
+    n_options: int | None = option(None, "how many options (4: A-D; None: A-J)")
 
 
 def parse(text: str, spec: ParseSpec) -> Found | Invalid:

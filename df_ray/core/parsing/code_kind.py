@@ -126,8 +126,7 @@ def extract_code(text: str, entry_point: str | None) -> tuple[str, float] | None
 class Options:
     """What a code answer must be."""
 
-    entry_point: str | None = option(
-        None, "the function a code answer must define (None: any code)")
+    entry_point: str | None = option(None, "the function an answer defines (None: any)")
 
 
 def parse(text: str, spec: ParseSpec) -> Found | Invalid:

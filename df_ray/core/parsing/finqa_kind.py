@@ -501,8 +501,7 @@ def number_key(token: str) -> str | None:
 class Options:
     """What a FinQA program runs on."""
 
-    table: tuple[tuple[str, ...], ...] | None = option(
-        None, "the sample's table (rows of cells) that a program's table_* operations read")
+    table: tuple[tuple[str, ...], ...] | None = option(None, "the table (rows of cells) programs read")
 
 
 def parse(text: str, spec: ParseSpec) -> Found | Invalid:

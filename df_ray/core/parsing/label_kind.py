@@ -86,8 +86,7 @@ def extract_label(text: str, labels: tuple[str, ...] | None) -> tuple[str, float
 class Options:
     """The labels a label answer is one of."""
 
-    labels: tuple[str, ...] | None = option(
-        None, "the task's label set (None: any label)")
+    labels: tuple[str, ...] | None = option(None, "the label set (None: any label)")
 
 
 def parse(text: str, spec: ParseSpec) -> Found | Invalid:
