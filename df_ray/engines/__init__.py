@@ -7,8 +7,9 @@ built.
 
 from __future__ import annotations
 
+from typing import Any
+
 from df_ray.engines.base import ChatRequest, Completion, Engine, Message, SamplingParams
-from df_ray.engines.models import EMBEDDED_MODELS
 from df_ray.engines.spec import (
     ENGINE_KINDS,
     EngineSpec,
@@ -32,6 +33,18 @@ __all__ = [
     "register_engine_kind",
     "spec_class",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``EMBEDDED_MODELS`` is imported on first use: importing the package must not import
+    ``df_ray.engines.models``, which also runs as a script (``python -m
+    df_ray.engines.models``, in scripts/setup.sh), and runpy warns about a module that its
+    package already imported."""
+    if name == "EMBEDDED_MODELS":
+        from df_ray.engines.models import EMBEDDED_MODELS
+
+        return EMBEDDED_MODELS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_engine(spec: EngineSpec | dict) -> Engine:
