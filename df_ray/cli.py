@@ -254,6 +254,9 @@ def print_results(results) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from df_ray.pipeline.local_ray import token_auth_for_local_ray
+
+    token_auth_for_local_ray(args.address)  # before Ray is imported
     from df_ray.pipeline.runner import run_sweep
 
     sweep = load_with_overrides(args.config, args.set or [], args.limit, args.experiment,

@@ -27,6 +27,16 @@ def shared_backbones(configs: Sequence[RunConfig]) -> dict[str, EngineSpec]:
     return out
 
 
+#: What Ray logs at error level when the stage's actors start (Ray Data hands every actor
+#: of a pool its DataContext and its transform as object-store references, and restarts
+#: actors: ``max_restarts=-1``), said once in df_ray's words before it appears. It cannot be
+#: removed at its cause without turning off the stage's restarts.
+OBJECT_STORE_NOTE = ("Ray's error-level line 'has constructor arguments in the object store' "
+                     "is Ray Data's own (its stage actors get their context by reference, "
+                     "held by this driver for the run): expected, nothing is lost "
+                     "(ray-project/ray#53727)")
+
+
 class EngineLifecycle:
     """A job's engines: the union of its configurations' backbones, started on first use
     (once, whatever the number of configurations) and shut down at the end."""
@@ -55,6 +65,7 @@ class EngineLifecycle:
                 raise
             self._pool = pool
             self.say(f"engines ready in {time.time() - t:.1f}s")
+            self.say(OBJECT_STORE_NOTE)
         return self._pool
 
     def shutdown(self) -> None:
