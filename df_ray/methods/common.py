@@ -39,6 +39,12 @@ AGENT_ROLE = "agent"
 AgentId = Annotated[str, StringConstraints(strict=True, min_length=1)]
 
 
+def from_args(name: str) -> Any:
+    """A method's read-only attribute that is one of its Args (``self.args.<name>``):
+    ``samples = from_args("samples")`` in the class body."""
+    return property(lambda self: getattr(self.args, name), doc=f"``self.args.{name}``")
+
+
 def pick_agent(ctx: MethodContext, agent_id: str | None, method: str) -> AgentView:
     """The agent named by ``agent_id`` (an agent or the coordinator), else the first agent."""
     if agent_id is None:

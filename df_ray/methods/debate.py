@@ -36,6 +36,7 @@ from pydantic import Field
 from df_ray.engines.base import Message
 from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.common import (
+    from_args,
     independent_calls,
     independent_observations,
     majority,
@@ -56,13 +57,8 @@ class Debate(Method):
         rounds: int = Field(2, strict=True, ge=1,
                             description="debate rounds including the independent one")
 
-    @property
-    def n_rounds(self) -> int:
-        return self.args.rounds
-
-    @property
-    def rounds(self) -> int:
-        return self.n_rounds
+    n_rounds = from_args("rounds")
+    rounds = from_args("rounds")
 
     def _texts(self, state: SampleState, round: int) -> dict[str, str]:
         return {a: (r.text if not r.error else "")

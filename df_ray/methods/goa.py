@@ -125,7 +125,13 @@ from df_ray.methods.base import (
     SampleState,
     derive_seed,
 )
-from df_ray.methods.common import AGENT_ROLE, independent_call, lead_agent, parse_record
+from df_ray.methods.common import (
+    AGENT_ROLE,
+    from_args,
+    independent_call,
+    lead_agent,
+    parse_record,
+)
 from df_ray.methods.json_answers import fallback_answer, goa_json
 from df_ray.methods.prompt_templates import (
     goa_answer_hint,
@@ -265,13 +271,8 @@ class GraphOfAgents(Method):
                                   "generate_vllm), or df_ray's Question/Answer completion "
                                   "prompt (completion)")
 
-    @property
-    def mp_rounds(self) -> int:
-        return self.args.rounds
-
-    @property
-    def top_k(self) -> int | None:
-        return self.args.top_k
+    mp_rounds = from_args("rounds")
+    top_k = from_args("top_k")
 
     @property
     def threshold(self) -> float:

@@ -41,6 +41,7 @@ from pydantic import Field
 
 from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.common import (
+    from_args,
     independent_calls,
     independent_observations,
     lead_agent,
@@ -65,13 +66,8 @@ class MixtureOfAgents(Method):
             description="the aggregator's temperature (the reference's 0.7; null: the "
                         "aggregator agent's own)")
 
-    @property
-    def layers(self) -> int:
-        return self.args.layers
-
-    @property
-    def rounds(self) -> int:
-        return self.layers
+    layers = from_args("layers")
+    rounds = from_args("layers")
 
     def _references(self, state: SampleState, ctx: MethodContext, round: int) -> list[str]:
         recs = records_by_agent(state, round=round)

@@ -70,6 +70,7 @@ from df_ray.methods.base import (
     derive_seed,
 )
 from df_ray.methods.common import (
+    from_args,
     independent_calls,
     obs_summary,
     parse_record,
@@ -114,9 +115,7 @@ class ReConcile(Method):
                                 "explanations; df_ray: the task's answer format and raw "
                                 "traces (ablation)")
 
-    @property
-    def discussion_rounds(self) -> int:
-        return self.args.rounds
+    discussion_rounds = from_args("rounds")
 
     @property
     def json(self) -> bool:

@@ -34,6 +34,7 @@ from df_ray.methods.common import (
     AGENT_ROLE,
     INDEPENDENT_SLOT,
     AgentId,
+    from_args,
     independent_observations,
     observations,
     pick_agent,
@@ -53,13 +54,8 @@ class SelfConsistency(Method):
         agent: AgentId | None = Field(
             None, description="draw from this agent only (default: every agent)")
 
-    @property
-    def samples(self) -> int:
-        return self.args.samples
-
-    @property
-    def agent_id(self) -> str | None:
-        return self.args.agent
+    samples = from_args("samples")
+    agent_id = from_args("agent")
 
     @property
     def rounds(self) -> int:

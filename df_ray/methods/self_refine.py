@@ -73,6 +73,7 @@ from df_ray.methods.base import (
 from df_ray.methods.common import (
     AGENT_ROLE,
     AgentId,
+    from_args,
     independent_call,
     independent_observations,
     parse_record,
@@ -126,13 +127,8 @@ class SelfRefine(Method):
             description="few_shot: the feedback calls' completion budget (the reference's "
                         "GSMFeedback max_tokens 600); null: the agent's own")
 
-    @property
-    def iterations(self) -> int:
-        return self.args.iterations
-
-    @property
-    def agent_id(self) -> str | None:
-        return self.args.agent
+    iterations = from_args("iterations")
+    agent_id = from_args("agent")
 
     @property
     def few_shot(self) -> bool:

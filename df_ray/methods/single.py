@@ -14,6 +14,7 @@ from pydantic import Field
 from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.common import (
     AgentId,
+    from_args,
     independent_call,
     independent_observations,
     pick_agent,
@@ -27,9 +28,7 @@ class SingleAgent(Method):
         agent: AgentId | None = Field(
             None, description="the agent that answers (default: the run's first agent)")
 
-    @property
-    def agent_id(self) -> str | None:
-        return self.args.agent
+    agent_id = from_args("agent")
 
     @property
     def rounds(self) -> int:

@@ -24,6 +24,7 @@ from pydantic import Field
 from df_ray.core.belief import LAPLACE_PRIOR
 from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.common import (
+    from_args,
     independent_calls,
     independent_observations,
     majority,
@@ -39,9 +40,7 @@ class WeightedVote(Method):
         majority: bool = Field(False, strict=True,
                                description="the unweighted plurality vote (no calibration)")
 
-    @property
-    def majority(self) -> bool:
-        return self.args.majority
+    majority = from_args("majority")
 
     @property
     def needs_calibration(self) -> bool:
