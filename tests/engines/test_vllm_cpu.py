@@ -205,3 +205,37 @@ def test_throughput_script_small_workload(tiny_llama):
     line = next(x for x in out.stdout.splitlines() if x.startswith("# (a)/(b) tokens/s"))
     assert "failed calls 0" in out.stdout
     print(line)
+
+
+def test_a_killed_engine_actor_leaves_no_engine_core_running(tiny_llama, ray_local):
+    """SIGKILL of the engine actor (``ray.kill``: no cleanup runs in it) takes its vLLM
+    engine-core process with it (df_ray.engines.reaper): a restarted actor finds the memory
+    free."""
+    import time
+
+    import psutil
+    import ray
+
+    from df_ray.pipeline.engine_pool import EngineActor
+
+    spec = make_spec(kind="vllm", model=tiny_llama, dtype="float32", max_model_len=128,
+                     num_gpus=0, engine_args={"enforce_eager": True, "max_num_seqs": 4,
+                                              "distributed_executor_backend": "uni"})
+    actor = EngineActor.options(max_restarts=0, num_cpus=0).remote(
+        spec.model_dump(mode="json"), "tiny", 0)
+    assert ray.get(actor.stats.remote(), timeout=600)["model"] == tiny_llama
+    pid = ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+    # the engine core and whatever it started; the reaper sidecar is not the engine's
+    engine = [p for p in psutil.Process(pid).children(recursive=True)
+              if "df_ray.engines.reaper" not in " ".join(p.cmdline())]
+    assert engine, "the async engine runs its engine core in a child process"
+    # the sidecar started before the build and looks every second; the engine core has run
+    # since the build: margin enough that it has been seen
+    time.sleep(3)
+    ray.kill(actor, no_restart=True)
+    end = time.monotonic() + 120  # a bound on a hang, not a timing check
+    alive = engine
+    while alive and time.monotonic() < end:
+        time.sleep(0.5)
+        alive = [p for p in engine if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, [(p.pid, p.name()) for p in alive]
