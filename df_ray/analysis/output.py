@@ -39,6 +39,14 @@ def _ci(r: Any, acc: str, lo: str, hi: str) -> str:
     return a
 
 
+def _vs_full(r: Any, m: str) -> str:
+    if pd.isna(r.get(f"{m}_vs_full")):
+        return "–"
+    p = r[f"{m}_p_mcnemar"]
+    return (f"{int(r[f'{m}_b'])} / {int(r[f'{m}_c'])}, "
+            + ("–" if pd.isna(p) else f"{p:.3f}"))
+
+
 def benchmark_markdown(b: Any) -> list[str]:
     L = [f"## {b.benchmark} (pool: {b.pool}, agents {', '.join(b.agents)}; run seed {b.seed})",
          "", f"{b.n_test} test samples, {b.n_held_out} held-out samples; cached calls used: "
@@ -101,11 +109,18 @@ def benchmark_markdown(b: Any) -> list[str]:
         L += ["### Agent subsets", "", f"{s.note}; calibration refitted on each subset "
               "from the calibration split's cached calls (the full pool: its frozen file).", ""]
         L += _table(["agents", "vote % [95% CI]", "belief only % [95% CI]",
-                     "DarkForest %", "trusted %", "tokens/sample"],
+                     "DarkForest %", "DarkForest vs all (+ / -, McNemar p)", "trusted %",
+                     "tokens/sample"],
                     [[r["agents"], _ci(r, "vote", "vote_lo", "vote_hi"),
                       _ci(r, "belief_only", "belief_only_lo", "belief_only_hi"),
-                      _pct(r["darkforest"]), _pct(r["trusted_rate"]),
+                      _pct(r["darkforest"]), _vs_full(r, "darkforest"),
+                      _pct(r["trusted_rate"]),
                       _num(r["tokens_per_sample"])] for _, r in s.table.iterrows()])
+        L += ["", "Votes are scored with ties broken uniformly (1/m per correct answer of "
+              "an m-way tie). Each subset's per-problem outcomes: `*_subset_outcomes.csv`; "
+              "its paired differences against all agents (vote, belief only, DarkForest: "
+              "`*_vs_full`, discordant `*_b` / `*_c`, exact McNemar `*_p_mcnemar` where "
+              "both are 0/1, paired t `*_p_t`): `*_subsets.csv`."]
         L += ["", "Leave one out (accuracy of the full pool minus the pool without the agent, "
               "points):", ""]
         L += _table(["left out", "vote", "belief only", "DarkForest"],
@@ -197,7 +212,8 @@ def write(analysis: Any, out: Path) -> list[Path]:
                 text += f"\n![{b.benchmark} frontier]({plot.name})\n"
         if b.subsets is not None:
             frames.update(subsets=b.subsets.table, leave_one_out=b.subsets.leave_one_out,
-                          shapley=b.subsets.shapley, best_subsets=b.subsets.best)
+                          shapley=b.subsets.shapley, best_subsets=b.subsets.best,
+                          subset_outcomes=b.subsets.outcomes)
         if b.thresholds is not None and not b.thresholds.table.empty:
             frames["thresholds"] = b.thresholds.table
         if b.early_stop is not None:

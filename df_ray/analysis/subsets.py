@@ -4,12 +4,17 @@ with its coordinator where the subset's coordinator calls are cached, leave-one-
 Shapley values and the best subset of each size.
 
 A subset S is the configuration "the pool's configuration with only S's agents" (config
-order kept): its vote is ``weighted_vote`` with ``majority``, its belief-only decision
+order kept): its vote is ``weighted_vote`` with ``majority``, scored with its ties broken
+uniformly (``expected``: 1/m for each correct answer of an m-way tie, so no config order
+decides a subset's vote or a Shapley value), its belief-only decision
 DarkForest with ``belief_only`` and the calibration fitted on S alone (``fit_calibration``
 over the calibration split's cached records restricted to S: the file a real run of S
 would fit). The full pool uses the sweep's frozen calibration file when one matches, as
-its run did. DarkForest with a coordinator is lazy: the coordinator is asked only where the
-subset's guardrail does not trust z*, and counted when the call is cached.
+its run did (its top candidates' ties scored the same way). DarkForest with a coordinator
+is lazy: the coordinator is asked only where the subset's guardrail does not trust z*, and
+counted when the call is cached. Each subset's per-problem outcomes are kept
+(:func:`subset_outcomes`), with the paired difference against the full pool: the exact
+McNemar p where both outcomes are 0/1, the clustered t p beside it.
 
 Up to ``max_exact`` agents (10) every one of the 2^n - 1 subsets is evaluated and Shapley
 values are exact; beyond, the subsets are the singletons, the leave-one-outs, the full
@@ -32,11 +37,13 @@ import numpy as np
 import pandas as pd
 
 from df_ray.analysis.cached import CachedPool, Missing, lookup, parse_records
-from df_ray.analysis.decisions import belief_of, darkforest_final, vote_final
+from df_ray.analysis.decisions import belief_of, darkforest_final
 from df_ray.core import BeliefConfig, CalibrationRecord, GuardrailConfig, fit_calibration
 from df_ray.core.guardrail import is_trusted
+from df_ray.core.voting import tied_answers
 from df_ray.methods.base import SampleState
-from df_ray.reporting.stats import bootstrap_ci
+from df_ray.methods.common import representative
+from df_ray.reporting.stats import bootstrap_ci, paired_difference
 
 Subset = tuple[str, ...]
 
@@ -146,24 +153,33 @@ class SubsetEvaluator:
             return hit
         test, grader = self.pool.test, self.pool.grader
         n = len(test.samples)
-        vote = np.zeros(n, bool)
-        belief_only = np.zeros(n, bool)
+        vote = np.zeros(n, float)
+        belief_only = np.zeros(n, float)
         trusted = np.zeros(n, bool)
         tokens = np.zeros(n, np.int64)
-        order = self.order(subset)
         beliefs = self.beliefs(subset)
         for i, (s, o, b) in enumerate(zip(test.samples, test.obs, beliefs, strict=True)):
             obs = [o[a] for a in subset]
-            vote[i] = grader.correct(s, vote_final(obs, order))
+            vote[i] = self._credit(s, obs, tied_answers(obs))
             decision, final = darkforest_final(obs, b, None, self.guard)
             trusted[i] = decision.trusted
-            belief_only[i] = grader.correct(s, final)
+            top = _tied_top(b)
+            belief_only[i] = (self._credit(s, obs, top) if len(top) > 1
+                              else grader.correct(s, final))
             tokens[i] = sum(test.tokens[i][a] for a in subset)
         res = SubsetResult(subset, vote, belief_only, tokens, trusted)
         if self.settings.coordinator and self.coordinator_id is not None:
             self._with_coordinator(res, beliefs)
         self.results[subset] = res
         return res
+
+    def _credit(self, sample: Any, obs: Sequence[Any], tied: Sequence[str]) -> float:
+        """The expected correctness of a uniform pick among the ``tied`` answers of
+        ``obs`` (each graded by its best-parsed supporter, as the vote's winner is)."""
+        if not tied:
+            return float(self.pool.grader.correct(sample, None))
+        return sum(self.pool.grader.correct(sample, representative(list(obs), a))
+                   for a in tied) / len(tied)
 
     def coordinator_answer(self, subset: Subset, i: int, belief: Any = None
                            ) -> tuple[Any, int] | None:
@@ -245,6 +261,18 @@ class SubsetEvaluator:
             res.darkforest, res.darkforest_tokens = df, df_tokens
 
 
+def _tied_top(belief: Any) -> list[str]:
+    """The belief's candidates level with z* (posterior and support)."""
+    if not belief.clusters:
+        return []
+
+    def score(c: Any) -> tuple[float, int]:
+        return (round(float(c.posterior), 12), len(c.support))
+
+    best = max(score(c) for c in belief.clusters)
+    return [c.answer for c in belief.clusters if score(c) == best]
+
+
 # ----------------------------------------------------------------------------- subsets
 
 
@@ -321,6 +349,8 @@ class SubsetSection:
     exact: bool
     note: str
     lines: list[str] = field(default_factory=list)
+    #: every subset's per-problem outcomes (:func:`subset_outcomes`)
+    outcomes: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _acc(x: np.ndarray | None) -> float:
@@ -348,6 +378,7 @@ def subset_section(ev: SubsetEvaluator) -> SubsetSection:
                                                       else float("nan"))})
     table = pd.DataFrame(rows)
     full = ev.evaluate(tuple(agents))
+    table = _against_full(table, subsets, ev, full)
     loo = []
     for a in agents:
         rest = tuple(x for x in agents if x != a)
@@ -402,4 +433,43 @@ def subset_section(ev: SubsetEvaluator) -> SubsetSection:
                      "subset(s) (their coordinator calls were never made; `--fresh` makes "
                      "them)")
     return SubsetSection(table, pd.DataFrame(loo), shapley, pd.DataFrame(best_rows),
-                         pd.DataFrame(by_size), exact, note, lines)
+                         pd.DataFrame(by_size), exact, note, lines,
+                         subset_outcomes(ev, subsets))
+
+
+def subset_outcomes(ev: SubsetEvaluator, subsets: Sequence[Subset]) -> pd.DataFrame:
+    """Every subset's per-problem outcomes: one row per (subset, sample) with its vote's,
+    belief-only decision's and DarkForest's outcome (credits in [0, 1] where a tie was
+    scored 1/m; DarkForest NaN where its coordinator calls are not cached)."""
+    ids = [s.id for s in ev.pool.test.samples]
+    parts = []
+    for s in subsets:
+        r = ev.evaluate(s)
+        parts.append(pd.DataFrame({
+            "agents": "+".join(s), "sample_id": ids, "vote": r.vote,
+            "belief_only": r.belief_only,
+            "darkforest": (r.darkforest.astype(float) if r.darkforest is not None
+                           else np.full(len(ids), np.nan))}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _against_full(table: pd.DataFrame, subsets: Sequence[Subset], ev: SubsetEvaluator,
+                  full: SubsetResult) -> pd.DataFrame:
+    """``table`` with each metric's paired difference against the full pool over the test
+    samples: ``<m>_vs_full`` (points as a share), the discordant pairs ``<m>_b`` (subset
+    ahead) and ``<m>_c``, the exact McNemar p (NaN where an outcome is a tie's credit) and
+    the paired t p."""
+    ids = [s.id for s in ev.pool.test.samples]
+    cols: dict[str, list] = {}
+    for s in subsets:
+        r = ev.evaluate(s)
+        for m in METRICS:
+            a, b = getattr(r, m), getattr(full, m)
+            if a is None or b is None:
+                vals = [math.nan] * 5
+            else:
+                d = paired_difference(np.asarray(a, float), np.asarray(b, float), ids)
+                vals = [d.diff, d.b, d.c, d.p_mcnemar, d.p_clustered]
+            for name, v in zip(("vs_full", "b", "c", "p_mcnemar", "p_t"), vals, strict=True):
+                cols.setdefault(f"{m}_{name}", []).append(v)
+    return table.assign(**cols)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from df_ray.analysis import analyze
 from df_ray.analysis.subsets import all_subsets, sampled_subsets, shapley_exact, shapley_sampled
 from df_ray.pipeline.cache import count_parts
+from df_ray.reporting.ties import tie_outcome
 from tests.analysis.sweep import AGENTS, run_config, run_sweep, sweep_config, variant
 
 
@@ -44,13 +46,48 @@ def test_every_subset_equals_a_real_scripted_sweep_of_it(swept):
         belief = run_config(variant(pool, agents=agents, calibration=cal,
                                     method_args={"belief_only": True}), write=False)
         row = table.loc["+".join(subset)]
-        assert row["vote"] == pytest.approx(vote.accuracy, abs=1e-12), subset
-        assert row["belief_only"] == pytest.approx(belief.accuracy, abs=1e-12), subset
+        # the subset's vote from the cache, ties scored 1/m, is the real run's recorded rows
+        # scored so by the report (df_ray.reporting.ties)
+        assert row["vote"] == pytest.approx(expected(vote, "weighted_vote"), abs=1e-12), subset
+        assert row["belief_only"] == pytest.approx(expected(belief, "darkforest"),
+                                                   abs=1e-12), subset
         assert vote.metrics["fresh_calls"] == 0 and belief.metrics["fresh_calls"] == 0
+        outcomes = b.subsets.outcomes[b.subsets.outcomes["agents"] == "+".join(subset)]
+        assert outcomes["vote"].mean() == pytest.approx(row["vote"])
+        assert len(outcomes) == len(vote.rows)
     full = table.loc["+".join(AGENTS)]
     assert full["darkforest"] == pytest.approx(evs["darkforest"].accuracy, abs=1e-12)
-    assert full["belief_only"] == pytest.approx(evs["darkforest belief only"].accuracy)
-    assert full["vote"] == pytest.approx(evs["majority_vote"].accuracy)
+    assert full["belief_only"] == pytest.approx(expected(evs["darkforest belief only"],
+                                                         "darkforest"))
+    assert full["vote"] == pytest.approx(expected(evs["majority_vote"], "weighted_vote"))
+    assert (full["vote_vs_full"], full["vote_b"], full["vote_c"]) == (0.0, 0, 0)
+
+
+def expected(ev, method: str) -> float:
+    """A run's accuracy with its votes' ties scored 1/m, from its recorded rows."""
+    return sum(tie_outcome(json.loads(r.detail), method, r.correct, "expected", 0,
+                           r.sample_id, r.method_columns).credit for r in ev.rows) / len(ev.rows)
+
+
+def test_each_subset_is_tested_against_the_full_pool(swept):
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    _, _, analysis, _, _ = swept
+    (b,) = analysis.benchmarks
+    out = b.subsets.outcomes
+    full = out[out["agents"] == "+".join(AGENTS)].set_index("sample_id")
+    table = b.subsets.table.set_index("agents")
+    for agents, g in out.groupby("agents"):
+        if g["darkforest"].isna().any():
+            continue
+        a = g.set_index("sample_id")["darkforest"].astype(bool)
+        f = full["darkforest"].astype(bool).loc[a.index]
+        n01, n10 = int((a & ~f).sum()), int((~a & f).sum())
+        row = table.loc[agents]
+        assert (row["darkforest_b"], row["darkforest_c"]) == (n01, n10)
+        p = mcnemar([[int((a & f).sum()), n01], [n10, int((~a & ~f).sum())]],
+                    exact=True).pvalue
+        assert row["darkforest_p_mcnemar"] == pytest.approx(p)
 
 
 def test_shapley_values_are_efficient_and_match_brute_force_over_orders(swept):
