@@ -11,13 +11,14 @@ import contextvars
 import csv
 import gzip
 import hashlib
+import io
 import itertools
 import json
 import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -252,44 +253,28 @@ def read_rows(path: str | os.PathLike[str], limit: int | None = None) -> list[di
     (all values strings) and ``.parquet`` (read through ``datasets.load_dataset("parquet")``,
     the same code path the hub parquet conversions take).
 
-    ``limit``: the first ``limit`` rows only, reading no further than they need: JSON lines
-    and CSV stop reading the file there, a JSON list is decoded one row at a time and stops
-    (its text is read, its other rows never become objects), parquet takes a slice. Rows past
-    the limit are not checked.
+    ``limit``: the first ``limit`` rows of :func:`iter_rows`, which streams every format: the
+    memory a limited read takes does not grow with the file, and rows past the limit are
+    neither read nor checked.
     """
-    p = Path(path)
+    p = _data_file(path)
+    if limit is not None:
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        return list(itertools.islice(iter_rows(p), limit)) if limit else []
     name = p.name.lower()
-    if not p.is_file():
-        raise FileNotFoundError(f"data file not found: {p}")
-    if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
     if name.endswith(".parquet"):
-        return _read_parquet(p, limit)
+        return _read_parquet(p)
     if name.endswith((".csv", ".tsv")):
-        try:
-            with p.open(newline="", encoding="utf-8") as f:
-                reader = csv.DictReader(f, delimiter="\t" if name.endswith(".tsv") else ",")
-                return [dict(r) for r in itertools.islice(reader, limit)]
-        except UnicodeDecodeError as e:
-            raise _not_utf8(p, e) from None
+        return list(iter_rows(p))
     opener = gzip.open if name.endswith(".gz") else open
     try:
         with opener(p, "rt", encoding="utf-8") as f:  # type: ignore[operator]
-            if limit is not None and name.endswith((".jsonl", ".jsonl.gz")):
-                return _json_lines(f, p, limit)
-            if limit is not None and name.endswith((".json", ".json.gz")):
-                head = f.read(_CHUNK)
-                if head.lstrip().startswith("["):
-                    return _json_list_prefix(f, head, p, limit)
-                text = head + f.read()
-            else:
-                text = f.read()
+            text = f.read()
     except UnicodeDecodeError as e:
         raise _not_utf8(p, e) from None
     except (OSError, EOFError) as e:
-        if name.endswith(".gz") and not isinstance(e, FileNotFoundError):
-            raise DataSchemaError(f"{p}: not a readable gzip file ({e})") from None
-        raise
+        raise _not_gzip(p, e) from None
     stripped = text.lstrip()
     if name.endswith((".json", ".json.gz")) and stripped.startswith("["):
         data = _json(text, p)
@@ -298,84 +283,99 @@ def read_rows(path: str | os.PathLike[str], limit: int | None = None) -> list[di
         return data
     if name.endswith((".json", ".json.gz")) and stripped.startswith("{") and "\n" not in \
             stripped.strip():
-        return [_json(text, p)][:limit]
-    return _json_lines(text.splitlines(), p, limit)
+        return [_json(text, p)]
+    return list(_json_lines(text.splitlines(), p))
 
 
-def _json_lines(lines: Iterable[str], p: Path, limit: int | None) -> list[dict]:
-    """JSON lines (blank lines skipped), the first ``limit`` rows: the lines after them are
-    never read from ``lines`` (a file object is read no further)."""
-    rows: list[dict] = []
-    if limit == 0:
-        return rows
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        rows.append(_json(line, p, f"line {i + 1}: "))
-        if limit is not None and len(rows) >= limit:
-            break
-    return rows
-
-
-#: Characters a limited read of a JSON list takes from the file at a time.
-_CHUNK = 1 << 20
-
-
-def _json_list_prefix(f: Any, head: str, p: Path, limit: int) -> list[Any]:
-    """The first ``limit`` elements of the JSON list in file ``f`` (``head``: its first
-    characters, already read), decoded one at a time from a buffer that holds about one
-    element beyond a chunk: the file is read no further than they need."""
-    dec = json.JSONDecoder()
-    ws = re.compile(r"\s*")
-    buf = head
-    i = buf.index("[") + 1
-    eof = False
-    out: list[Any] = []
-
-    def more() -> bool:
-        nonlocal buf, i, eof
-        if eof:
-            return False
-        chunk = f.read(_CHUNK)
-        if not chunk:
-            eof = True
-            return False
-        buf, i = buf[i:] + chunk, 0  # what was decoded is dropped
-        return True
-
-    while len(out) < limit:
-        i = ws.match(buf, i).end()
-        while i >= len(buf) and more():
-            i = ws.match(buf, i).end()
-        if i >= len(buf):
-            raise DataSchemaError(f"{p}: not valid JSON: the list is not closed")
-        if buf[i] == "]":
-            break
+def iter_rows(path: str | os.PathLike[str], columns: Sequence[str] | None = None
+              ) -> Iterator[Any]:
+    """The rows of a local data file one at a time, in the file's order, holding no more
+    than a row (a Parquet batch) at a time: JSON lines and CSV line by line, Parquet batch by
+    batch (pyarrow; ``columns``: only these columns, for Parquet alone), a JSON list parsed
+    incrementally (``ijson``). Stop iterating and the file is read no further."""
+    p = _data_file(path)
+    name = p.name.lower()
+    if name.endswith(".parquet"):
+        yield from _parquet_rows(p, columns)
+        return
+    if name.endswith((".csv", ".tsv")):
         try:
-            value, end = dec.raw_decode(buf, i)
-            while end >= len(buf) and not eof:  # it may go on in the next chunk
-                if not more():
-                    break
-                value, end = dec.raw_decode(buf, i)
-        except json.JSONDecodeError as e:
-            if more():
-                continue  # an element cut by the chunk's end: decode it again
-            raise DataSchemaError(f"{p}: not valid JSON: {e.msg} (element {len(out) + 1})"
-                                  ) from None
-        except ValueError as e:  # int("9" * 5000): the integer-string limit
-            raise DataSchemaError(f"{p}: element {len(out) + 1}: {_big_int(e)}") from None
-        except RecursionError:
-            raise DataSchemaError(f"{p}: JSON nested too deeply to read") from None
-        out.append(value)
-        i = ws.match(buf, end).end()
-        while i >= len(buf) and more():
-            i = ws.match(buf, i).end()
-        if i < len(buf) and buf[i] == ",":
-            i += 1
-        elif i < len(buf) and buf[i] != "]":
-            raise DataSchemaError(f"{p}: not valid JSON: expected ',' or ']' after element "
-                                  f"{len(out)}")
-    return out
+            with p.open(newline="", encoding="utf-8") as f:
+                yield from (dict(r) for r in csv.DictReader(
+                    f, delimiter="\t" if name.endswith(".tsv") else ","))
+        except UnicodeDecodeError as e:
+            raise _not_utf8(p, e) from None
+        return
+    opener = gzip.open if name.endswith(".gz") else open
+    try:
+        with opener(p, "rb") as f:  # type: ignore[operator]
+            if name.endswith((".json", ".json.gz")) and _first_byte(f) == b"[":
+                yield from _json_list(f, p)
+            else:
+                yield from _json_lines(io.TextIOWrapper(f, encoding="utf-8"), p)
+    except UnicodeDecodeError as e:
+        raise _not_utf8(p, e) from None
+    except (OSError, EOFError) as e:
+        raise _not_gzip(p, e) from None
+
+
+def _data_file(path: str | os.PathLike[str]) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"data file not found: {p}")
+    return p
+
+
+def _not_gzip(p: Path, e: OSError | EOFError) -> Exception:
+    if p.name.lower().endswith(".gz") and not isinstance(e, FileNotFoundError):
+        return DataSchemaError(f"{p}: not a readable gzip file ({e})")
+    return e
+
+
+def _first_byte(f: Any) -> bytes:
+    """The first byte of binary file ``f`` that is not whitespace; ``f`` is left where it
+    was."""
+    return f.peek(256).lstrip(b" \t\r\n")[:1]
+
+
+def _json_list(f: Any, p: Path) -> Iterator[Any]:
+    """The elements of the JSON list in binary file ``f``, parsed incrementally (``ijson``,
+    its C backend where built): one element in memory at a time."""
+    import ijson
+
+    n = 0  # elements read
+    try:
+        for value in ijson.items(f, "item", use_float=True):
+            n += 1
+            yield value
+    except ijson.JSONError as e:
+        arg = e.args[0] if e.args else ""
+        what = (arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)).strip()
+        if "invalid bytes in UTF8" in what:
+            raise DataSchemaError(
+                f"{p}: not UTF-8 text (element {n + 1}); convert the file to UTF-8 (e.g. "
+                "iconv -f latin1 -t utf-8)") from None
+        if "premature EOF" in what or not what:
+            what = "the list is not closed"
+        raise DataSchemaError(f"{p}: not valid JSON: {what.splitlines()[0]} (after element "
+                              f"{n})") from None
+    except ValueError as e:  # an integer past Python's integer-string limit
+        raise DataSchemaError(f"{p}: element {n + 1}: {_big_int(e)}") from None
+    except RecursionError:
+        raise DataSchemaError(f"{p}: JSON nested too deeply to read") from None
+
+
+def first_line_of(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def _json_lines(lines: Iterable[str], p: Path) -> Iterator[Any]:
+    """JSON lines (blank lines skipped), one row at a time: the lines after the last row
+    taken are never read from ``lines`` (a file object is read no further)."""
+    for i, line in enumerate(lines):
+        if line.strip():
+            yield _json(line, p, f"line {i + 1}: ")
 
 
 def _json(text: str, p: Path, where: str = "") -> Any:
@@ -406,16 +406,35 @@ def _not_utf8(p: Path, e: UnicodeDecodeError) -> DataSchemaError:
         "decoded; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)")
 
 
-def _read_parquet(p: Path, limit: int | None = None) -> list[dict]:
+def _read_parquet(p: Path) -> list[dict]:
     try:
         import datasets
     except ImportError:  # pragma: no cover - datasets is part of the system extra
-        import pyarrow.parquet as pq
+        return list(_parquet_rows(p))
+    return dataset_rows(datasets.load_dataset("parquet", data_files=str(p), split="train"))
 
-        return pq.read_table(p).to_pylist()[:limit]
-    split = "train" if limit is None else f"train[:{limit}]"
-    ds = datasets.load_dataset("parquet", data_files=str(p), split=split)
-    return dataset_rows(ds)
+
+#: Rows a Parquet batch holds at most (a row group may hold many more).
+PARQUET_BATCH = 1024
+#: Bytes a streamed Parquet read buffers at a time.
+PARQUET_BUFFER = 1 << 20
+
+
+def _parquet_rows(p: Path, columns: Sequence[str] | None = None) -> Iterator[dict]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        # a buffered stream, not pre-buffered: a batch reads the pages it needs, not its
+        # whole column chunk (a file written in one row group holds all its rows in one)
+        f = pq.ParquetFile(p, buffer_size=PARQUET_BUFFER, pre_buffer=False)
+    except pa.ArrowInvalid as e:
+        raise DataSchemaError(f"{p}: not a readable Parquet file ({first_line_of(e)})"
+                              ) from None
+    with f:
+        for batch in f.iter_batches(batch_size=PARQUET_BATCH,
+                                    columns=list(columns) if columns else None):
+            yield from batch.to_pylist()
 
 
 DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz", ".parquet", ".csv", ".tsv")
@@ -443,6 +462,14 @@ def load_local(source: str, rows_to_samples: Callable[[list[dict], str], list[Sa
             break
         out.extend(rows_to_samples(read_rows(f, left), str(f)))
     return out
+
+
+def say_whole_read(source: str, why: str) -> None:
+    """Say in one line that a limited read reads all of ``source`` (a file or folder), why,
+    and how big it is."""
+    p = Path(source)
+    size = sum(f.stat().st_size for f in ([p] if p.is_file() else data_files(p)))
+    log.warning("data: %s (%.1f MB) is read whole even with a limit: %s", p, size / 1e6, why)
 
 
 def load_prefix(load: Callable[[int | None], list[Sample]], limit: int | None) -> list[Sample]:

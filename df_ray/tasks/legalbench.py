@@ -566,6 +566,9 @@ class LegalBenchTask(BaseTask):
         """``seed`` is accepted for the protocol and ignored: the split is fixed."""
         if split not in ("test", "calibration"):
             raise ValueError(f"unknown split {split!r}")
+        if limit is not None and C.is_local(source):
+            C.say_whole_read(source, "its splits are stratified over its tasks and its "
+                             "labels are every answer a task's rows give")
         test, cal = C.stratified_split(self._all(source), lambda s: s.meta["legalbench_task"],
                                        0, n_test=self.test_size,
                                        n_calibration=self.calibration_size, salt="legalbench")

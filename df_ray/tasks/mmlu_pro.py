@@ -330,6 +330,9 @@ class MMLUProTask(GoADataTask):
             raise ValueError(f"unknown split {split!r}")
         if source is None:
             return self._prompted(C.apply_limit(self._paper(split, seed), limit))
+        if limit is not None and C.is_local(source):
+            C.say_whole_read(source, "its test and calibration splits are stratified by "
+                             "category over every row")
         test, cal = C.stratified_split(self._all(source), lambda s: s.meta["category"], seed,
                                        per_stratum_test=self.per_category_test,
                                        n_calibration=self.calibration_size, salt="mmlu_pro")
