@@ -232,7 +232,7 @@ def power_lines(data: pd.DataFrame, comps: pd.DataFrame, reference: str | None =
 def won_lost_table(data: pd.DataFrame) -> pd.DataFrame:
     """Per benchmark and configuration (seeds pooled; rows that carry the columns): the
     shares (%) of reachable, selected, kept, lost, found, guardrail saves and losses, the
-    accuracy (= kept + found) and each failure tag."""
+    accuracy (= kept + found, as the run decided its ties) and each failure tag."""
     rows = []
     if "kept" not in data:
         return pd.DataFrame()
@@ -254,7 +254,9 @@ def won_lost_table(data: pd.DataFrame) -> pd.DataFrame:
                "kept": share("kept"), "lost": share("lost"), "found": share("found"),
                "guardrail_saved": share("guardrail_saved"),
                "guardrail_lost": share("guardrail_lost"),
-               "accuracy": 100 * float(d["correct"].astype(bool).sum()) / n}
+               # as the run decided: kept and found are the run's own outcomes
+               "accuracy": 100 * float(d["correct_run" if "correct_run" in d
+                                         else "correct"].astype(bool).sum()) / n}
         tags = d["failure"] if "failure" in d else pd.Series(dtype=object)
         for t in FAILURES:
             rec[f"failure.{t}"] = 100 * float((tags == t).sum()) / n
