@@ -508,9 +508,10 @@ def guarded(fn, *, ray_was_up: bool, exit_hard: bool, args: argparse.Namespace |
                    "far are in the generation cache and the MLflow runs are marked KILLED; "
                    "rerun the same command to resume")
         if exit_hard:
-            # Nothing is left to write. The embedded Ray shares this process's fate (its
-            # processes end with it, its workers with their raylet); a ray.shutdown() here
-            # would race the pipeline's executor thread, which then starts a Ray again.
+            # Nothing is left to write. The local Ray this run started is stopped, Ray's
+            # agents with it (signals.stop_started_ray); one it joined is left alone.
+            if not ray_was_up:
+                signals.stop_started_ray()
             print(message, file=sys.stderr)
             sys.stdout.flush()
             sys.stderr.flush()

@@ -14,6 +14,15 @@ first signal,
 A second signal while that happens ends the process at once, with the same status. Ray's
 own SIGTERM handler (``sys.exit``, set by ``ray.init``) is replaced again after Ray starts
 (:func:`rearm`). A library caller that did not install it keeps Python's behaviour.
+
+Before it leaves (``os._exit``), the command ends the local Ray it started
+(:func:`stop_started_ray`). Left to the kernel, that Ray's GCS and raylet die with the
+process by SIGKILL (Ray's fate sharing, ``PR_SET_PDEATHSIG``); Ray's agents
+(``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``, children of the raylet) then find their
+raylet gone without the "Raylet received SIGTERM" line in its log, take that for a crash,
+and block reporting it to the GCS that died too, past the run: every interrupted run left
+two of them behind. Stopped as ``ray.shutdown`` stops it (the raylet by SIGTERM first), they
+read the end as expected and exit with it.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -96,7 +106,8 @@ def received() -> int | None:
 
 def _handler(signum: int, _frame: Any) -> None:
     global _received
-    if _received is not None:  # a second signal: leave now
+    if _received is not None:  # a second signal: leave now, the Ray we started with us
+        stop_started_ray()
         os._exit(128 + signum)
     _received = signum
     flush_now()  # this process's own writers (the library path runs the driver here)
@@ -107,6 +118,30 @@ def _handler(signum: int, _frame: Any) -> None:
     except Exception as e:  # the answers then come again on the rerun, nothing worse
         log.debug("asking the stages to write their answers failed: %s", e)
     raise Interrupted(signum)
+
+
+def stop_started_ray() -> None:
+    """End the local Ray node this process started, as ``ray.shutdown`` ends it: the driver
+    disconnects (its raylet ending first would make Ray's core worker end this process with
+    status 1), then the raylet goes by SIGTERM, so that its workers and agents see an
+    expected end, then the GCS and the rest. Ray's automatic ``ray.init`` is turned off
+    first: the pipeline's executor thread, still running, would otherwise start a new Ray on
+    its next call. A Ray this process only joined has no processes here and is left alone;
+    the caller leaves with ``os._exit`` next."""
+    ray = sys.modules.get("ray")
+    node = getattr(sys.modules.get("ray._private.worker"), "_global_node", None)
+    if ray is None or node is None or not getattr(node, "all_processes", None):
+        return
+    # what Ray's threads say as the pipeline loses its Ray under them is noise
+    for name in ("ray", "ray.data"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        from ray._private import auto_init_hook
+
+        auto_init_hook.enable_auto_connect = False  # RAY_ENABLE_AUTO_CONNECT=0, read at import
+        ray.shutdown()
+    except Exception as e:  # its processes then end with this one (fate sharing)
+        log.debug("stopping the local Ray failed: %s", e)
 
 
 def _job_key() -> str | None:

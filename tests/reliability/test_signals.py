@@ -3,6 +3,10 @@ stage held are written to the generation cache first, the sweep's MLflow run end
 the Ray the run started is stopped, one line, exit 130 / 143; the rerun makes no call that
 was answered before.
 
+SIGINT goes to the run's whole process group, as a terminal's Ctrl-C sends it (Ray's agents
+are in it); SIGTERM to the driver alone, as ``kill`` and ``ray job stop`` send it. Either way
+no process of the run, Ray's own included, is alive 10 s after it exits.
+
 Backbone b3 answers after 120 s, the others at once: when the signal comes, the agents a1
 and a2 have answered round 0 and a3 has not, so their answers are held by the stage (it
 writes a cache part at most every 30 s, or when the round ends): only the interrupt's flush
@@ -34,6 +38,18 @@ pytestmark = pytest.mark.slow
 STARTUP_S = 420
 
 
+def session(sid: int) -> list[psutil.Process]:
+    """The live processes of session ``sid`` (the run was started as its leader)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return out
+
+
 def _sweep(tmp_path, slow_s: float):
     tmp_path.mkdir(exist_ok=True)
     src = write_mmlu_goa(tmp_path / "mmlu.json", 4)
@@ -52,10 +68,14 @@ def test_a_signal_stops_the_run_with_its_answers_cached(tmp_path, sig, status):
     proc = start_and_wait(args, log, calls, lambda: len(read_call_log(calls)) >= 8,
                           STARTUP_S, "a1's and a2's answers")
     time.sleep(1.0)  # their answers reach the stage
-    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     answered = set(read_call_log(calls))
+    running = [" ".join(p.cmdline()) for p in session(proc.pid)]
+    assert any("ray::RuntimeEnvAgent" in c for c in running), running  # what was left before
     t = time.monotonic()
-    os.kill(proc.pid, sig)  # the driver alone, as `kill` or `ray job stop` sends it
+    if sig == signal.SIGINT:  # a terminal's Ctrl-C: the whole foreground process group
+        os.killpg(proc.pid, sig)
+    else:  # the driver alone, as `kill` or `ray job stop` sends it
+        os.kill(proc.pid, sig)
     rc = finish(proc, 120)
     took = time.monotonic() - t
     text = log.read_text(errors="replace")
@@ -79,16 +99,17 @@ def test_a_signal_stops_the_run_with_its_answers_cached(tmp_path, sig, status):
     assert f"interrupted by {signal.Signals(sig).name}" in parent.data.tags[
         "df_ray.failure_reason"]
     assert configuration_runs(f"sqlite:///{tmp_path}/mlflow.db") == []
-    # the Ray the run started is gone with it (a worker still starting when its raylet died
-    # gives up after Ray's 60-s worker registration timeout)
-    deadline = time.monotonic() + 150
-    alive = tree
+    # the Ray the run started is gone with it, Ray's agents included: nothing of the run's
+    # session (its process group, and the workers' own groups in it) 10 s after it exited
+    deadline = time.monotonic() + 10
+    alive = session(proc.pid)
     while alive and time.monotonic() < deadline:
-        alive = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        time.sleep(0.5)
+        time.sleep(0.2)
+        alive = session(proc.pid)
+    names = [" ".join(p.cmdline())[:100] for p in alive]
     for p in alive:
         p.kill()
-    assert not alive, [" ".join(p.cmdline())[:100] for p in alive]
+    assert not alive, names
     if sig != signal.SIGINT:
         return
     # the rerun (b3 now quick) makes no call that was answered before
