@@ -22,6 +22,11 @@ from df_ray.config import (
     load_config,
 )
 from df_ray.methods import MethodArgsError
+from df_ray.plugins import load_plugins
+
+PLUGIN_HELP = ("import MODULE before the config is validated, in the driver and in every Ray "
+               "worker (a plugin registering benchmarks, answer kinds, methods or engine "
+               "kinds); repeatable")
 
 
 def demo_config_path() -> Path:
@@ -90,6 +95,9 @@ def parse_seeds(text: str | None) -> list[int] | None:
 def load_with_overrides(path: str | None, overrides: list[str], limit: int | None,
                         experiment: str | None = None, served: bool = False,
                         seeds: list[int] | None = None) -> SweepConfig:
+    """The sweep a command runs: the file (or the demo, or an experiment's miniature) with
+    the command line's changes. Its configurations are validated when it is resolved
+    (``df_ray.evaluation.plan.resolve``, once) or expanded."""
     if path is None and experiment is not None:
         exp_file = experiments_dir() / f"{experiment}.yaml"
         if not exp_file.is_file():
@@ -98,19 +106,17 @@ def load_with_overrides(path: str | None, overrides: list[str], limit: int | Non
                               f"available: {names}")
         sweep = miniature(load_config(exp_file), limit=limit or 3)
     else:
-        sweep = load_config(path or demo_config_path())
+        sweep = load_config(path or demo_config_path(), expand=False)
     if served:
         # Every backbone through the shared engine service (`df-ray serve`), by name.
         from df_ray.serving.client import use_service
 
         sweep = SweepConfig.model_validate(use_service(sweep.model_dump()))
-        sweep.expand()
     if seeds is not None:  # every configuration once per run seed
         try:
             sweep = SweepConfig.model_validate({**sweep.model_dump(), "seeds": seeds})
         except ValidationError as e:
             raise ConfigError(f"--seeds: {format_validation_error(e)}") from None
-        sweep.expand()
     if experiment is not None:
         overrides = [*overrides, f"tracking.experiment={experiment}"]
     if not overrides and limit is None:
@@ -131,9 +137,7 @@ def load_with_overrides(path: str | None, overrides: list[str], limit: int | Non
         for r in runs:
             if "limit" in r:
                 r["limit"] = limit
-    sweep = SweepConfig.model_validate({**sweep.model_dump(), "base": base, "runs": runs})
-    sweep.expand()
-    return sweep
+    return SweepConfig.model_validate({**sweep.model_dump(), "base": base, "runs": runs})
 
 
 def format_results(results) -> str:
@@ -259,15 +263,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     token_auth_for_local_ray(args.address)  # before Ray is imported
     from df_ray.pipeline.runner import run_sweep
 
+    load_plugins(args.plugin or ())
     sweep = load_with_overrides(args.config, args.set or [], args.limit, args.experiment,
                                 served=args.served, seeds=parse_seeds(args.seeds))
-    results = run_sweep(sweep, address=args.address)
+    results = run_sweep(sweep, address=args.address, plugins=args.plugin or (),
+                        where=str(args.config or demo_config_path()))
     status = print_results(results)
-    from df_ray.storage import resolve_storage
-
-    # expanded once, when the sweep was loaded; resolved as the run resolved it (a job: under
-    # DF_RAY_HOME; a shared store: the user's experiment)
-    first = resolve_storage([sweep.expand()[0]])[0]
+    # as the run resolved it (a job: under DF_RAY_HOME; a shared store: the user's experiment)
+    first = results[0].config
     if args.experiment:
         from df_ray.reporting.report import build_report
         from df_ray.reporting.tables import TOKEN_RATIO_HEADING
@@ -302,15 +305,12 @@ def with_sources(sweep: SweepConfig, sources: dict[str, str]) -> SweepConfig:
     if not sources:
         return sweep
     runs = []
-    for cfg in sweep.expand():
-        d = cfg.model_dump(mode="json")
-        if cfg.benchmark in sources:
-            d["source"] = sources[cfg.benchmark]
+    for _, d in sweep.run_mappings():  # whole: seeds, grid and plugins applied
+        if d.get("benchmark") in sources:
+            d["source"] = sources[d["benchmark"]]
         runs.append(d)
-    out = SweepConfig.model_validate({"name": sweep.name, "base": runs[0], "runs": runs,
-                                      "fuse": sweep.fuse})
-    out.expand()
-    return out
+    return SweepConfig.model_validate({"name": sweep.name, "base": {}, "runs": runs,
+                                       "fuse": sweep.fuse})
 
 
 def check_data(configs, load: bool) -> list[str]:
@@ -349,6 +349,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     """``df-ray list [NAME]`` (df_ray.catalog): generated from the registries and models."""
     from df_ray import catalog
 
+    load_plugins(args.plugin or ())
     try:
         lines = ([catalog.json_text(args.name)] if args.json else
                  catalog.describe(args.name) if args.name else catalog.listing())
@@ -369,14 +370,16 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from df_ray.evaluation.plan import resolve
+
+    load_plugins(args.plugin or ())
     sweep = load_with_overrides(args.config, args.set or [], None)
     sweep = with_sources(sweep, parse_sources(args.source))
-    configs = sweep.expand()
-    for c in configs:  # every method built from its Args, as the run will
-        try:
-            c.build_method()
-        except MethodArgsError as e:
-            raise ConfigError(f"{c.name}: {e}") from None
+    try:  # every method built from its Args, as the run will
+        configs = [p.cfg for p in resolve(sweep, storage=False,
+                                          where=str(args.config or demo_config_path()))]
+    except MethodArgsError as e:
+        raise ConfigError(str(e)) from None
     from df_ray.config import check_engine_args_of
 
     check_engine_args_of(configs)  # engine_args against each engine's own parameters
@@ -394,6 +397,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for p in weights:
         print(f"df-ray: weights: {p}", file=sys.stderr)
     return 2 if problems or weights else 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from df_ray.analysis import cli as analysis_cli
+
+    load_plugins(args.plugin or ())
+    return analysis_cli.run_from_args(args, load_with_overrides)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -420,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--experiment", metavar="NAME",
                    help="MLflow experiment to log to (overrides tracking.experiment); with a "
                         "name from jobs/configs/ and no --config, runs a CPU miniature of it")
+    r.add_argument("--plugin", action="append", metavar="MODULE", help=PLUGIN_HELP)
     r.set_defaults(fn=cmd_run)
     v = sub.add_parser("validate", help="validate a config without starting anything")
     v.add_argument("--config")
@@ -428,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="read a benchmark from a local file or folder in every configuration")
     v.add_argument("--data", action="store_true",
                    help="also load every test split (hub or local), not only check paths")
+    v.add_argument("--plugin", action="append", metavar="MODULE", help=PLUGIN_HELP)
     v.set_defaults(fn=cmd_validate)
     sh = sub.add_parser("show", help="every call the configured method would make for one "
                                      "sample, round by round, with scripted stand-in answers")
@@ -444,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     ls.add_argument("name", nargs="?", help="a method, benchmark, engine kind or answer kind")
     ls.add_argument("--json", action="store_true",
                     help="everything as JSON: each field's type, default and description")
+    ls.add_argument("--plugin", action="append", metavar="MODULE", help=PLUGIN_HELP)
     ls.set_defaults(fn=cmd_list)
     from df_ray.serving.cli import add_serve_parser
 
@@ -458,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     ana = sub.add_parser("analyze", help="a finished sweep's frontier, agent subsets and "
                                          "guardrail thresholds from its cache, no LLM call")
     analysis_cli.add_arguments(ana)
-    ana.set_defaults(fn=lambda a: analysis_cli.run_from_args(a, load_with_overrides))
+    ana.add_argument("--plugin", action="append", metavar="MODULE", help=PLUGIN_HELP)
+    ana.set_defaults(fn=cmd_analyze)
     cache = sub.add_parser("cache", help="maintain a generation cache")
     cache_sub = cache.add_subparsers(dest="cache_cmd", required=True)
     cc = cache_sub.add_parser(

@@ -337,6 +337,12 @@ class RunConfig(_Strict):
         description="the share of failed LLM calls (sample errors counted) above which the "
                     "configuration is FAILED: its MLflow run ends FAILED, a rerun runs it again, "
                     "the command exits non-zero")
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="modules imported before the configuration is validated, and by every Ray "
+                    "worker before it builds from the plan: a plugin registers its benchmarks, "
+                    "answer kinds, methods or engine kinds when imported (docs/running.md, "
+                    "Plugins)")
     #: The method and the task, built once per configuration in a process (validation,
     #: preflight, the stage graph and the stage share them), keyed by what builds them.
     _built: dict[str, tuple[Any, Any]] = PrivateAttr(default_factory=dict)
@@ -498,13 +504,14 @@ class RunConfig(_Strict):
         key = (self.method, json.dumps(self.method_args, sort_keys=True))
         return self._once("method", key, lambda: method_class(self.method)(self.method_args))
 
-    def build_task(self) -> Any:
-        """The configured benchmark with the options this configuration sets (once)."""
+    def build_task(self, cls: type | None = None) -> Any:
+        """The configured benchmark with the options this configuration sets (once); ``cls``:
+        its class as a resolved plan names it (else the benchmark registry's)."""
         from df_ray.tasks import task_for
 
         return self._once("task", (self.benchmark, self.sandbox.isolation, self.cache_root,
                                    json.dumps(self.benchmark_args, sort_keys=True)),
-                          lambda: task_for(self))
+                          lambda: task_for(self, cls))
 
     def _once(self, what: str, key: Any, build: Callable[[], Any]) -> Any:
         # keyed, so a model_copy with other settings does not reuse the original's
@@ -532,7 +539,7 @@ class RunConfig(_Strict):
         d = self.model_dump(mode="json", exclude={"tracking", "cache_root", "results_dir", "name",
                                                   "batch_size", "concurrency", "sandbox",
                                                   "max_error_rate", "cache_compact_parts",
-                                                  "cache_read_from", "cache_user"})
+                                                  "cache_read_from", "cache_user", "plugins"})
         if not d.get("benchmark_args"):  # at its default it hashes as before it existed
             d.pop("benchmark_args", None)
         if self.method in METHOD_REGISTRY:  # method fields added later, likewise
@@ -611,13 +618,24 @@ class SweepConfig(_Strict):
         description="run consecutive configurations over the same samples and cache root through "
                     "one pipeline (one start, each shared call made once); off: one pipeline per "
                     "configuration")
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="modules every configuration imports before it is validated (added to "
+                    "each configuration's own plugins)")
     _configs: list[RunConfig] | None = PrivateAttr(default=None)
 
     def expand(self) -> list[RunConfig]:
         """The configurations, expanded and validated once (later calls return the same)."""
         if self._configs is None:
-            self._configs = self._expand()
+            self._configs = [self.validate_run(i, d) for i, d in self.run_mappings()]
         return list(self._configs)
+
+    def with_configs(self, configs: list[RunConfig]) -> SweepConfig:
+        """This sweep whose configurations are ``configs`` (validated elsewhere, e.g. with
+        their storage resolved: ``df_ray.evaluation.plan.resolve``), not expanded again."""
+        out = self.model_copy()
+        out._configs = list(configs)
+        return out
 
     @field_validator("max_tokens")
     @classmethod
@@ -638,30 +656,32 @@ class SweepConfig(_Strict):
             raise ValueError(f"seeds must be distinct, got {v}")
         return v
 
-    def _expand(self) -> list[RunConfig]:
-        if self.seeds is None:
-            return self._expand_runs()
-        if "seed" in self.grid or any("seed" in r for r in self.runs):
+    def run_mappings(self) -> list[tuple[int, dict[str, Any]]]:
+        """The configurations as mappings, not validated yet: (run index, mapping), every run
+        of ``runs`` on every grid point, once per run seed of ``seeds``."""
+        if self.seeds is not None and ("seed" in self.grid
+                                       or any("seed" in r for r in self.runs)):
             raise ConfigError(f"sweep {self.name!r}: give run seeds either as `seeds` or as "
                               "`seed` in runs/grid, not both")
-        check_grid_size({**self.grid, "seed": self.seeds}, len(self.runs))
+        check_grid_size({**self.grid, **({"seed": self.seeds} if self.seeds else {})},
+                        len(self.runs))
         out = []
-        for cfg in self._expand_runs():
-            for s in self.seeds:
-                out.append(cfg.model_copy(update={"seed": s, "name": f"{cfg.name} seed={s}"}))
+        for i, d in self._run_points():
+            if self.plugins:
+                d["plugins"] = list(dict.fromkeys([*self.plugins, *(d.get("plugins") or [])]))
+            for s in self.seeds if self.seeds is not None else [None]:
+                out.append((i, d if s is None else {**d, "seed": s,
+                                                     "name": f"{d['name']} seed={s}"}))
         return out
 
-    def _expand_runs(self) -> list[RunConfig]:
-        out: list[RunConfig] = []
+    def _run_points(self) -> list[tuple[int, dict[str, Any]]]:
         keys = list(self.grid)
-        check_grid_size(self.grid, len(self.runs))
         combos = list(itertools.product(*(self.grid[k] for k in keys))) if keys else [()]
+        out = []
         for i, override in enumerate(self.runs):
             for combo in combos:
                 d = copy.deepcopy(self.base)
-                for k, v in override.items():
-                    _set_dotted(d, k, v)
-                for k, v in zip(keys, combo, strict=True):
+                for k, v in [*override.items(), *zip(keys, combo, strict=True)]:
                     _set_dotted(d, k, v)
                 if d.get("max_tokens") is None and d.get("benchmark") in self.max_tokens:
                     d["max_tokens"] = self.max_tokens[d["benchmark"]]
@@ -673,12 +693,16 @@ class SweepConfig(_Strict):
                     d["name"] = " ".join(str(p) for p in [*parts, *point])
                 elif combo:
                     d["name"] = override["name"] + " " + " ".join(point)
-                try:
-                    out.append(RunConfig.model_validate(d))
-                except ValidationError as e:
-                    raise ConfigError(f"sweep {self.name!r}, run {i} ({d.get('name')}):\n"
-                                      f"{format_validation_error(e)}") from None
+                out.append((i, d))
         return out
+
+    def validate_run(self, i: int, d: dict[str, Any]) -> RunConfig:
+        """One configuration's mapping validated (a ConfigError naming the sweep and run)."""
+        try:
+            return RunConfig.model_validate(d)
+        except ValidationError as e:
+            raise ConfigError(f"sweep {self.name!r}, run {i} ({d.get('name')}):\n"
+                              f"{format_validation_error(e)}") from None
 
 
 def _set_dotted(d: dict, key: str, value: Any) -> None:
@@ -782,19 +806,25 @@ def _read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_config(path: str | Path) -> SweepConfig:
-    """Read a run or sweep YAML file; a plain run file becomes a one-run sweep."""
+def load_config(path: str | Path, *, expand: bool = True) -> SweepConfig:
+    """Read a run or sweep YAML file; a plain run file becomes a one-run sweep. The plugins
+    it names are imported first (``df_ray.plugins``). ``expand``: validate its
+    configurations here (off: ``df_ray.evaluation.plan.resolve`` validates them, once)."""
+    from df_ray.plugins import load_plugins, plugin_names
+
     data = _read_yaml(path)
     if "base" not in data:
         data = {"name": data.get("name", Path(path).stem), "base": data}
+    load_plugins(plugin_names(data))
     try:
         sweep = SweepConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(f"{path}: invalid sweep config:\n{format_validation_error(e)}") from None
-    try:
-        sweep.expand()
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
+    if expand:
+        try:
+            sweep.expand()
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
     return sweep
 
 

@@ -46,10 +46,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from df_ray.config import ConfigError, RunConfig
+from df_ray.config import RunConfig
+from df_ray.errors import ConfigError
 from df_ray.user_names import (
     READ_FROM_ENV,
     current_user,
+    is_root,
     read_from_env,
     safe_user,
     validate_user,
@@ -124,62 +126,90 @@ def _home(fields: list[str]) -> Path:
 
 def resolve_storage(configs: Sequence[RunConfig], *, job: bool | None = None,
                     user: str | None = None) -> list[RunConfig]:
-    """The configurations with their storage resolved for where they run (see the module
-    docstring); raises :class:`ConfigError` naming what to set when a job would lose files."""
+    """Validated configurations with their storage resolved (validated again): for a
+    configuration held already. A run resolves its storage once, on the mapping, before its
+    one validation (``df_ray.evaluation.plan.resolve``, with :func:`storage_mapping`)."""
+    return [RunConfig.model_validate(storage_mapping(c.model_dump(mode="json"), job=job,
+                                                     user=user)) for c in configs]
+
+
+def storage_mapping(data: dict[str, Any], *, job: bool | None = None,
+                    user: str | None = None) -> dict[str, Any]:
+    """A configuration's mapping (not validated yet) with its storage resolved for where it
+    runs (see the module docstring); raises :class:`ConfigError` naming what to set when a
+    job would lose files. A mapping whose storage fields are malformed is returned as it is:
+    its validation says what is wrong."""
+    d = _storage_fields(data)
+    if d is None:
+        return data
     job = in_ray_job() if job is None else job
     user = user or current_user()
-    out = []
-    for cfg in configs:
-        update: dict[str, Any] = {}
-        tracking = cfg.tracking.model_dump()
-        calibration = cfg.calibration.model_dump()
-        if job:
-            relative = []
-            store = _local_store_path(cfg.tracking.uri)
-            if store is not None and _is_relative(store):
-                relative.append(f"tracking.uri ({cfg.tracking.uri})")
-            if _is_relative(cfg.results_dir):
-                relative.append(f"results_dir ({cfg.results_dir})")
-            if _is_relative(cfg.calibration.dir):
-                relative.append(f"calibration.dir ({cfg.calibration.dir})")
-            if _is_relative(cfg.cache_root):
-                relative.append(f"cache_root ({cfg.cache_root})")
-            path = cfg.calibration.path
-            if path and _is_relative(path) and not Path(path).is_file():
-                relative.append(f"calibration.path ({path})")
-            env_uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
-            if relative == [f"tracking.uri ({cfg.tracking.uri})"] and env_uri:
-                relative = []  # only the store, and the lab's server replaces it
-            home = _home(relative) if relative else None
-            if store is not None and _is_relative(store):
-                tracking["uri"] = env_uri or f"sqlite:///{home / store}"
-            if _is_relative(cfg.results_dir):
-                update["results_dir"] = str(home / "users" / user / cfg.results_dir)
-            if _is_relative(cfg.calibration.dir):
-                target = home / cfg.calibration.dir
-                seed_calibration(Path(cfg.calibration.dir), target)
-                calibration["dir"] = str(target)
-            if path and _is_relative(path):
-                calibration["path"] = (str(Path(path).resolve()) if Path(path).is_file()
-                                       else str(home / path))
-            if _is_relative(cfg.cache_root):
-                update["cache_root"] = str(home / "users" / user / cfg.cache_root)
-        update["cache_user"] = cfg.cache_user or user
-        try:
-            env_read_from = read_from_env()
-        except ValueError as e:
-            raise ConfigError(f"{READ_FROM_ENV}: {e}") from None
-        update["cache_read_from"] = cache_read_from(
-            [*cfg.cache_read_from, *env_read_from], update.get("cache_root", cfg.cache_root),
-            update["cache_user"])
-        per_user = getattr(cfg.tracking, "per_user", None)
-        tracking["experiment"] = experiment_name(cfg.tracking.experiment, tracking["uri"],
-                                                 per_user=per_user, user=user, job=job)
-        update["tracking"] = cfg.tracking.model_validate(tracking)
-        update["calibration"] = cfg.calibration.model_validate(calibration)
-        out.append(RunConfig.model_validate({**cfg.model_dump(), **{
-            k: (v.model_dump() if hasattr(v, "model_dump") else v) for k, v in update.items()}}))
-    return out
+    if job:
+        _in_job(d, user)
+    d["cache_user"] = d.get("cache_user") or user
+    try:
+        env_read_from = read_from_env()
+    except ValueError as e:
+        raise ConfigError(f"{READ_FROM_ENV}: {e}") from None
+    if isinstance(d.get("cache_read_from"), list):
+        d["cache_read_from"] = cache_read_from(
+            [*d["cache_read_from"], *env_read_from], d["cache_root"], d["cache_user"])
+    tracking = d["tracking"]
+    tracking["experiment"] = experiment_name(str(tracking["experiment"]), tracking["uri"],
+                                             per_user=tracking.get("per_user"), user=user,
+                                             job=job)
+    return d
+
+
+def _storage_fields(data: dict[str, Any]) -> dict[str, Any] | None:
+    """A copy of ``data`` with every storage field present (its default where not given), or
+    None when one is malformed."""
+    from df_ray.config import CalibrationSettings, default_cache_root, default_tracking_uri
+
+    tracking, calibration = data.get("tracking") or {}, data.get("calibration") or {}
+    if not (isinstance(tracking, dict) and isinstance(calibration, dict)):
+        return None
+    d = {**data, "tracking": {"uri": default_tracking_uri(), "experiment": "df_ray",
+                              **tracking},
+         "calibration": {**CalibrationSettings().model_dump(), **calibration}}
+    d.setdefault("results_dir", RunConfig.model_fields["results_dir"].default)
+    d.setdefault("cache_root", default_cache_root())
+    d.setdefault("cache_read_from", [])
+    paths = [d["results_dir"], d["cache_root"], d["tracking"]["uri"],
+             d["calibration"]["dir"], d["calibration"]["path"] or ""]
+    return d if all(isinstance(v, str) for v in paths) else None
+
+
+def _in_job(d: dict[str, Any], user: str) -> None:
+    """Inside a Ray job: every relative storage path under ``DF_RAY_HOME`` (``d`` in place),
+    or a ConfigError naming them when it is not set."""
+    tracking, calibration = d["tracking"], d["calibration"]
+    store = _local_store_path(tracking["uri"])
+    path = calibration["path"]
+    relative = [f"{name} ({v})" for name, v, rel in (
+        ("tracking.uri", tracking["uri"], store is not None and _is_relative(store)),
+        ("results_dir", d["results_dir"], _is_relative(d["results_dir"])),
+        ("calibration.dir", calibration["dir"], _is_relative(calibration["dir"])),
+        ("cache_root", d["cache_root"], _is_relative(d["cache_root"])),
+        ("calibration.path", path, bool(path) and _is_relative(path)
+         and not Path(path).is_file())) if rel]
+    env_uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if relative == [f"tracking.uri ({tracking['uri']})"] and env_uri:
+        relative = []  # only the store, and the lab's server replaces it
+    home = _home(relative) if relative else None
+    if store is not None and _is_relative(store):
+        tracking["uri"] = env_uri or f"sqlite:///{home / store}"
+    if _is_relative(d["results_dir"]):
+        d["results_dir"] = str(home / "users" / user / d["results_dir"])
+    if _is_relative(calibration["dir"]):
+        target = home / calibration["dir"]
+        seed_calibration(Path(calibration["dir"]), target)
+        calibration["dir"] = str(target)
+    if path and _is_relative(path):
+        calibration["path"] = (str(Path(path).resolve()) if Path(path).is_file()
+                               else str(home / path))
+    if _is_relative(d["cache_root"]):
+        d["cache_root"] = str(home / "users" / user / d["cache_root"])
 
 
 def cache_read_from(items: Sequence[str], own_root: str, user: str) -> list[str]:
@@ -191,7 +221,7 @@ def cache_read_from(items: Sequence[str], own_root: str, user: str) -> list[str]
     if not home or not os.path.isabs(os.path.expanduser(home)):
         return out
     users = Path(os.path.expanduser(home)) / "users"
-    names = [i for i in out if i != "*" and not _is_cache_root(i)]
+    names = [i for i in out if i != "*" and not is_root(i)]
     if "*" in out and users.is_dir():
         names += sorted(d.name for d in users.iterdir() if d.is_dir())
     own = os.path.abspath(os.path.expanduser(own_root)) if "://" not in own_root else own_root
@@ -200,12 +230,6 @@ def cache_read_from(items: Sequence[str], own_root: str, user: str) -> list[str]
         if name != user and root != own and root not in out:
             out.append(root)
     return out
-
-
-def _is_cache_root(item: str) -> bool:
-    from df_ray.user_names import is_root as _is_root
-
-    return _is_root(item)
 
 
 def seed_calibration(source: Path, target: Path) -> int:

@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--user", help="log as this user (MLflow experiment <user>/<experiment>, "
                                   "results under DF_RAY_HOME/users/<user>); default: "
                                   "DF_RAY_USER, else USER")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE (a plugin) before the config is validated, here and in "
+                        "every Ray worker; repeatable")
     args = p.parse_args(argv)
     if args.user:
         import os
@@ -50,10 +53,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from df_ray.pipeline.runner import run_sweep
+    from df_ray.plugins import load_plugins
 
+    load_plugins(args.plugin)
     sweep = load_with_overrides(args.config, args.set, args.limit, served=args.served,
                                 seeds=parse_seeds(args.seeds))
-    results = run_sweep(sweep)
+    results = run_sweep(sweep, plugins=args.plugin, where=args.config)
     status = print_results(results)
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(

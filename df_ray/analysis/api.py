@@ -147,14 +147,14 @@ def analyze(config: Any, *, seed: int | None = None, benchmarks: Sequence[str] |
     of the subsets (on ``engines``, live engines by backbone name, when given; else the
     coordinator's backbone is started in this process)."""
     from df_ray.config import RunConfig, SweepConfig, load_config
-    from df_ray.storage import resolve_storage
+    from df_ray.evaluation.plan import resolve
 
     if isinstance(config, str | Path):
-        config = load_config(config)
-    if isinstance(config, RunConfig):
+        config = load_config(config, expand=False)
+    if isinstance(config, RunConfig):  # its storage resolved as the run resolved it
         config = SweepConfig.model_validate({"name": config.name,
                                              "base": config.model_dump(mode="json")})
-    configs = resolve_storage(config.expand())
+    configs = [p.cfg for p in resolve(config)]
     out = []
     names = benchmarks or list(dict.fromkeys(c.benchmark for c in configs))
     for bench in names:

@@ -3,7 +3,7 @@ Self-Consistency at k = 1..K from its cached samples, and DarkForest against
 Self-Consistency at DarkForest's own tokens.
 
 Points are the configurations' ``samples.parquet`` (accuracy with the report's 95%
-interval, ``df_ray.reporting.stats.bootstrap_ci``; mean ``total_tokens``). A
+interval, ``df_ray.statistics.bootstrap_ci``; mean ``total_tokens``). A
 Self-Consistency configuration of one agent with K samples gives a curve: at each k its
 expected accuracy over every k-subset of the K cached samples (:func:`maj_at_k`, per
 problem, averaged), pass@k beside it, and k times the mean tokens of one sample. At k = K it
@@ -32,7 +32,7 @@ from df_ray.analysis.estimators import maj_at_k, pass_at_k
 from df_ray.evaluation.context import build_context
 from df_ray.methods.base import SampleState
 from df_ray.methods.common import representative
-from df_ray.reporting.stats import bootstrap_ci, mcnemar
+from df_ray.statistics import bootstrap_ci, mcnemar
 
 
 @dataclass

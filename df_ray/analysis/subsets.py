@@ -43,7 +43,7 @@ from df_ray.core.guardrail import is_trusted
 from df_ray.core.voting import tied_answers
 from df_ray.methods.base import SampleState
 from df_ray.methods.common import representative
-from df_ray.reporting.stats import bootstrap_ci, paired_difference
+from df_ray.statistics import bootstrap_ci, paired_difference
 
 Subset = tuple[str, ...]
 

@@ -34,7 +34,7 @@ from df_ray.engines.base import ChatRequest, Completion, SamplingParams
 from df_ray.errors import EngineFailure
 from df_ray.evaluation.driver import Driver, Member, record_from_dict, record_to_dict
 from df_ray.evaluation.metrics import MetricsAccumulator, failure_reason
-from df_ray.evaluation.plan import RunPlan
+from df_ray.evaluation.plan import RunPlan, resolve
 from df_ray.evaluation.scoring import ResultRow, describe_exception
 from df_ray.methods.base import AgentView, Method, MethodContext, Outcome, SampleState
 from df_ray.tasks.base import Sample, Task
@@ -146,25 +146,21 @@ def evaluate(config: Any, samples: Sequence[Sample] | None = None, *,
     if isinstance(config, tuple):
         method, task, agent_engines = config
         return _evaluate_pieces(method, task, agent_engines, samples, calibration, cache)
-    if isinstance(config, RunPlan):
-        return _evaluate_config(config.cfg, samples if samples is not None
-                                else (list(config.samples) or None), engines,
-                                calibration if calibration is not None else config.calibration,
-                                cache, plan=config)
-    from df_ray.config import RunConfig, SweepConfig, load_config
+    from df_ray.config import SweepConfig
 
-    if isinstance(config, str | Path):
-        config = load_config(config)
-    elif isinstance(config, Mapping):
-        config = RunConfig.model_validate(config)
-    if isinstance(config, SweepConfig):
-        return [_evaluate_config(c, samples, engines, calibration, cache)
-                for c in config.expand()]
-    return _evaluate_config(config, samples, engines, calibration, cache)
+    # a file or a sweep gives one Evaluation per configuration
+    many = isinstance(config, SweepConfig | str | Path) or (
+        isinstance(config, Mapping) and "base" in config)
+    out = [_evaluate_plan(p, samples if samples is not None else (list(p.samples) or None),
+                          engines, calibration if calibration is not None else p.calibration,
+                          cache) for p in resolve(config)]
+    return out if many else out[0]
 
 
-def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mapping[str, Any] | None,
-                     calibration: Any, cache: Any, plan: RunPlan | None = None) -> Evaluation:
+def _evaluate_plan(plan: RunPlan, samples: Sequence[Sample] | None,
+                   engines: Mapping[str, Any] | None, calibration: Any, cache: Any
+                   ) -> Evaluation:
+    cfg = plan.cfg
     from df_ray.engines import make_engine
     from df_ray.evaluation.calibration_files import (
         extend_with_guardrail_fit,
@@ -188,7 +184,7 @@ def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mappin
             held_out = load_calibration_samples(c)
             check_held_out(c, held_out)
             run_held_out = run_in_process(client, cache, count)
-            member = Member.from_config(c, None, count, for_calibration=True)
+            member = Member.from_plan(plan, count, for_calibration=True)
             driver = Driver([member], client, cache)
 
             def records_of(rows: Any) -> list:
@@ -210,8 +206,7 @@ def _evaluate_config(cfg: Any, samples: Sequence[Sample] | None, engines: Mappin
         calibration = resolve_calibration(cfg, fit)
     if samples is None:
         samples = load_samples(cfg)
-    plan = (plan or RunPlan.of(cfg, samples)).with_calibration(calibration)
-    member = Member.from_plan(plan, count)
+    member = Member.from_plan(plan.with_calibration(calibration), count)
     return _run(cfg.name, Driver([member], client, cache), samples, cfg.max_error_rate)
 
 

@@ -15,15 +15,16 @@ from df_ray.tasks.base import Sample
 
 def build_context(cfg: Any, calibration: Any = None,
                   count_tokens: Callable[[str, str], int] | None = None, *,
-                  for_calibration: bool = False) -> MethodContext:
+                  for_calibration: bool = False, task: Any = None) -> MethodContext:
     """The MethodContext of a RunConfig. ``count_tokens(agent_id, text)`` counts with the
     agent's engine tokenizer; without one, whitespace-separated words are counted.
+    ``task``: the configuration's Task when the caller built it (a run plan's).
 
     The run seed enters every request's seed (``derive_seed``), except in a calibration
     pass: a frozen calibration belongs to the benchmark and the agents, not to a run seed,
     so whichever seed's configuration fits it, it is fitted on the same generations."""
     return MethodContext(
-        task=_task(cfg),
+        task=task if task is not None else _task(cfg),
         agents=[agent_view(cfg, a.id) for a in cfg.agents],
         coordinator=agent_view(cfg, cfg.coordinator.id) if cfg.coordinator else None,
         settings=cfg,

@@ -33,7 +33,6 @@ from df_ray.evaluation.scoring import (
     finish_and_score,
 )
 from df_ray.methods.base import Call, CallRecord, Method, MethodContext, Outcome, SampleState
-from df_ray.pipeline import signals
 from df_ray.tasks.base import Sample
 
 log = logging.getLogger(__name__)
@@ -54,6 +53,11 @@ class CallCache(Protocol):
     def put_many(self, items: Any) -> None: ...
 
 
+#: ``hook(owner, flush)``: have ``flush`` called when the run is interrupted, for as long as
+#: ``owner`` lives (the Ray stage passes ``df_ray.pipeline.signals.on_interrupt``).
+InterruptHook = Callable[[Any, Callable[[], None]], None]
+
+
 class _AnswerSink:
     """Writes a round's answers to the cache as they arrive, a part at most every
     ``FLUSH_S`` seconds (and the rest when the round ends). The cache makes their texts
@@ -61,13 +65,15 @@ class _AnswerSink:
 
     FLUSH_S = 30.0
 
-    def __init__(self, cache: CallCache, requests: Sequence[ChatRequest]) -> None:
+    def __init__(self, cache: CallCache, requests: Sequence[ChatRequest],
+                 on_interrupt: InterruptHook | None = None) -> None:
         self.cache, self.requests = cache, requests
         self.pending: list[tuple[ChatRequest, Completion]] = []
         self.last = time.monotonic()
         self._lock = threading.Lock()
         # an interrupted run (SIGINT, SIGTERM) writes what it holds, from another thread
-        signals.on_interrupt(self, self.flush)
+        if on_interrupt is not None:
+            on_interrupt(self, self.flush)
 
     def add(self, i: int, completion: Completion) -> None:
         with self._lock:
@@ -100,10 +106,11 @@ class Member:
     def from_plan(cls, plan: Any, count_tokens: Callable[[str, str], int] | None = None, *,
                   for_calibration: bool = False) -> Member:
         """A resolved plan's member (``df_ray.evaluation.plan.RunPlan``): its Method as the
-        plan holds it, its context over the plan's configuration and calibration."""
+        plan holds it, its context over the plan's configuration, Task (built from the
+        plan's target) and calibration."""
         return cls(plan.method,
                    build_context(plan.cfg, plan.calibration, count_tokens,
-                                 for_calibration=for_calibration),
+                                 for_calibration=for_calibration, task=plan.task),
                    for_calibration)
 
     @classmethod
@@ -133,12 +140,16 @@ class Driver:
     """Runs the members' rounds for batches of rows (see the module docstring).
 
     ``refresh``: called before the cache is asked for a call the row does not hold, so a
-    cache shared with other writers can list their new parts (``GenerationCache.refresh``)."""
+    cache shared with other writers can list their new parts (``GenerationCache.refresh``).
+    ``on_interrupt``: how a round's answers not yet cached are written when the run is
+    interrupted from another thread (an ``InterruptHook``; in process the round's own
+    ``finally`` writes them)."""
 
     members: Sequence[Member]
     engine: EngineClient
     cache: CallCache | None = None
     refresh: Callable[[], None] | None = None
+    on_interrupt: InterruptHook | None = None
     planned: list[PlannedCall] = field(default_factory=list)
     keep_plan: bool = False
 
@@ -214,7 +225,7 @@ class Driver:
             if cache is not None and getattr(self.engine, "answers_as_they_come", False):
                 # cached as they come, not when the round's slowest call ends: a run killed
                 # mid-round, or stopped by an engine failure, keeps the answers it had
-                sink = _AnswerSink(cache, reqs)
+                sink = _AnswerSink(cache, reqs, self.on_interrupt)
                 try:
                     answers = self.engine.generate(reqs, on_answer=sink.add)
                 finally:

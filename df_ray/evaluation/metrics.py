@@ -7,7 +7,7 @@ Definitions (per sample, averaged over samples unless noted):
   ``accuracy_wilson_lo`` / ``accuracy_wilson_hi`` the Wilson one; for a benchmark that
   declares clusters (the rows' ``cluster``: LegalBench tasks, FinQA reports)
   ``accuracy_se_clustered`` clustered by them and ``clusters`` their number (NaN for one
-  that declares none; df_ray.reporting.stats).
+  that declares none; df_ray.statistics).
 - belief_ece, belief_brier: for rows with a posterior of their selection (DarkForest's
   ``top_posterior``), the expected calibration error (10 equal-width bins) and Brier score
   of P(z*|O) against whether z* was right (NaN for a method without one).
@@ -179,7 +179,7 @@ class MetricsAccumulator:
 
     def _intervals(self) -> dict[str, float]:
         """The accuracy's intervals, its clustered standard error, the belief's calibration."""
-        from df_ray.reporting.stats import brier, clustered_mean, ece, proportion_interval
+        from df_ray.statistics import brier, clustered_mean, ece, proportion_interval
 
         # every key in every run (NaN where it has no value), so that a sweep's runs carry
         # the same metric names

@@ -72,11 +72,13 @@ class EngineActor:
     """
 
     def __init__(self, spec: dict[str, Any], backbone: str = "", replica: int = 0,
-                 token: str | None = None) -> None:
+                 token: str | None = None, plugins: tuple = ((), ())) -> None:
         from df_ray.engines import make_engine
         from df_ray.engines.batching import Replica
         from df_ray.pipeline import engine_health, faults, lifeline
+        from df_ray.plugins import load_in_worker
 
+        load_in_worker(*plugins)  # the driver's plugins (an engine kind's, a responder's)
         faults.install(engine_health.replica_label(backbone, replica))
         lifeline.hold()
         self.spec = EngineSpec.model_validate(spec)
@@ -200,11 +202,12 @@ class EnginePool:
         self.specs = dict(backbones)
         self.handles: dict[str, list[Any]] = {}
         self.token = uuid.uuid4().hex[:16]
+        plugins = worker_plugins()
         for name, spec in self.specs.items():
             opts = _actor_options(spec)
             self.handles[name] = [
                 EngineActor.options(**opts, name=None).remote(
-                    spec.model_dump(mode="json"), name, i, self.token)
+                    spec.model_dump(mode="json"), name, i, self.token, plugins)
                 for i in range(spec.replicas)
             ]
         self.supervisor = EngineSupervisor(self.token, self.specs).start()
@@ -284,6 +287,13 @@ class EnginePool:
             for h in hs:
                 ray.kill(h)
         self.handles.clear()
+
+
+def worker_plugins() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The plugins this driver imported and the folders they came from, for an actor."""
+    from df_ray.plugins import import_roots, loaded
+
+    return loaded(), import_roots(loaded())
 
 
 def _provider(specs: Mapping[str, EngineSpec]):

@@ -11,6 +11,7 @@ leaves no half runs, and its rerun skips finished configurations and replays cac
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -39,7 +40,7 @@ from df_ray.evaluation.context import (
 from df_ray.evaluation.driver import record_from_dict
 from df_ray.evaluation.guardrail_calibration import fit_metrics as guardrail_fit_metrics
 from df_ray.evaluation.guardrail_calibration import fit_params as guardrail_fit_params
-from df_ray.evaluation.plan import RunPlan, samples_key
+from df_ray.evaluation.plan import RunPlan, resolve, samples_key
 from df_ray.pipeline.error_text import first_line
 from df_ray.pipeline.graph import MAX_BATCHES_IN_FLIGHT, stage_plan, stream_batches
 from df_ray.pipeline.lifecycle import EngineLifecycle, shared_backbones
@@ -260,11 +261,14 @@ def check_weights(configs: Sequence[RunConfig]) -> None:
         raise ConfigError("\n".join(problems))
 
 
-def preflight(configs: Sequence[RunConfig]) -> list[RunPlan]:
+def preflight(configs: Sequence[RunConfig | RunPlan]) -> list[RunPlan]:
     """Everything that can fail without an engine fails here: data, calibration files,
-    methods, engine arguments, the results and cache folders. Returns each configuration's
-    resolved plan (``RunPlan``: its Method built, fingerprint computed, samples loaded once
-    per samples key), which the runner and the stage take as it is."""
+    methods, engine arguments, the results and cache folders. ``configs``: resolved plans
+    (``df_ray.evaluation.plan.resolve``), or validated configurations, planned here. Returns
+    the plans with their samples (loaded once per samples key) and the calibration file
+    found, which the runner and the stage take as they are."""
+    plans = [c if isinstance(c, RunPlan) else RunPlan.of(c) for c in configs]
+    configs = [p.cfg for p in plans]
     loaded: dict[tuple, list[Sample]] = {}
     check_engine_args_of(configs)
     check_weights(configs)
@@ -281,8 +285,9 @@ def preflight(configs: Sequence[RunConfig]) -> list[RunPlan]:
             held_out[key] = load_calibration_samples(cfg)
         return held_out[key]
 
-    for cfg in configs:
-        if cfg.build_task().sandboxed:  # generated code runs only at its isolation level
+    for plan in plans:
+        cfg = plan.cfg
+        if plan.task.sandboxed:  # generated code runs only at its isolation level
             from df_ray.sandbox import plan as sandbox_plan
 
             refused = sandbox_plan(cfg.sandbox.isolation).error
@@ -303,8 +308,8 @@ def preflight(configs: Sequence[RunConfig]) -> list[RunPlan]:
         found[id(cfg)] = check_calibration(cfg, calibration_split)
     # a file found here is the one the run uses (not looked for again); a fit due is done
     # when the configuration runs (an earlier configuration's fit may be the file it finds)
-    return [RunPlan.of(cfg, loaded[samples_key(cfg)]).with_calibration(found[id(cfg)])
-            for cfg in configs]
+    return [dataclasses.replace(p, samples=loaded[p.key], calibration=found[id(p.cfg)])
+            for p in plans]
 
 
 class Runner:
@@ -329,25 +334,28 @@ class Runner:
         self.engines.shutdown()
 
     # ------------------------------------------------------------------ calibration
-    def calibration_for(self, cfg: RunConfig) -> Calibration | None:
-        """The configuration's calibration (its method's capability); a missing one is
-        fitted through the pipeline when calibration.auto_fit allows it."""
-        return resolve_calibration(cfg, self.fit)
+    def calibration_for(self, plan: RunPlan) -> Calibration | None:
+        """The plan's calibration (its method's capability); a missing one is fitted
+        through the pipeline when calibration.auto_fit allows it."""
+        return resolve_calibration(plan.cfg, lambda cfg: self.fit(plan))
 
     def with_calibration(self, plan: RunPlan) -> RunPlan:
         """The plan with its calibration: the file preflight loaded, else the one
         ``calibration_for`` finds or fits now (an earlier configuration's fit may be it)."""
         if plan.calibration is not None:
             return plan
-        return plan.with_calibration(self.calibration_for(plan.cfg))
+        return plan.with_calibration(self.calibration_for(plan))
 
-    def fit(self, cfg: RunConfig) -> Calibration:
+    def fit(self, plan: RunPlan) -> Calibration:
+        """Fit the plan's calibration on its held-out split, through the pipeline (the
+        plan as it is: its Method, Task and plugins), and freeze it."""
+        cfg = plan.cfg
         held_out = load_calibration_samples(cfg)
         check_held_out(cfg, held_out)
         samples = held_out.samples
 
         def run_held_out(c: RunConfig, cal: Calibration, s: Sequence[Sample]):
-            return self._stream([RunPlan.of(c).with_calibration(cal)], s)
+            return self._stream([plan.with_calibration(cal)], s)
 
         def held_out_records() -> list:
             return [record_from_dict(json.loads(row["record"]))
@@ -361,7 +369,7 @@ class Runner:
                  f"fitting one on {len(samples)} held-out samples ({held_out.origin})")
         records = []
         tokens = calls = 0
-        for row in self._stream([RunPlan.of(cfg)], samples, for_calibration=True):
+        for row in self._stream([plan], samples, for_calibration=True):
             if len(records) % max(1, len(samples) // 10) == 0:
                 self.say(f"calibration: {len(records)}/{len(samples)} samples")
             records.append(record_from_dict(json.loads(row["record"])))
@@ -540,14 +548,18 @@ def own_wall_times(wall: float, busy: Sequence[float]) -> list[float]:
 
 
 def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = "default",
-              progress: Callable[[str], None] = _say) -> list[RunResult]:
-    """Validate, preflight, start engines once, run every configuration, log each to MLflow."""
-    from df_ray.storage import resolve_storage
-
+              progress: Callable[[str], None] = _say,
+              plugins: Sequence[str] = (), where: str | None = None) -> list[RunResult]:
+    """Resolve (plugins imported, storage resolved, each configuration validated once),
+    preflight, start engines once, run every configuration, log each to MLflow. ``plugins``:
+    modules to import besides those the sweep names (``--plugin``); ``where``: the sweep's
+    file, named in its errors."""
     # Under `ray job submit`, relative paths resolve against DF_RAY_HOME (or the job is refused
     # here, before anything starts); the experiment gets the user's namespace on shared stores.
-    configs = resolve_storage(sweep.expand())
-    plans = preflight(configs)
+    plans = resolve(sweep, plugins=plugins, where=where)
+    configs = [p.cfg for p in plans]
+    sweep = sweep.with_configs(configs)  # the tracker reads them: not validated again
+    plans = preflight(plans)
     check_outputs(configs, sweep.name)
     if tracker == "default":
         from df_ray.tracking import Tracker

@@ -19,7 +19,7 @@ from df_ray.config import RunConfig
 from df_ray.evaluation.driver import Driver, Member, record_to_dict
 from df_ray.evaluation.plan import RunPlan
 from df_ray.evaluation.scoring import spent_tokens
-from df_ray.pipeline import faults, lifeline
+from df_ray.pipeline import faults, lifeline, signals
 from df_ray.pipeline.cache import open_cache
 from df_ray.pipeline.engine_pool import EngineClient, make_client
 from df_ray.pipeline.lifecycle import shared_backbones
@@ -82,7 +82,8 @@ class EvaluationStage:
         self.for_calibration = for_calibration
         cache = open_cache(self.members[0].ctx.settings)
         self.driver = Driver(self.members, self.client, cache,
-                             refresh=lambda: cache.refresh(min_interval_s=REFRESH_INTERVAL_S))
+                             refresh=lambda: cache.refresh(min_interval_s=REFRESH_INTERVAL_S),
+                             on_interrupt=signals.on_interrupt)
         # The answer kinds' first-use imports (math-verify, sympy: seconds of CPU) while the
         # first round's calls run, not when its first answer is parsed.
         kinds = sorted({m.ctx.task.kind for m in self.members if m.ctx.task.kind})

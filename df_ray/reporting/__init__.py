@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from df_ray.reporting.paper import PAPER, PAPER_ABLATIONS, PAPER_FINQA_SCALING, paper_numbers
 from df_ray.reporting.runs import collect_runs, load_samples, sample_detail
-from df_ray.reporting.stats import (
+from df_ray.statistics import (
     bootstrap_ci,
     clustered_mean,
     discordant,

@@ -31,7 +31,8 @@ import pandas as pd
 
 from df_ray.methods.result_columns import FAILURES
 from df_ray.reporting.runs import sample_detail
-from df_ray.reporting.stats import (
+from df_ray.reporting.ties import DEFAULT_TIE_RULE, is_fractional, tie_outcome
+from df_ray.statistics import (
     PowerLine,
     brier,
     clustered_mean,
@@ -44,7 +45,6 @@ from df_ray.reporting.stats import (
     proportion_interval,
     tost,
 )
-from df_ray.reporting.ties import DEFAULT_TIE_RULE, is_fractional, tie_outcome
 
 #: The equivalence margin of the comparisons (points) unless told otherwise.
 DEFAULT_MARGIN = 5.0

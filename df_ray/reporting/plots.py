@@ -230,7 +230,7 @@ def belief_calibration(beliefs: Mapping[tuple[str, str], tuple[np.ndarray, np.nd
     (accuracy of z* when answering only where P(z*|O) is at least a threshold, against the
     share answered). ``beliefs``: (benchmark, configuration) -> (posteriors, z* right), as
     ``inference.belief_outcomes`` gives them; None when there is none."""
-    from df_ray.reporting.stats import ece, reliability, risk_coverage
+    from df_ray.statistics import ece, reliability, risk_coverage
 
     benches = list(dict.fromkeys(b for b, _ in beliefs))
     if not benches:

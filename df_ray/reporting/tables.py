@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from df_ray.reporting.paper import DEFAULTS, PAPER, paper_numbers, planned_run
-from df_ray.reporting.stats import bootstrap_ci, mcnemar
+from df_ray.statistics import bootstrap_ci, mcnemar
 
 ALPHA = 0.05
 #: DarkForest's Args fields that the paper's numbers depend on (logged under method_args).

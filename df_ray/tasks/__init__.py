@@ -58,10 +58,11 @@ def get_task(name: str, **options: Any) -> Task:
     return task_class(name)(**options)
 
 
-def task_for(cfg: Any) -> Task:
+def task_for(cfg: Any, cls: type | None = None) -> Task:
     """The benchmark of a run configuration, with the options the configuration sets (a
-    sandboxed benchmark: the sandbox's isolation level)."""
-    cls = task_class(cfg.benchmark)
+    sandboxed benchmark: the sandbox's isolation level); ``cls``: its class, when the caller
+    resolved it (a run plan's target), else the registry's."""
+    cls = cls or task_class(cfg.benchmark)
     options: dict[str, Any] = {}
     sandbox = getattr(cfg, "sandbox", None)
     if getattr(cls, "sandboxed", False) and sandbox is not None:

@@ -4,9 +4,12 @@ evaluation layer runs without Ray, MLflow or an engine backend."""
 from __future__ import annotations
 
 import ast
+import itertools
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "df_ray"
 
@@ -19,10 +22,10 @@ def _module(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """df_ray modules a module imports, anywhere in it (inside functions too), or names in a
-    string (``"df_ray.x.y"``, ``"df_ray.x.y:Class"``: what a registry or a helper process
-    imports by name)."""
+def _imports(path: Path, modules: set[str], strings: bool = True) -> set[str]:
+    """df_ray modules a module imports, anywhere in it (inside functions too), or (with
+    ``strings``) names in a string (``"df_ray.x.y"``, ``"df_ray.x.y:Class"``: what a
+    registry or a helper process imports by name)."""
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names: list[str] = []
@@ -30,7 +33,7 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        elif strings and isinstance(node, ast.Constant) and isinstance(node.value, str):
             names = [node.value.split(":")[0]]
         for n in names:
             if n in modules:
@@ -90,6 +93,51 @@ def test_no_import_cycles():
     assert "df_ray.pipeline.runner" not in graph["df_ray.pipeline.stages"]
     assert "df_ray.core.calibration" not in graph["df_ray.core.belief"]
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def room(module: str) -> str:
+    """A module's room, as the house is drawn: a module at df_ray's top level, or a folder
+    under it whole (``df_ray.pipeline.runner`` is in ``df_ray.pipeline``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def room_arrows() -> dict[tuple[str, str], set[tuple[str, str]]]:
+    """(room, room it imports) -> the module imports that draw that arrow: imports only
+    (anywhere in a module), as the house's floors are measured."""
+    files = {_module(p): p for p in PACKAGE.rglob("*.py")}
+    arrows: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for m, p in files.items():
+        for n in _imports(p, set(files), strings=False):
+            if room(m) != room(n):
+                arrows.setdefault((room(m), room(n)), set()).add((m, n))
+    return arrows
+
+
+def test_no_room_imports_a_room_above_it():
+    """Every room stands on a floor above all the rooms it imports: no loop of rooms, so no
+    arrow climbs a floor. A failure names the loop and the imports that close it."""
+    arrows = room_arrows()
+    graph: dict[str, set[str]] = {}
+    for a, b in arrows:
+        graph.setdefault(a, set()).add(b)
+    loop = _cycle(graph)
+    if loop is not None:
+        through = [f"{m} imports {n}" for a, b in itertools.pairwise(loop)
+                   for m, n in sorted(arrows[a, b])]
+        pytest.fail(f"rooms in a loop: {' -> '.join(loop)}; through {'; '.join(through)}")
+
+
+def test_the_room_check_sees_an_import_that_climbs():
+    """The check above fails on one upward import: the configuration importing the pipeline
+    (which imports the configuration) is a loop of rooms."""
+    arrows = room_arrows()
+    assert ("df_ray.config", "df_ray.pipeline") not in arrows
+    assert ("df_ray.pipeline", "df_ray.config") in arrows
+    graph: dict[str, set[str]] = {}
+    for a, b in [*arrows, ("df_ray.config", "df_ray.pipeline")]:
+        graph.setdefault(a, set()).add(b)
+    loop = _cycle(graph)
+    assert loop is not None and {"df_ray.config", "df_ray.pipeline"} <= set(loop)
 
 
 def test_evaluation_imports_no_cluster_stack():

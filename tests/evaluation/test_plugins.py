@@ -1,9 +1,12 @@
 """Registries that keep their promise: a benchmark and an answer kind that df_ray has never
-seen, each one module (here one temporary module) plus one registry line, run end to end
-with no edit to df_ray, and the generic layers ask the task, not its name, whether it is
-sandboxed, what it tags and where its data comes from."""
+seen, one plugin module (here a temporary one) that registers them when imported, run end
+to end with no edit to df_ray, in process and on Ray alike (the config names the plugin;
+the plan carries it to every worker), and the generic layers ask the task, not its name,
+whether it is sandboxed, what it tags and where its data comes from."""
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 
@@ -18,8 +21,10 @@ PLUGIN = '''
 
 from dataclasses import dataclass
 
+from df_ray.core.parsing import register_kind
 from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, options_of
 from df_ray.engines.scripted import last_user_content
+from df_ray.tasks import register_task
 from df_ray.tasks.answer_instruction import answer_instruction
 from df_ray.tasks.base import BaseTask, Grade, Sample
 
@@ -103,23 +108,45 @@ def respond(request):
     if request.model == "m3":
         return "I think so.\\nVerdict: yes\\nConfidence: 0.6"
     return f"{n} mod 2 = {n % 2}.\\nVerdict: {'no' if n % 2 else 'yes'}\\nConfidence: 0.9"
+
+
+# ---------------------------------------------------------------- the registry lines
+
+
+register_task("parity", "parity_plugin:ParityTask")
+register_kind("verdict", "parity_plugin")
 '''
 
 
 @pytest.fixture
-def plugin(tmp_path, monkeypatch):
+def plugin_file(tmp_path, monkeypatch):
+    """The plugin module in a folder of its own, on this process's path; the registries and
+    the record of imported plugins as they were afterwards (it registers itself on import)."""
+    from df_ray import plugins
+
     (tmp_path / "parity_plugin.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
-    # the registry lines: one per registry
-    monkeypatch.setitem(REGISTRY, "parity", "parity_plugin:ParityTask")
-    monkeypatch.setitem(KINDS, "verdict", "parity_plugin")
-    return tmp_path
+    before = dict(REGISTRY), dict(KINDS), dict(plugins._loaded)
+    yield tmp_path
+    for registry, was in zip((REGISTRY, KINDS, plugins._loaded), before, strict=True):
+        registry.clear()
+        registry.update(was)
+    sys.modules.pop("parity_plugin", None)
+
+
+@pytest.fixture
+def plugin(plugin_file):
+    """The plugin imported (its registry lines have run)."""
+    import parity_plugin  # noqa: F401
+
+    return plugin_file
 
 
 def config(tmp_path, **over):
     backbones = {f"b{i}": {"kind": "scripted", "model": f"m{i}",
                            "script": "parity_plugin:respond"} for i in (1, 2, 3)}
     cfg = {"name": "parity", "benchmark": "parity", "method": "darkforest",
+           "plugins": ["parity_plugin"],
            "method_args": {"ablation": "no_calibration"}, "backbones": backbones,
            "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2, 3)],
            "coordinator": {"id": "coord", "backbone": "b3"},
@@ -141,8 +168,8 @@ def test_a_new_answer_kind_parses_and_canonicalizes(plugin):
     assert not unknown.valid and "unknown answer kind 'nonesuch'" in unknown.reason
 
 
-def test_a_new_benchmark_runs_end_to_end_with_no_df_ray_edit(plugin, tmp_path):
-    ev = df_ray.evaluate(config(tmp_path))
+def test_a_new_benchmark_runs_end_to_end_with_no_df_ray_edit(plugin_file, tmp_path):
+    ev = df_ray.evaluate(config(tmp_path))  # the config's plugins: imported, then validated
     assert [r.sample_id for r in ev.rows] == [f"n{n}" for n in range(6)]
     # a1 and a2 are right and agree: the guardrail trusts them over a3 and the coordinator
     assert [r.final_answer for r in ev.rows] == ["yes", "no", "yes", "no", "yes", "no"]
@@ -213,3 +240,127 @@ def test_a_new_answer_kind_is_prompted_in_its_own_words(plugin, tmp_path, method
     else:  # the reference's few-shot feedback: the kind's own example
         assert "Is 7 even?" in joined and "wrong! 7 is odd" in joined
     assert len(ev.rows) == 6 and ev.failure is None
+
+
+# ---------------------------------------------------------------- plugins as a way in
+
+
+def _write_config(folder, name="parity.yaml", **over):
+    import yaml
+
+    cfg = config(folder, results_dir=str(folder / "results"), cache_root=str(folder / "cache"),
+                 tracking={"uri": f"sqlite:///{folder / 'mlflow.db'}", "experiment": "parity"},
+                 batch_size=2, **over)
+    path = folder / name
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.slow
+def test_a_plugin_named_in_the_config_runs_on_ray_as_in_process(plugin_file, tmp_path,
+                                                                 ray_local, monkeypatch,
+                                                                 capsys):
+    """``df-ray run`` on a local Ray that started before the plugin's folder existed: the
+    stage and the engine replicas import the plugin as the plan names it (its folder, its
+    module), the driver validates the configuration once and builds its Method once, and
+    the rows and accuracy are ``df_ray.evaluate``'s."""
+    import pyarrow.parquet as pq
+
+    from df_ray.config import RunConfig
+    from df_ray.methods.darkforest import DarkForest
+    from tests.helpers import count_constructions
+
+    path = _write_config(tmp_path)
+    assert "parity_plugin" not in sys.modules  # the config's plugins: list imports it
+    validated = []
+    real = RunConfig.model_validate.__func__
+    monkeypatch.setattr(RunConfig, "model_validate", classmethod(
+        lambda cls, *a, **k: validated.append(cls) or real(cls, *a, **k)))
+    built = count_constructions(monkeypatch, method=DarkForest)
+    assert main(["run", "--config", str(path)]) == 0, capsys.readouterr().err
+    assert (len(validated), built["method"]) == (1, 1)
+    (results,) = (tmp_path / "results").rglob("samples.parquet")
+    rows = sorted(pq.read_table(results).to_pylist(), key=lambda r: r["sample_id"])
+    ev = df_ray.evaluate(config(tmp_path))
+    assert [(r["sample_id"], r["final_answer"], r["correct"]) for r in rows] == [
+        (r.sample_id, r.final_answer, r.correct) for r in ev.rows]
+    assert len(rows) == 6 and all(r["correct"] for r in rows)
+    assert ev.metrics["accuracy"] == sum(r["correct"] for r in rows) / len(rows) == 1.0
+
+
+@pytest.mark.parametrize("named", ["config", "flag"])
+@pytest.mark.parametrize(("body", "error"), [
+    (None, "ModuleNotFoundError: No module named 'broken_plugin'"),
+    ("raise RuntimeError('no licence for parity')", "RuntimeError: no licence for parity")])
+def test_a_plugin_that_fails_to_import_stops_the_run_in_one_line(tmp_path, monkeypatch, capsys,
+                                                                 named, body, error):
+    from df_ray.pipeline import runner
+
+    if body is not None:
+        (tmp_path / "broken_plugin.py").write_text(body)
+        monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(runner, "init_ray", lambda *a, **k: pytest.fail("Ray was started"))
+    monkeypatch.delitem(sys.modules, "broken_plugin", raising=False)
+    if named == "config":
+        argv = ["run", "--config", str(_write_config(tmp_path, plugins=["broken_plugin"]))]
+    else:
+        argv = ["run", "--config", str(_write_config(tmp_path, plugins=[])),
+                "--plugin", "broken_plugin"]
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert out.err.strip().splitlines() == [
+        f"df-ray: configuration error: plugin 'broken_plugin' failed to import: {error}"]
+
+
+def test_an_installed_package_names_its_plugin_by_entry_point(plugin_file, monkeypatch):
+    from df_ray import plugins
+
+    info = plugin_file / "parity_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: parity-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[df_ray.plugins]\nparity = parity_plugin\n")
+    monkeypatch.setattr(plugins, "_entry_points_done", False)
+    assert "parity_plugin" in plugins.entry_point_plugins()
+    assert "parity" not in REGISTRY
+    assert "parity_plugin" in plugins.load_plugins()
+    assert REGISTRY["parity"] == "parity_plugin:ParityTask" and KINDS["verdict"] == "parity_plugin"
+
+
+def test_the_driver_imports_a_plugin_from_its_working_directory(plugin_file, monkeypatch):
+    """As under ``python -m`` (and as a job's working dir on a cluster): the console script's
+    own folder is on its path, the working directory is not."""
+    from df_ray.plugins import import_roots, load_plugins
+
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(plugin_file))])
+    monkeypatch.chdir(plugin_file)
+    assert "parity_plugin" in load_plugins(["parity_plugin"])
+    assert REGISTRY["parity"] == "parity_plugin:ParityTask"
+    assert import_roots(["parity_plugin"]) == (str(plugin_file.resolve()),)
+
+
+def test_a_plan_names_what_it_runs_and_lands_with_its_plugins(plugin_file, monkeypatch):
+    """The plan resolves the names once (targets), and a pickled plan imports its plugins
+    before anything of it is built: the Task from the plan's target, not a registry."""
+    import pickle
+
+    from df_ray.evaluation.plan import resolve
+
+    (plan,) = resolve(config(plugin_file))
+    assert plan.task_target == "parity_plugin:ParityTask" and plan.kinds["verdict"] == \
+        "parity_plugin"
+    assert plan.engines == {"scripted": "df_ray.engines.scripted:ScriptedEngine"}
+    assert "parity_plugin" in plan.plugins and plan.plugin_roots
+    blob = pickle.dumps(plan)
+    # as in a worker of its own: neither the plugin, nor its folder, nor its registry lines
+    from df_ray import plugins
+
+    sys.modules.pop("parity_plugin")
+    plugins._loaded.pop("parity_plugin")
+    REGISTRY.pop("parity")
+    KINDS.pop("verdict")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(plugin_file)])
+    landed = pickle.loads(blob)
+    assert "parity_plugin" in sys.modules and KINDS["verdict"] == "parity_plugin"
+    assert landed.samples == () and landed.method is not plan.method
+    REGISTRY["parity"] = "nowhere:Nothing"  # the Task comes from the plan's target
+    assert type(landed.task).__name__ == "ParityTask"

@@ -12,7 +12,7 @@ import pytest
 from scipy.stats import binom, binomtest
 from scipy.stats import t as student_t
 
-from df_ray.reporting.stats import (
+from df_ray.statistics import (
     brier,
     clustered_mean,
     ece,
@@ -293,8 +293,8 @@ def test_validate_prints_the_power_line_of_a_sweep(capsys):
     from df_ray.cli import main
     from df_ray.config import load_config
     from df_ray.reporting.inference import sweep_power
-    from df_ray.reporting.stats import ASSUMED_DISCORDANCE
     from df_ray.reporting.tables import seedless_name
+    from df_ray.statistics import ASSUMED_DISCORDANCE
     from tests.helpers import REPO
 
     path = REPO / "jobs" / "configs" / "cpu_humaneval.yaml"

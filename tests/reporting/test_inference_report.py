@@ -32,7 +32,7 @@ from df_ray.config import SweepConfig
 from df_ray.methods.result_columns import won_and_lost
 from df_ray.reporting import build_report
 from df_ray.reporting.inference import accuracy_table
-from df_ray.reporting.stats import min_detectable_difference
+from df_ray.statistics import min_detectable_difference
 from tests.reporting.logged_sweep import log_sweep
 
 N = 10
