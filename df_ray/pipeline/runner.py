@@ -359,7 +359,7 @@ class Runner:
 
         def held_out_records() -> list:
             return [record_from_dict(json.loads(row["record"]))
-                    for row in self._stream([RunPlan.of(cfg)], samples, for_calibration=True)]
+                    for row in self._stream([plan], samples, for_calibration=True)]
 
         extended = extend_with_guardrail_fit(cfg, held_out, run_held_out, held_out_records,
                                              self.say)
