@@ -355,7 +355,9 @@ class Runner:
         samples = held_out.samples
 
         def run_held_out(c: RunConfig, cal: Calibration, s: Sequence[Sample]):
-            return self._stream([plan.with_calibration(cal)], s)
+            # the guardrail fit's coordinator pass is a configuration of its own
+            held = plan if c is cfg else RunPlan.of(c)
+            return self._stream([held.with_calibration(cal)], s)
 
         def held_out_records() -> list:
             return [record_from_dict(json.loads(row["record"]))
