@@ -47,6 +47,135 @@ def _vs_full(r: Any, m: str) -> str:
             + ("–" if pd.isna(p) else f"{p:.3f}"))
 
 
+def _frontier_lines(f: Any) -> list[str]:
+    """Accuracy against tokens: the frontier, the k-curves, the matches."""
+    L: list[str] = []
+    L += ["### Accuracy against tokens", ""]
+    if not f.points.empty:
+        L += _table(["configuration", "method", "n", "accuracy % [95% CI]", "tokens/sample"],
+                    [[r["configuration"], r["method"], str(r["n"]),
+                      _ci(r, "accuracy", "lo", "hi"), _num(r["tokens_per_sample"])]
+                     for _, r in f.points.iterrows()])
+        L.append("")
+    if not f.curves.empty:
+        L += ["k-curves (Self-Consistency: maj@k over every k-subset of its cached "
+              "samples, pass@k beside it; votes over k agents: the mean over every "
+              "k-subset of the pool):", ""]
+        L += _table(["curve", "k", "accuracy %", "pass@k %", "tokens/sample"],
+                    [[r["curve"], str(int(r["k"])), _ci(r, "accuracy", "lo", "hi"),
+                      _pct(r["pass_at_k"]), _num(r["tokens_per_sample"])]
+                     for _, r in f.curves.iterrows()])
+        L.append("")
+    if not f.at_darkforest_tokens.empty:
+        L += ["DarkForest against Self-Consistency at DarkForest's tokens (paired over "
+              "samples; difference DarkForest - Self-Consistency):", ""]
+        L += _table(["DarkForest", "Self-Consistency", "k", "tokens DF / SC",
+                     "accuracy DF / SC %", "difference [95% CI]", "McNemar p"],
+                    [[r["darkforest"], r["self_consistency"], str(int(r["k"]))
+                      + ("" if r["within_budget"] else " (over budget)"),
+                      f"{_num(r['darkforest_tokens'])} / {_num(r['sc_tokens'])}",
+                      f"{_pct(r['darkforest_accuracy'])} / {_pct(r['sc_accuracy'])}",
+                      f"{_pct(r['difference'])} [{_pct(r['lo'])}, {_pct(r['hi'])}]",
+                      _num(r["mcnemar_p"], "{:.3f}")]
+                     for _, r in f.at_darkforest_tokens.iterrows()])
+        L.append("")
+    if not f.tokens_to_match.empty:
+        L += ["Tokens each method needs to match DarkForest's accuracy:", ""]
+        L += _table(["method", "k", "tokens/sample", "x DarkForest", "matches"],
+                    [[r["method"], "-" if r["k"] is None or pd.isna(r["k"]) else
+                      str(int(r["k"])), _num(r["tokens_per_sample"]),
+                      _num(r["ratio_to_darkforest"], "{:.2f}"),
+                      "yes" if r["reached"] else "no"]
+                     for _, r in f.tokens_to_match.iterrows()])
+        L.append("")
+    for line in f.lines:
+        L.append(f"- {line}")
+    if f.lines:
+        L.append("")
+    return L
+
+
+def _subset_lines(s: Any) -> list[str]:
+    """The agent subsets, leave one out, Shapley values, the best subsets."""
+    L: list[str] = []
+    L += ["### Agent subsets", "", f"{s.note}; calibration refitted on each subset "
+          "from the calibration split's cached calls (the full pool: its frozen file).", ""]
+    L += _table(["agents", "vote % [95% CI]", "belief only % [95% CI]",
+                 "DarkForest %", "DarkForest vs all (+ / -, McNemar p)", "trusted %",
+                 "tokens/sample"],
+                [[r["agents"], _ci(r, "vote", "vote_lo", "vote_hi"),
+                  _ci(r, "belief_only", "belief_only_lo", "belief_only_hi"),
+                  _pct(r["darkforest"]), _vs_full(r, "darkforest"),
+                  _pct(r["trusted_rate"]),
+                  _num(r["tokens_per_sample"])] for _, r in s.table.iterrows()])
+    L += ["", "Votes are scored with ties broken uniformly (1/m per correct answer of "
+          "an m-way tie). Each subset's per-problem outcomes: `*_subset_outcomes.csv`; "
+          "its paired differences against all agents (vote, belief only, DarkForest: "
+          "`*_vs_full`, discordant `*_b` / `*_c`, exact McNemar `*_p_mcnemar` where "
+          "both are 0/1, paired t `*_p_t`): `*_subsets.csv`."]
+    L += ["", "Leave one out (accuracy of the full pool minus the pool without the agent, "
+          "points):", ""]
+    L += _table(["left out", "vote", "belief only", "DarkForest"],
+                [[r["left_out"], _num(100 * r["vote_change"], "{:+.1f}"),
+                  _num(100 * r["belief_only_change"], "{:+.1f}"),
+                  _num(100 * r["darkforest_change"], "{:+.1f}")]
+                 for _, r in s.leave_one_out.iterrows()])
+    L += ["", "Shapley values (accuracy points; they sum to the full pool's accuracy):",
+          ""]
+    L += _table(["agent", "vote", "belief only"],
+                [[r["agent"], _num(100 * r["vote"], "{:+.1f}"),
+                  _num(100 * r["belief_only"], "{:+.1f}")] for _, r in s.shapley.iterrows()])
+    L += ["", "Best subset of each size:", ""]
+    L += _table(["size", "decision", "agents", "accuracy %", "tokens/sample"],
+                [[str(r["size"]), r["metric"], r["agents"], _pct(r["accuracy"]),
+                  _num(r["tokens_per_sample"])] for _, r in s.best.iterrows()])
+    L.append("")
+    return L
+
+
+def _threshold_lines(t: Any) -> list[str]:
+    """The guardrail thresholds, and the setting chosen on held-out data."""
+    L: list[str] = []
+    L += ["### Guardrail thresholds", ""]
+    held = "held_out_accuracy" in t.table.columns
+    header = ["setting", "test acc %", "trusted %", "overrides %", "wrong overrides %"]
+    if held:
+        header += ["held-out acc %", "held-out wrong overrides %", "certified", "bound %"]
+    rows = []
+    for _, r in t.table.iterrows():
+        row = [r["setting"], _pct(r["test_accuracy"]), _pct(r["test_trusted_rate"]),
+               _pct(r["test_override_rate"]), _pct(r["test_wrong_override_rate"])]
+        if held:
+            row += [_pct(r["held_out_accuracy"]), _pct(r["held_out_wrong_override_rate"]),
+                    "yes" if r["certified"] else "no", _pct(r["bound"])]
+        rows.append(row)
+    L += _table(header, rows)
+    L.append("")
+    if t.chosen:
+        c = t.chosen
+        L += [f"Chosen on held-out data (Learn-then-Test, {c['testing']}, wrong-override "
+              f"rate <= {_pct(c['max_wrong_override'])}% with probability "
+              f"{1 - c['delta']:.2f}, n = {c['n']}): **{c['setting']}**, certified bound "
+              f"{_pct(c['bound'])}%; test accuracy {_pct(c['test']['test_accuracy'])}%.",
+              ""]
+    return L
+
+
+def _early_stop_lines(e: Any) -> list[str]:
+    """Generation that stops when the guardrail trusts z* (simulated)."""
+    L: list[str] = []
+    L += ["### Generation that stops when the guardrail trusts z* (simulated)", ""]
+    L += _table(["strategy", "accuracy %", "tokens/sample", "agent calls/sample",
+                 "token saving"],
+                [[r["strategy"], _pct(r["accuracy"]), _num(r["tokens_per_sample"]),
+                  _num(r["agent_calls_per_sample"], "{:.2f}"),
+                  _num(r["token_saving"], "{:.2f}x")] for _, r in e.table.iterrows()])
+    L += ["", "Agents asked before stopping: " + ", ".join(
+        f"{int(r['agents_asked'])}: {int(r['samples'])}" for _, r in e.stops.iterrows())
+        + " samples.", ""]
+    return L
+
+
 def benchmark_markdown(b: Any) -> list[str]:
     L = [f"## {b.benchmark} (pool: {b.pool}, agents {', '.join(b.agents)}; run seed {b.seed})",
          "", f"{b.n_test} test samples, {b.n_held_out} held-out samples; cached calls used: "
@@ -60,119 +189,14 @@ def benchmark_markdown(b: Any) -> list[str]:
         L.append(f"- {line}")
     if b.lines:
         L.append("")
-    f = b.frontier
-    if f is not None:
-        L += ["### Accuracy against tokens", ""]
-        if not f.points.empty:
-            L += _table(["configuration", "method", "n", "accuracy % [95% CI]", "tokens/sample"],
-                        [[r["configuration"], r["method"], str(r["n"]),
-                          _ci(r, "accuracy", "lo", "hi"), _num(r["tokens_per_sample"])]
-                         for _, r in f.points.iterrows()])
-            L.append("")
-        if not f.curves.empty:
-            L += ["k-curves (Self-Consistency: maj@k over every k-subset of its cached "
-                  "samples, pass@k beside it; votes over k agents: the mean over every "
-                  "k-subset of the pool):", ""]
-            L += _table(["curve", "k", "accuracy %", "pass@k %", "tokens/sample"],
-                        [[r["curve"], str(int(r["k"])), _ci(r, "accuracy", "lo", "hi"),
-                          _pct(r["pass_at_k"]), _num(r["tokens_per_sample"])]
-                         for _, r in f.curves.iterrows()])
-            L.append("")
-        if not f.at_darkforest_tokens.empty:
-            L += ["DarkForest against Self-Consistency at DarkForest's tokens (paired over "
-                  "samples; difference DarkForest - Self-Consistency):", ""]
-            L += _table(["DarkForest", "Self-Consistency", "k", "tokens DF / SC",
-                         "accuracy DF / SC %", "difference [95% CI]", "McNemar p"],
-                        [[r["darkforest"], r["self_consistency"], str(int(r["k"]))
-                          + ("" if r["within_budget"] else " (over budget)"),
-                          f"{_num(r['darkforest_tokens'])} / {_num(r['sc_tokens'])}",
-                          f"{_pct(r['darkforest_accuracy'])} / {_pct(r['sc_accuracy'])}",
-                          f"{_pct(r['difference'])} [{_pct(r['lo'])}, {_pct(r['hi'])}]",
-                          _num(r["mcnemar_p"], "{:.3f}")]
-                         for _, r in f.at_darkforest_tokens.iterrows()])
-            L.append("")
-        if not f.tokens_to_match.empty:
-            L += ["Tokens each method needs to match DarkForest's accuracy:", ""]
-            L += _table(["method", "k", "tokens/sample", "x DarkForest", "matches"],
-                        [[r["method"], "-" if r["k"] is None or pd.isna(r["k"]) else
-                          str(int(r["k"])), _num(r["tokens_per_sample"]),
-                          _num(r["ratio_to_darkforest"], "{:.2f}"),
-                          "yes" if r["reached"] else "no"]
-                         for _, r in f.tokens_to_match.iterrows()])
-            L.append("")
-        for line in f.lines:
-            L.append(f"- {line}")
-        if f.lines:
-            L.append("")
-    s = b.subsets
-    if s is not None:
-        L += ["### Agent subsets", "", f"{s.note}; calibration refitted on each subset "
-              "from the calibration split's cached calls (the full pool: its frozen file).", ""]
-        L += _table(["agents", "vote % [95% CI]", "belief only % [95% CI]",
-                     "DarkForest %", "DarkForest vs all (+ / -, McNemar p)", "trusted %",
-                     "tokens/sample"],
-                    [[r["agents"], _ci(r, "vote", "vote_lo", "vote_hi"),
-                      _ci(r, "belief_only", "belief_only_lo", "belief_only_hi"),
-                      _pct(r["darkforest"]), _vs_full(r, "darkforest"),
-                      _pct(r["trusted_rate"]),
-                      _num(r["tokens_per_sample"])] for _, r in s.table.iterrows()])
-        L += ["", "Votes are scored with ties broken uniformly (1/m per correct answer of "
-              "an m-way tie). Each subset's per-problem outcomes: `*_subset_outcomes.csv`; "
-              "its paired differences against all agents (vote, belief only, DarkForest: "
-              "`*_vs_full`, discordant `*_b` / `*_c`, exact McNemar `*_p_mcnemar` where "
-              "both are 0/1, paired t `*_p_t`): `*_subsets.csv`."]
-        L += ["", "Leave one out (accuracy of the full pool minus the pool without the agent, "
-              "points):", ""]
-        L += _table(["left out", "vote", "belief only", "DarkForest"],
-                    [[r["left_out"], _num(100 * r["vote_change"], "{:+.1f}"),
-                      _num(100 * r["belief_only_change"], "{:+.1f}"),
-                      _num(100 * r["darkforest_change"], "{:+.1f}")]
-                     for _, r in s.leave_one_out.iterrows()])
-        L += ["", "Shapley values (accuracy points; they sum to the full pool's accuracy):",
-              ""]
-        L += _table(["agent", "vote", "belief only"],
-                    [[r["agent"], _num(100 * r["vote"], "{:+.1f}"),
-                      _num(100 * r["belief_only"], "{:+.1f}")] for _, r in s.shapley.iterrows()])
-        L += ["", "Best subset of each size:", ""]
-        L += _table(["size", "decision", "agents", "accuracy %", "tokens/sample"],
-                    [[str(r["size"]), r["metric"], r["agents"], _pct(r["accuracy"]),
-                      _num(r["tokens_per_sample"])] for _, r in s.best.iterrows()])
-        L.append("")
-    t = b.thresholds
-    if t is not None and not t.table.empty:
-        L += ["### Guardrail thresholds", ""]
-        held = "held_out_accuracy" in t.table.columns
-        header = ["setting", "test acc %", "trusted %", "overrides %", "wrong overrides %"]
-        if held:
-            header += ["held-out acc %", "held-out wrong overrides %", "certified", "bound %"]
-        rows = []
-        for _, r in t.table.iterrows():
-            row = [r["setting"], _pct(r["test_accuracy"]), _pct(r["test_trusted_rate"]),
-                   _pct(r["test_override_rate"]), _pct(r["test_wrong_override_rate"])]
-            if held:
-                row += [_pct(r["held_out_accuracy"]), _pct(r["held_out_wrong_override_rate"]),
-                        "yes" if r["certified"] else "no", _pct(r["bound"])]
-            rows.append(row)
-        L += _table(header, rows)
-        L.append("")
-        if t.chosen:
-            c = t.chosen
-            L += [f"Chosen on held-out data (Learn-then-Test, {c['testing']}, wrong-override "
-                  f"rate <= {_pct(c['max_wrong_override'])}% with probability "
-                  f"{1 - c['delta']:.2f}, n = {c['n']}): **{c['setting']}**, certified bound "
-                  f"{_pct(c['bound'])}%; test accuracy {_pct(c['test']['test_accuracy'])}%.",
-                  ""]
-    e = b.early_stop
-    if e is not None:
-        L += ["### Generation that stops when the guardrail trusts z* (simulated)", ""]
-        L += _table(["strategy", "accuracy %", "tokens/sample", "agent calls/sample",
-                     "token saving"],
-                    [[r["strategy"], _pct(r["accuracy"]), _num(r["tokens_per_sample"]),
-                      _num(r["agent_calls_per_sample"], "{:.2f}"),
-                      _num(r["token_saving"], "{:.2f}x")] for _, r in e.table.iterrows()])
-        L += ["", "Agents asked before stopping: " + ", ".join(
-            f"{int(r['agents_asked'])}: {int(r['samples'])}" for _, r in e.stops.iterrows())
-            + " samples.", ""]
+    if b.frontier is not None:
+        L += _frontier_lines(b.frontier)
+    if b.subsets is not None:
+        L += _subset_lines(b.subsets)
+    if b.thresholds is not None and not b.thresholds.table.empty:
+        L += _threshold_lines(b.thresholds)
+    if b.early_stop is not None:
+        L += _early_stop_lines(b.early_stop)
     return L
 
 

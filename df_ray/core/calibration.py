@@ -423,6 +423,48 @@ class Calibration:
 # -- fitting -------------------------------------------------------------------------------
 
 
+class _FitCounts:
+    """What a fit counts over held-out records: per agent its valid and correct answers, per
+    support pattern its clusters and right ones, per pair of agents the records where both
+    were wrong and where they gave the same wrong answer."""
+
+    def __init__(self, agents: tuple[str, ...]) -> None:
+        self.agents, self.known = agents, set(agents)
+        self.a_valid = dict.fromkeys(agents, 0)
+        self.a_correct = dict.fromkeys(agents, 0)
+        self.p_n: dict[tuple[str, ...], int] = {}
+        self.p_correct: dict[tuple[str, ...], int] = {}
+        self.pairs = [_pair(i, j) for k, i in enumerate(agents) for j in agents[k + 1:]]
+        self.both_wrong = dict.fromkeys(self.pairs, 0)
+        self.same_wrong = dict.fromkeys(self.pairs, 0)
+        self.n_samples = 0
+
+    def add(self, rec: CalibrationRecord) -> None:
+        self.n_samples += 1
+        if rec.gold is None and rec.correct is None:
+            raise ValueError(f"calibration record {rec.sample_id!r} has neither gold nor correct")
+        for obs in rec.observations:
+            if obs.agent not in self.known:
+                raise ValueError(f"calibration record {rec.sample_id!r} has an observation from "
+                                 f"{obs.agent!r}, not one of the agents {list(self.agents)}")
+        answer_of: dict[str, str] = {}
+        for answer, members in cluster_observations(rec.observations).items():
+            right = rec.is_correct(answer)
+            pattern = tuple(sorted(o.agent for o in members))
+            self.p_n[pattern] = self.p_n.get(pattern, 0) + 1
+            self.p_correct[pattern] = self.p_correct.get(pattern, 0) + int(right)
+            for o in members:
+                answer_of[o.agent] = answer
+                self.a_valid[o.agent] += 1
+                self.a_correct[o.agent] += int(right)
+        for i, j in self.pairs:
+            zi, zj = answer_of.get(i), answer_of.get(j)
+            if zi is None or zj is None or rec.is_correct(zi) or rec.is_correct(zj):
+                continue
+            self.both_wrong[(i, j)] += 1
+            self.same_wrong[(i, j)] += int(zi == zj)
+
+
 def fit_calibration(
     records: Iterable[CalibrationRecord],
     *,
@@ -449,42 +491,10 @@ def fit_calibration(
     """
     agents = tuple(agents)
     _check_agent_ids(agents)
-    known = set(agents)
-    a_valid = dict.fromkeys(agents, 0)
-    a_correct = dict.fromkeys(agents, 0)
-    p_n: dict[tuple[str, ...], int] = {}
-    p_correct: dict[tuple[str, ...], int] = {}
-    pairs = [_pair(i, j) for k, i in enumerate(agents) for j in agents[k + 1:]]
-    both_wrong = dict.fromkeys(pairs, 0)
-    same_wrong = dict.fromkeys(pairs, 0)
-
-    n_samples = 0
+    counts = _FitCounts(agents)
     for rec in records:
-        n_samples += 1
-        if rec.gold is None and rec.correct is None:
-            raise ValueError(f"calibration record {rec.sample_id!r} has neither gold nor correct")
-        for obs in rec.observations:
-            if obs.agent not in known:
-                raise ValueError(f"calibration record {rec.sample_id!r} has an observation from "
-                                 f"{obs.agent!r}, not one of the agents {list(agents)}")
-        groups = cluster_observations(rec.observations)
-        answer_of: dict[str, str] = {}
-        for answer, members in groups.items():
-            right = rec.is_correct(answer)
-            pattern = tuple(sorted(o.agent for o in members))
-            p_n[pattern] = p_n.get(pattern, 0) + 1
-            p_correct[pattern] = p_correct.get(pattern, 0) + int(right)
-            for o in members:
-                answer_of[o.agent] = answer
-                a_valid[o.agent] += 1
-                a_correct[o.agent] += int(right)
-        for i, j in pairs:
-            zi, zj = answer_of.get(i), answer_of.get(j)
-            if zi is None or zj is None or rec.is_correct(zi) or rec.is_correct(zj):
-                continue
-            both_wrong[(i, j)] += 1
-            same_wrong[(i, j)] += int(zi == zj)
-
+        counts.add(rec)
+    n_samples = counts.n_samples
     if min_samples is not None and n_samples < min_samples:
         raise CalibrationTooSmallError(
             f"calibration for {benchmark!r}: {n_samples} held-out sample(s) "
@@ -497,10 +507,12 @@ def fit_calibration(
         n_samples=n_samples,
         fitted_at=fitted_at or datetime.now(UTC).isoformat(timespec="seconds"),
         gamma=float(gamma),
-        agent_stats={a: AgentStats(a_valid[a], a_correct[a]) for a in agents},
-        pattern_stats={p: PatternStats(p_n[p], p_correct[p]) for p in sorted(p_n)},
-        pair_stats={p: PairStats(both_wrong[p], same_wrong[p]) for p in pairs},
-        identities={a: dict(v) for a, v in (identities or {}).items() if a in known},
+        agent_stats={a: AgentStats(counts.a_valid[a], counts.a_correct[a]) for a in agents},
+        pattern_stats={p: PatternStats(counts.p_n[p], counts.p_correct[p])
+                       for p in sorted(counts.p_n)},
+        pair_stats={p: PairStats(counts.both_wrong[p], counts.same_wrong[p])
+                    for p in counts.pairs},
+        identities={a: dict(v) for a, v in (identities or {}).items() if a in agents},
         data_source=data_source,
         data_fingerprint=data_fingerprint,
         fit_calls=int(fit_calls),

@@ -212,30 +212,59 @@ def _accounting(calls: Sequence[Any], max_tokens=no_budget) -> dict[str, Any]:
     }
 
 
+class _Grades:
+    """A sample's grades, one per distinct answer (``grade_key``); an answer no grader could
+    judge (``GradingUnavailable``) is graded wrong and kept in ``ungraded`` with why."""
+
+    def __init__(self, task: Any, sample: Any) -> None:
+        self.task, self.sample = task, sample
+        self.grades: dict[Any, Any] = {}
+        self.ungraded: dict[Any, str] = {}
+
+    def grade(self, o: Observation | None) -> Grade:
+        if o is None or not o.valid:
+            return self.task.grade(self.sample, None)
+        key = grade_key(o)
+        if key not in self.grades:
+            try:
+                self.grades[key] = self.task.grade(self.sample, o)
+            except GradingUnavailable as e:  # no verdict on this answer only
+                self.ungraded[key] = describe_exception("grade", e)
+                self.grades[key] = Grade(False, dict(self.task.grade(self.sample, None).scores),
+                                         self.ungraded[key])
+        return self.grades[key]
+
+    def verdict(self, o: Observation | None) -> bool | None:
+        """An observation's grade as a method column: None when absent or ungraded."""
+        if o is None:
+            return None
+        ok = bool(self.grade(o).correct)
+        return None if o.valid and grade_key(o) in self.ungraded else ok
+
+
+def _own_columns(outcome: Outcome, verdict: Any,
+                 declared: Mapping[str, str] | None) -> dict[str, Any]:
+    """The method's columns of a row: ``outcome.columns`` and the grades of
+    ``outcome.graded``, every declared one present (null when left out) and no other."""
+    own = {**outcome.columns, **{k: verdict(o) for k, o in outcome.graded.items()}}
+    if declared is None:
+        return own
+    undeclared = sorted(set(own) - set(declared))
+    if undeclared:
+        raise ValueError(f"Outcome columns {undeclared} are not in the method's "
+                         "result_columns")
+    return {k: own.get(k) for k in declared}
+
+
 def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext,
                   declared: Mapping[str, str] | None = None) -> ResultRow:
     """Grade a finished sample: the final answer, each agent's independent answer and the
     coordinator's; token and call accounting; the method's columns (``outcome.columns``,
     and the grade of each of ``outcome.graded``), every ``declared`` one present (null when
     the outcome leaves it out) and no other."""
-    task = ctx.task
     sample = state.sample
-    grades: dict[Any, Any] = {}
-    ungraded: dict[Any, str] = {}
-
-    def grade_obs(o: Observation | None):
-        if o is None or not o.valid:
-            return task.grade(sample, None)
-        key = grade_key(o)
-        if key not in grades:
-            try:
-                grades[key] = task.grade(sample, o)
-            except GradingUnavailable as e:  # no verdict on this answer only
-                ungraded[key] = describe_exception("grade", e)
-                grades[key] = Grade(False, dict(task.grade(sample, None).scores),
-                                    ungraded[key])
-        return grades[key]
-
+    g = _Grades(ctx.task, sample)
+    grade_obs, ungraded = g.grade, g.ungraded
     final_grade = grade_obs(outcome.final)
     for o in outcome.agent_observations:
         grade_obs(o)
@@ -249,19 +278,7 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext,
     agent_grade_detail = {o.agent: grade_obs(o).detail
                           for o in outcome.agent_observations if o.valid}
     coord = outcome.coordinator
-    def verdict(o: Observation | None) -> bool | None:
-        if o is None:
-            return None
-        ok = bool(grade_obs(o).correct)
-        return None if o.valid and grade_key(o) in ungraded else ok
-
-    own = {**outcome.columns, **{k: verdict(o) for k, o in outcome.graded.items()}}
-    if declared is not None:
-        undeclared = sorted(set(own) - set(declared))
-        if undeclared:
-            raise ValueError(f"Outcome columns {undeclared} are not in the method's "
-                             "result_columns")
-        own = {k: own.get(k) for k in declared}
+    own = _own_columns(outcome, g.verdict, declared)
     acc = _accounting(state.calls, budgets(ctx))
     detail = {
         "observations": [_obs_dict(o) for o in outcome.agent_observations],

@@ -307,6 +307,73 @@ def _table(cols: list[str], rows: list[list[str]]) -> list[str]:
             *["| " + " | ".join(v.replace("|", "\\|") for v in r) + " |" for r in rows]]
 
 
+def _of(df: pd.DataFrame, bench: str) -> pd.DataFrame:
+    return df[df["benchmark"] == bench] if not df.empty else df
+
+
+def _accuracy_lines(bench: str, a: pd.DataFrame) -> list[str]:
+    return [f"### {bench}: accuracy with clustered intervals", "", *_table(
+        ["configuration", "method", "seeds", "questions", "accuracy %",
+         "95% CI (clustered t)", "s.e. by question", "s.e. by cluster",
+         "exact 95% CI (1 seed)", "Wilson 95% CI (1 seed)",
+         "decided by a tie (rule matters)"],
+        [[str(r["configuration"]), str(r["method"]), str(r["seeds"]),
+          str(r["questions"]), f"{r['accuracy']:.2f}",
+          f"[{_f(r['ci_lo'], '{:.1f}')}, {_f(r['ci_hi'], '{:.1f}')}]",
+          _f(r["se_question"]), _f(r["se_cluster"]),
+          f"[{_f(r['exact_lo'], '{:.1f}')}, {_f(r['exact_hi'], '{:.1f}')}]",
+          f"[{_f(r['wilson_lo'], '{:.1f}')}, {_f(r['wilson_hi'], '{:.1f}')}]",
+          f"{r.get('ties', 0)} ({r.get('ties_matter', 0)})"]
+         for _, r in a.iterrows()])]
+
+
+def _comparison_lines(bench: str, c: pd.DataFrame) -> list[str]:
+    ref = c["reference"].iloc[0]
+    margin = float(c["margin"].iloc[0])
+    return ["", f"### {bench}: paired differences against {ref}", "", *_table(
+        ["configuration", "seeds paired", "pairs", "difference (points)",
+         "95% CI (clustered t)", "clustered t p", "Holm p (t)", "discordant (+ / -)",
+         "McNemar p", "Holm p", f"90% CI (TOST, ±{margin:g})", "equivalence"],
+        [[str(r["configuration"]), str(r["seeds"]), str(r["pairs"]),
+          f"{r['diff']:+.2f}", f"[{_f(r['ci_lo'], '{:+.1f}')}, "
+          f"{_f(r['ci_hi'], '{:+.1f}')}]", _pv(r["p_clustered"]),
+          _pv(r["p_clustered_holm"]),
+          f"{r['b']} / {r['c']}" + ("" if r["can_reach_05"] else " (cannot reach "
+                                    "p < 0.05)"),
+          _pv(r["p_mcnemar"]), _pv(r["p_mcnemar_holm"]),
+          f"[{_f(r['tost_lo'], '{:+.1f}')}, {_f(r['tost_hi'], '{:+.1f}')}]",
+          f"{r['equivalence']} (p {_f(r['p_tost'], '{:.3f}')})"]
+         for _, r in c.iterrows()])]
+
+
+def _won_lost_lines(bench: str, w: pd.DataFrame) -> list[str]:
+    guard = w["guardrail_saved"].notna().any()
+    cols = ["configuration", "method", "reachable %", "selected %", "kept %",
+            "lost %", "found %"]
+    cols += ["guardrail saves / losses %"] if guard else []
+    cols += ["accuracy %", *[f"{t} %" for t in FAILURES]]
+    body = []
+    for _, r in w.iterrows():
+        v = [str(r["configuration"]), str(r["method"]), _f(r["reachable"], "{:.1f}"),
+             _f(r["selected"], "{:.1f}"), _f(r["kept"], "{:.1f}"),
+             _f(r["lost"], "{:.1f}"), _f(r["found"], "{:.1f}")]
+        if guard:
+            v += [f"{_f(r['guardrail_saved'], '{:.1f}')} / "
+                  f"{_f(r['guardrail_lost'], '{:.1f}')}"]
+        v += [_f(r["accuracy"], "{:.1f}"),
+              *[_f(r[f"failure.{t}"], "{:.1f}") for t in FAILURES]]
+        body.append(v)
+    return ["", f"### {bench}: where accuracy is won and lost", "", *_table(cols, body)]
+
+
+def _calibration_lines(bench: str, k: pd.DataFrame) -> list[str]:
+    return ["", f"### {bench}: the belief's calibration (P(z*|O) against z* right)", "",
+            *_table(["configuration", "n", "mean P(z*|O)", "z* right %", "ECE", "Brier"],
+                    [[str(r["configuration"]), str(r["n"]), f"{r['mean_posterior']:.3f}",
+                      f"{r['top_accuracy']:.1f}", f"{r['ece']:.3f}", f"{r['brier']:.3f}"]
+                     for _, r in k.iterrows()])]
+
+
 def to_markdown(acc: pd.DataFrame, comps: pd.DataFrame, power: Mapping[str, PowerLine],
                 won: pd.DataFrame, calib: pd.DataFrame) -> str:
     """The sections, per benchmark: accuracy with its clustered interval, paired
@@ -316,72 +383,16 @@ def to_markdown(acc: pd.DataFrame, comps: pd.DataFrame, power: Mapping[str, Powe
     parts = []
     for bench in benches:
         lines = []
-        a = acc[acc["benchmark"] == bench] if not acc.empty else acc
-        if not a.empty:
-            lines += [f"### {bench}: accuracy with clustered intervals", ""]
-            lines += _table(
-                ["configuration", "method", "seeds", "questions", "accuracy %",
-                 "95% CI (clustered t)", "s.e. by question", "s.e. by cluster",
-                 "exact 95% CI (1 seed)", "Wilson 95% CI (1 seed)",
-                 "decided by a tie (rule matters)"],
-                [[str(r["configuration"]), str(r["method"]), str(r["seeds"]),
-                  str(r["questions"]), f"{r['accuracy']:.2f}",
-                  f"[{_f(r['ci_lo'], '{:.1f}')}, {_f(r['ci_hi'], '{:.1f}')}]",
-                  _f(r["se_question"]), _f(r["se_cluster"]),
-                  f"[{_f(r['exact_lo'], '{:.1f}')}, {_f(r['exact_hi'], '{:.1f}')}]",
-                  f"[{_f(r['wilson_lo'], '{:.1f}')}, {_f(r['wilson_hi'], '{:.1f}')}]",
-                  f"{r.get('ties', 0)} ({r.get('ties_matter', 0)})"]
-                 for _, r in a.iterrows()])
-        c = comps[comps["benchmark"] == bench] if not comps.empty else comps
-        if not c.empty:
-            ref = c["reference"].iloc[0]
-            lines += ["", f"### {bench}: paired differences against {ref}", ""]
-            margin = float(c["margin"].iloc[0])
-            lines += _table(
-                ["configuration", "seeds paired", "pairs", "difference (points)",
-                 "95% CI (clustered t)", "clustered t p", "Holm p (t)", "discordant (+ / -)",
-                 "McNemar p", "Holm p", f"90% CI (TOST, ±{margin:g})", "equivalence"],
-                [[str(r["configuration"]), str(r["seeds"]), str(r["pairs"]),
-                  f"{r['diff']:+.2f}", f"[{_f(r['ci_lo'], '{:+.1f}')}, "
-                  f"{_f(r['ci_hi'], '{:+.1f}')}]", _pv(r["p_clustered"]),
-                  _pv(r["p_clustered_holm"]),
-                  f"{r['b']} / {r['c']}" + ("" if r["can_reach_05"] else " (cannot reach "
-                                            "p < 0.05)"),
-                  _pv(r["p_mcnemar"]), _pv(r["p_mcnemar_holm"]),
-                  f"[{_f(r['tost_lo'], '{:+.1f}')}, {_f(r['tost_hi'], '{:+.1f}')}]",
-                  f"{r['equivalence']} (p {_f(r['p_tost'], '{:.3f}')})"]
-                 for _, r in c.iterrows()])
+        if not (a := _of(acc, bench)).empty:
+            lines += _accuracy_lines(bench, a)
+        if not (c := _of(comps, bench)).empty:
+            lines += _comparison_lines(bench, c)
         if bench in power:
             lines += ["", power_text(power[bench])]
-        w = won[won["benchmark"] == bench] if not won.empty else won
-        if not w.empty:
-            guard = w["guardrail_saved"].notna().any()
-            cols = ["configuration", "method", "reachable %", "selected %", "kept %",
-                    "lost %", "found %"]
-            cols += ["guardrail saves / losses %"] if guard else []
-            cols += ["accuracy %", *[f"{t} %" for t in FAILURES]]
-            body = []
-            for _, r in w.iterrows():
-                v = [str(r["configuration"]), str(r["method"]), _f(r["reachable"], "{:.1f}"),
-                     _f(r["selected"], "{:.1f}"), _f(r["kept"], "{:.1f}"),
-                     _f(r["lost"], "{:.1f}"), _f(r["found"], "{:.1f}")]
-                if guard:
-                    v += [f"{_f(r['guardrail_saved'], '{:.1f}')} / "
-                          f"{_f(r['guardrail_lost'], '{:.1f}')}"]
-                v += [_f(r["accuracy"], "{:.1f}"),
-                      *[_f(r[f"failure.{t}"], "{:.1f}") for t in FAILURES]]
-                body.append(v)
-            lines += ["", f"### {bench}: where accuracy is won and lost", "", *_table(cols, body)]
-        k = calib[calib["benchmark"] == bench] if not calib.empty else calib
-        if not k.empty:
-            lines += ["", f"### {bench}: the belief's calibration (P(z*|O) against z* right)",
-                      ""]
-            lines += _table(["configuration", "n", "mean P(z*|O)", "z* right %", "ECE",
-                             "Brier"],
-                            [[str(r["configuration"]), str(r["n"]),
-                              f"{r['mean_posterior']:.3f}", f"{r['top_accuracy']:.1f}",
-                              f"{r['ece']:.3f}", f"{r['brier']:.3f}"]
-                             for _, r in k.iterrows()])
+        if not (w := _of(won, bench)).empty:
+            lines += _won_lost_lines(bench, w)
+        if not (k := _of(calib, bench)).empty:
+            lines += _calibration_lines(bench, k)
         if lines:
             parts.append("\n".join(lines))
     if not parts:

@@ -613,12 +613,9 @@ def _paper_text(r: PlannedRun) -> str:
     return ", ".join(out)
 
 
-def experiments_markdown() -> str:
-    """docs/experiments.md."""
-    from df_ray.experiments import NAMED, POOL
-    from df_ray.experiments.budgets import MAX_TOKENS
-
-    lines = [
+def _intro_lines() -> list[str]:
+    """The page's head: what it is, the defaults of every row."""
+    return [
         "# The paper's experiments",
         "",
         "Every experiment of the DarkForest paper, the sweep file that runs it, and each of "
@@ -638,6 +635,14 @@ def experiments_markdown() -> str:
         "the report gives the mean and standard error over seeds); the test split never "
         "depends on it.",
         "",
+    ]
+
+
+def _pool_lines() -> list[str]:
+    """The backbone pool: GoA's six models."""
+    from df_ray.experiments import POOL
+
+    return [
         "## The backbone pool",
         "",
         "Graph-of-Agents' six 7B/8B models (the paper aligns its setup with GoA), vLLM bf16, "
@@ -653,6 +658,14 @@ def experiments_markdown() -> str:
         "| --- | --- | --- |",
         *[f"| `{m.name}` | {m.model} | {m.domain} |" for m in POOL.values()],
         "",
+    ]
+
+
+def _composition_lines() -> list[str]:
+    """The compositions: our reading of Tables 3/4."""
+    from df_ray.experiments import NAMED
+
+    return [
         "## Compositions (our reading of the paper's Tables 3/4)",
         "",
         "Three agents per benchmark: the domain specialist(s) first, then general models, "
@@ -665,6 +678,12 @@ def experiments_markdown() -> str:
         "| --- | --- |",
         *[f"| `{n}` | {', '.join(f'`{a}`' for a in agents)} |" for n, agents in NAMED.items()],
         "",
+    ]
+
+
+def _data_lines() -> list[str]:
+    """Where each benchmark's splits come from."""
+    return [
         "## Data",
         "",
         "| benchmark | test | calibration | source |",
@@ -698,6 +717,14 @@ def experiments_markdown() -> str:
         "fingerprint, how many there were and what the fit cost (calls, tokens), which "
         "MLflow and the report show (`calibration_tokens`, per held-out sample too).",
         "",
+    ]
+
+
+def _budget_lines() -> list[str]:
+    """The completion budgets."""
+    from df_ray.experiments.budgets import MAX_TOKENS
+
+    return [
         "## Completion budgets",
         "",
         "Every agent's and the coordinator's `max_tokens`, per benchmark (`max_tokens:` in "
@@ -712,6 +739,12 @@ def experiments_markdown() -> str:
         "| --- | --- | --- |",
         *[f"| {b} | {n} | {why} |" for b, (n, why) in MAX_TOKENS.items()],
         "",
+    ]
+
+
+def _prompt_lines() -> list[str]:
+    """LegalBench's and MMLU-Pro's prompts."""
+    return [
         "LegalBench: the 8 tasks whose official metric is not exact match are excluded "
         "(162 - 8 = 154). Each task's prompt is LegalBench's own (HazyResearch/legalbench at "
         "commit ce482446b8ea), filled as LegalBench's `generate_prompts` fills it, its final "
@@ -744,6 +777,12 @@ def experiments_markdown() -> str:
         "differences). Offline, `validation_source=<a copy of the validation split>` or "
         "`DF_RAY_MMLU_PRO_VALIDATION` names a local copy.",
         "",
+    ]
+
+
+def _prompt_token_lines() -> list[str]:
+    """Prompt tokens per call, measured."""
+    return [
         "Prompt tokens per call, measured with df_ray's own prompts through its driver "
         "(DarkForest, 3 agents and the coordinator, every completion a stated 300 tokens), "
         "the Qwen2.5 tokenizer (the packaged Qwen2.5-Coder-0.5B GGUF's vocabulary, Qwen2.5-7B's "
@@ -765,6 +804,12 @@ def experiments_markdown() -> str:
         "figure; MATH and GPQA reach theirs only with completions of ~1,000 and ~500 tokens, "
         "which is what their chains of thought run to.",
         "",
+    ]
+
+
+def _method_token_lines() -> list[str]:
+    """Every method's tokens per sample, estimated."""
+    return [
         "Every method's estimated tokens per sample (prompt + completion over all its calls) "
         "and its ratio to DarkForest's, beside the paper's figures where it gives them: each "
         "benchmark's Table 1 sweep file run through df_ray's driver with the real prompts "
@@ -803,25 +848,37 @@ def experiments_markdown() -> str:
         "either (3.6x, 4.4x). The report's absolute-token check prints both GoA counts beside "
         "the paper's figure (`GoA-counted`: `goa_tokens_per_sample`); its ratio check uses "
         "the generic count, as for every method.",
-        *baselines_markdown(),
     ]
+
+
+def _experiment_lines(exp: Any) -> list[str]:
+    """One experiment's section: its sweep, choices and configurations."""
+    lines = ["", f"## {exp.title}", "",
+              f"Sweep: `{exp.sweep}` ({len(exp.configurations())} configurations"
+              + (f": {len(exp.runs)} rows, some at seeds "
+                 f"{', '.join(map(str, SEEDS))}" if len(exp.configurations()) != len(exp.runs)
+                 else "") + "). "
+              f"Report: `df-ray report --experiment {exp.name}`.", "",
+              f"- The paper's choices: {exp.paper_choices}.",
+              f"- Ours: {exp.our_choices}.", "",
+              *([exp.note, ""] if exp.note else []),
+              "| configuration | benchmark | method | agents | coordinator | knobs | "
+              "paper | origin |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in exp.runs:
+        lines.append(f"| {r.name} | {r.benchmark} | {r.method} | `{r.agents}` | "
+                     f"`{r.coordinator}` | {_knobs_text(r)} | {_paper_text(r)} | "
+                     f"{r.origin} |")
+    return lines
+
+
+def experiments_markdown() -> str:
+    """docs/experiments.md."""
+    lines = [*_intro_lines(), *_pool_lines(), *_composition_lines(), *_data_lines(),
+             *_budget_lines(), *_prompt_lines(), *_prompt_token_lines(),
+             *_method_token_lines(), *baselines_markdown()]
     for exp in EXPERIMENTS.values():
-        lines += ["", f"## {exp.title}", "",
-                  f"Sweep: `{exp.sweep}` ({len(exp.configurations())} configurations"
-                  + (f": {len(exp.runs)} rows, some at seeds "
-                     f"{', '.join(map(str, SEEDS))}" if len(exp.configurations()) != len(exp.runs)
-                     else "") + "). "
-                  f"Report: `df-ray report --experiment {exp.name}`.", "",
-                  f"- The paper's choices: {exp.paper_choices}.",
-                  f"- Ours: {exp.our_choices}.", "",
-                  *([exp.note, ""] if exp.note else []),
-                  "| configuration | benchmark | method | agents | coordinator | knobs | "
-                  "paper | origin |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for r in exp.runs:
-            lines.append(f"| {r.name} | {r.benchmark} | {r.method} | `{r.agents}` | "
-                         f"`{r.coordinator}` | {_knobs_text(r)} | {_paper_text(r)} | "
-                         f"{r.origin} |")
+        lines += _experiment_lines(exp)
     return "\n".join(lines) + "\n"
 
 

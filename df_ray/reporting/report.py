@@ -60,6 +60,38 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
     if runs.empty:
         raise NoRunsError(f"experiment {experiment!r} at {tracking_uri} has no finished "
                           "configuration run")
+    samples, missing = _load_samples(runs)
+    table = build_table(runs, samples, n_boot=n_boot, seed=seed,
+                        experiment=experiment.removesuffix("-mini"))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    prefix = _safe(experiment)
+    ratios = token_ratios(table)
+    found = inference(table, samples, reference, tie_rule=tie_rule, margin=margin)
+    summary = rescore_seed_summary(seed_summary(table), found["data"],  # type: ignore[arg-type]
+                                   tie_rule)
+    if log:
+        from df_ray.reporting.log_back import log_table_numbers
+
+        log_table_numbers(tracking_uri, table, found)
+    md_table = _table_markdown(table, runs, ratios, summary, found)
+    table_md = out / f"{prefix}_table.md"
+    table_md.write_text(md_table)
+    table_csv = out / f"{prefix}_table.csv"
+    table.to_csv(table_csv, index=False, float_format="%.4f")
+    ratios_csv = out / f"{prefix}_token_ratios.csv"
+    ratios.to_csv(ratios_csv, index=False, float_format="%.4f")
+    extra = _write_csvs(out, prefix, summary, found)
+    plots = make_plots(table, runs, out, prefix,
+                       beliefs=belief_outcomes(found["data"]))  # type: ignore[arg-type]
+    report = out / f"{prefix}_report.md"
+    report.write_text(_report_markdown(experiment, tracking_uri, runs, md_table, missing,
+                                       plots, out))
+    return [report, table_md, table_csv, ratios_csv, *extra, *plots]
+
+
+def _load_samples(runs: pd.DataFrame) -> tuple[dict[str, pd.DataFrame | None], list[str]]:
+    """Each run's per-sample results (None where they cannot be read), and which are missing."""
     samples: dict[str, pd.DataFrame | None] = {}
     missing = []
     for _, row in runs.iterrows():
@@ -68,42 +100,35 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
         except Exception as e:  # report what is there; say what is not
             samples[row["run_id"]] = None
             missing.append(f"{row['name']} ({row['run_id']}): {e}")
-    table = build_table(runs, samples, n_boot=n_boot, seed=seed,
-                        experiment=experiment.removesuffix("-mini"))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    prefix = _safe(experiment)
-    ratios = token_ratios(table)
+    return samples, missing
+
+
+def _table_markdown(table: pd.DataFrame, runs: pd.DataFrame, ratios: pd.DataFrame,
+                    summary: pd.DataFrame, found: dict[str, object]) -> str:
+    """The table's Markdown: the table, the token checks, the seeds, the inference."""
     md_ratios = token_ratios_markdown(ratios)
     md_table = to_markdown(table) + ("\n" + md_ratios if md_ratios else "")
     md_absolute = absolute_tokens_markdown(absolute_tokens(table, runs))
     if md_absolute:
         md_table += "\n" + md_absolute
-    found = inference(table, samples, reference, tie_rule=tie_rule, margin=margin)
-    summary = rescore_seed_summary(seed_summary(table), found["data"],  # type: ignore[arg-type]
-                                   tie_rule)
     md_seeds = seeds_markdown(summary)
     if md_seeds:
         md_table += "\n" + md_seeds
-    if log:
-        from df_ray.reporting.log_back import log_table_numbers
-
-        log_table_numbers(tracking_uri, table, found)
     if found["markdown"]:
         md_table += "\n" + str(found["markdown"])
-    table_md = out / f"{prefix}_table.md"
-    table_md.write_text(md_table)
-    table_csv = out / f"{prefix}_table.csv"
-    table.to_csv(table_csv, index=False, float_format="%.4f")
-    ratios_csv = out / f"{prefix}_token_ratios.csv"
-    ratios.to_csv(ratios_csv, index=False, float_format="%.4f")
+    return md_table
+
+
+def _write_csvs(out: Path, prefix: str, summary: pd.DataFrame,
+                found: dict[str, object]) -> list[Path]:
+    """The seeds and inference CSVs that have rows."""
     extra: list[Path] = []
     if not summary.empty:
         seeds_csv = out / f"{prefix}_seeds.csv"
         summary.to_csv(seeds_csv, index=False, float_format="%.4f")
         extra.append(seeds_csv)
     power = pd.DataFrame([{"benchmark": b, **pl._asdict()}
-                          for b, pl in found["power"].items()])  # type: ignore[union-attr]
+                          for b, pl in found["power"].items()])  # type: ignore[attr-defined]
     for part, frame in (("accuracy", found["accuracy"]), ("comparisons", found["comparisons"]),
                         ("power", power), ("won_lost", found["won_lost"]),
                         ("calibration", found["calibration"])):
@@ -112,8 +137,12 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
             path = out / f"{prefix}_{part}.csv"
             frame.to_csv(path, index=False, float_format="%.10g")
             extra.append(path)
-    plots = make_plots(table, runs, out, prefix,
-                       beliefs=belief_outcomes(found["data"]))  # type: ignore[arg-type]
+    return extra
+
+
+def _report_markdown(experiment: str, tracking_uri: str, runs: pd.DataFrame, md_table: str,
+                     missing: list[str], plots: list[Path], out: Path) -> str:
+    """``<experiment>_report.md``: the tables, what is missing, the plots, the analysis."""
     sweeps = ", ".join(sorted({str(s) for s in runs["sweep"].dropna()})) or "–"
     lines = [f"# {experiment}", "",
              f"{len(runs)} configuration run(s) from {tracking_uri} (sweeps: {sweeps}).", "",
@@ -126,9 +155,7 @@ def build_report(experiment: str, tracking_uri: str = DEFAULT_TRACKING_URI,
     from df_ray.analysis.report_section import analysis_section
 
     lines += analysis_section(runs, out)  # what `df-ray analyze` logged for these sweeps
-    report = out / f"{prefix}_report.md"
-    report.write_text("\n".join(lines) + "\n")
-    return [report, table_md, table_csv, ratios_csv, *extra, *plots]
+    return "\n".join(lines) + "\n"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
