@@ -39,9 +39,13 @@ AGENT_ROLE = "agent"
 AgentId = Annotated[str, StringConstraints(strict=True, min_length=1)]
 
 
-def from_args(name: str) -> Any:
-    """A method's read-only attribute that is one of its Args (``self.args.<name>``):
-    ``samples = from_args("samples")`` in the class body."""
+def from_args(name: str, *, equals: Any = None) -> Any:
+    """A method's read-only attribute that is one of its Args (``self.args.<name>``), or with
+    ``equals`` whether that Args field has that value: ``samples = from_args("samples")``,
+    ``json = from_args("protocol", equals="json")`` in the class body."""
+    if equals is not None:
+        return property(lambda self: getattr(self.args, name) == equals,
+                        doc=f"``self.args.{name} == {equals!r}``")
     return property(lambda self: getattr(self.args, name), doc=f"``self.args.{name}``")
 
 

@@ -116,10 +116,7 @@ class ReConcile(Method):
                                 "traces (ablation)")
 
     discussion_rounds = from_args("rounds")
-
-    @property
-    def json(self) -> bool:
-        return self.args.protocol == "json"
+    json = from_args("protocol", equals="json")
 
     @property
     def rounds(self) -> int:

@@ -129,10 +129,7 @@ class SelfRefine(Method):
 
     iterations = from_args("iterations")
     agent_id = from_args("agent")
-
-    @property
-    def few_shot(self) -> bool:
-        return self.args.protocol == "few_shot"
+    few_shot = from_args("protocol", equals="few_shot")
 
     @property
     def rounds(self) -> int:
