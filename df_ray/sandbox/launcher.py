@@ -452,11 +452,9 @@ def _flush() -> None:
         pass
 
 
-def run_program(source: str, cfg: dict, req_r: int | None, resp_w: int | None) -> None:
-    _exit = os._exit
-    write = write_frame
-    read = read_frame
-    status = 1
+def _compile(source: str, cfg: dict):
+    """The program compiled, its lines where ``inspect`` finds them, the offered packages on
+    its path and (without bubblewrap) the hooks installed; a syntax error ends P here."""
     try:
         code = compile(source, "solution.py", "exec", dont_inherit=True)
         # inspect.getsource of its own functions reads these lines (as the reference's
@@ -465,7 +463,6 @@ def run_program(source: str, cfg: dict, req_r: int | None, resp_w: int | None) -
 
         linecache.cache["solution.py"] = (len(source), None, source.splitlines(True),
                                           "solution.py")
-        del source
         site = cfg.get("site")
         if site:
             sys.path.append(site)  # the packages the sandbox offers (numpy), read-only
@@ -476,7 +473,46 @@ def run_program(source: str, cfg: dict, req_r: int | None, resp_w: int | None) -
 
         traceback.print_exc(limit=0)
         _flush()
+        os._exit(1)
+    return code
+
+
+def _serve_tests(fn, req_r: int, resp_w: int) -> None:
+    """Serve the tests: one call of the entry point per request frame, until T closes its
+    end (then P exits)."""
+    _exit = os._exit
+    write = write_frame
+    read = read_frame
+    try:
+        write(resp_w, b'{"ready":' + (b"true" if callable(fn) else b"false") + b"}")
+    except OSError:
         _exit(1)
+    while True:
+        try:
+            req = read(req_r)
+        except (EOFError, OSError, ValueError):
+            _flush()
+            _exit(0)
+        try:
+            args, kwargs = loads(req)
+            out = b'{"ok":' + dumps(fn(*args, **kwargs)) + b"}"
+        except BaseException as e:  # the candidate's exception, reported as data
+            try:
+                msg = f"{type(e).__name__}: {e}"[:2000]
+            except BaseException:
+                msg = "exception"
+            out = json.dumps({"error": msg}).encode()
+        try:
+            write(resp_w, out)
+        except OSError:
+            _exit(1)
+
+
+def run_program(source: str, cfg: dict, req_r: int | None, resp_w: int | None) -> None:
+    _exit = os._exit
+    status = 1
+    code = _compile(source, cfg)
+    del source
     # As the reference harness runs it: not as ``__main__`` (its ``exec(program, {})`` sees
     # ``__name__ == "builtins"``), so an ``if __name__ == "__main__":`` block does not run.
     # Here the program is a module named ``solution`` in ``sys.modules``, so its functions
@@ -511,31 +547,7 @@ def run_program(source: str, cfg: dict, req_r: int | None, resp_w: int | None) -
     _flush()
     if req_r is None or resp_w is None or status != 0:
         _exit(status)
-    # Serve the tests: one call per request frame, until T closes its end.
-    fn = glb.get(entry)
-    try:
-        write(resp_w, b'{"ready":' + (b"true" if callable(fn) else b"false") + b"}")
-    except OSError:
-        _exit(1)
-    while True:
-        try:
-            req = read(req_r)
-        except (EOFError, OSError, ValueError):
-            _flush()
-            _exit(0)
-        try:
-            args, kwargs = loads(req)
-            out = b'{"ok":' + dumps(fn(*args, **kwargs)) + b"}"
-        except BaseException as e:  # the candidate's exception, reported as data
-            try:
-                msg = f"{type(e).__name__}: {e}"[:2000]
-            except BaseException:
-                msg = "exception"
-            out = json.dumps({"error": msg}).encode()
-        try:
-            write(resp_w, out)
-        except OSError:
-            _exit(1)
+    _serve_tests(glb.get(entry), req_r, resp_w)
 
 
 # ----------------------------------------------------------------------------- T
@@ -675,8 +687,10 @@ def _wait_byte(fd: int) -> bytes:
             continue
 
 
-def main() -> None:
-    result_fd = int(sys.argv[1])
+def _setup() -> tuple[dict, str, bool]:
+    """The header and the program from stdin, the launcher made non-dumpable, in its working
+    directory and (a root evaluator) out of the memory limit's reach; with whether the
+    children's OOM scores are to be set. A failure ends the launcher as a setup error."""
     try:
         cfg = json.loads(read_frame(0, 1 << 20))
         program = read_frame(0).decode("utf-8")
@@ -691,93 +705,76 @@ def main() -> None:
     except BaseException as e:
         sys.stderr.write(f"sandbox setup error: {e!r}\n")
         os._exit(SETUP_ERROR)
-    pid1 = os.getpid() == 1
-    if not pid1:
-        _become_subreaper()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_IGN)
-    tests_mode = cfg["mode"] == "tests"
-    req_r = req_w = resp_r = resp_w = None
-    if tests_mode:
-        req_r, req_w = os.pipe()
-        resp_r, resp_w = os.pipe()
-    # Every child reports on ``ready_w`` once it is set up; P then waits on ``go_r`` and runs
-    # no program code before the launcher has seen every child ready. So a failure of the
-    # sandbox's own setup is known to the launcher, before any untrusted code ran, and is
-    # reported on RESULT_FD (which no child holds); nothing the program does can make one.
-    ready_r, ready_w = os.pipe()
-    go_r, go_w = os.pipe()
-    _flush()
-    p_pid = os.fork()
-    if p_pid == 0:
+    return cfg, program, protect
+
+
+def _program_child(program: str, cfg: dict, protect: bool, close: tuple[int, ...],
+                   keep: tuple[int, ...], ready_w: int, go_r: int) -> None:
+    """P, in the forked child: set up, say ready, wait for the go, run the program (never
+    returns)."""
+    try:
+        for fd in close:
+            os.close(fd)
+        # At the sandbox's memory limit the kernel kills the program (and what it
+        # forks) first, not the launcher or the tests; and (root) it cannot lower that.
+        _set_oom_score(1000, protect)
+        _become_child(cfg, (*keep, ready_w, go_r))
+        # Non-dumpable whatever fs.suid_dumpable says (the seccomp filter refuses
+        # PR_SET_DUMPABLE 1): its /proc files stay root's, so the program can neither
+        # lower its oom_score_adj nor be dumped to a core_pattern pipe.
+        if not _set_nondumpable():
+            raise OSError("prctl(PR_SET_DUMPABLE) failed in the program's process")
+        os.write(ready_w, b"P")
+        os.close(ready_w)
+        if _wait_byte(go_r) != b"g":
+            os._exit(SETUP_ERROR)  # the launcher went away: run nothing
+        os.close(go_r)
+    except BaseException as e:
+        sys.stderr.write(f"sandbox setup error: {e!r}\n")
+        _flush()
+        os._exit(SETUP_ERROR)
+    req_r, resp_w = keep if keep else (None, None)
+    run_program(program, cfg, req_r, resp_w)
+    os._exit(SETUP_ERROR)  # not reached
+
+
+def _start_tests(cfg: dict, protect: bool, close: tuple[int, ...], req_w: int, resp_r: int,
+                 ready_w: int) -> tuple[int | None, str]:
+    """Read the tests (only now: P never held them) and fork T; T's pid (None when it could
+    not start) and the setup error, if any. In T: set up, say ready, run the tests."""
+    try:
+        harness = json.loads(read_frame(0))
+    except BaseException as e:
+        sys.stderr.write(f"sandbox setup error: {e!r}\n")
+        os._exit(SETUP_ERROR)
+    os.close(0)
+    try:
+        t_pid = os.fork()
+    except OSError as e:
+        return None, f"could not start the tests' process: {e!r}"
+    if t_pid == 0:
         try:
-            for fd in (result_fd, ready_r, go_w):
+            for fd in close:
                 os.close(fd)
-            keep = (req_r, resp_w) if tests_mode else ()
-            if tests_mode:
-                os.close(req_w)  # type: ignore[arg-type]
-                os.close(resp_r)  # type: ignore[arg-type]
-            # At the sandbox's memory limit the kernel kills the program (and what it
-            # forks) first, not the launcher or the tests; and (root) it cannot lower that.
-            _set_oom_score(1000, protect)
-            _become_child(cfg, (*keep, ready_w, go_r))  # type: ignore[arg-type]
-            # Non-dumpable whatever fs.suid_dumpable says (the seccomp filter refuses
-            # PR_SET_DUMPABLE 1): its /proc files stay root's, so the program can neither
-            # lower its oom_score_adj nor be dumped to a core_pattern pipe.
+            _set_oom_score(0, protect)
+            _become_child(cfg, (req_w, resp_r, ready_w), "tests_uid")
+            # After the uid change (which resets it from fs.suid_dumpable): no process
+            # of the program's may ptrace the tests or open their /proc/<pid>/mem.
             if not _set_nondumpable():
-                raise OSError("prctl(PR_SET_DUMPABLE) failed in the program's process")
-            os.write(ready_w, b"P")
+                raise OSError("prctl(PR_SET_DUMPABLE) failed in the tests' process")
+            os.write(ready_w, b"T")
             os.close(ready_w)
-            if _wait_byte(go_r) != b"g":
-                os._exit(SETUP_ERROR)  # the launcher went away: run nothing
-            os.close(go_r)
         except BaseException as e:
             sys.stderr.write(f"sandbox setup error: {e!r}\n")
             _flush()
             os._exit(SETUP_ERROR)
-        run_program(program, cfg, req_r, resp_w)
+        run_tests(harness, req_w, resp_r)
         os._exit(SETUP_ERROR)  # not reached
-    del program
-    os.close(go_r)
-    t_pid = None
-    setup_error = ""
-    if tests_mode:
-        os.close(req_r)  # type: ignore[arg-type]
-        os.close(resp_w)  # type: ignore[arg-type]
-        try:
-            harness = json.loads(read_frame(0))  # only now: P never held the tests
-        except BaseException as e:
-            sys.stderr.write(f"sandbox setup error: {e!r}\n")
-            os._exit(SETUP_ERROR)
-        os.close(0)
-        try:
-            t_pid = os.fork()
-        except OSError as e:
-            setup_error = f"could not start the tests' process: {e!r}"
-        if t_pid == 0:
-            try:
-                for fd in (result_fd, ready_r, go_w):
-                    os.close(fd)
-                _set_oom_score(0, protect)
-                _become_child(cfg, (req_w, resp_r, ready_w),  # type: ignore[arg-type]
-                              "tests_uid")
-                # After the uid change (which resets it from fs.suid_dumpable): no process
-                # of the program's may ptrace the tests or open their /proc/<pid>/mem.
-                if not _set_nondumpable():
-                    raise OSError("prctl(PR_SET_DUMPABLE) failed in the tests' process")
-                os.write(ready_w, b"T")
-                os.close(ready_w)
-            except BaseException as e:
-                sys.stderr.write(f"sandbox setup error: {e!r}\n")
-                _flush()
-                os._exit(SETUP_ERROR)
-            run_tests(harness, req_w, resp_r)  # type: ignore[arg-type]
-            os._exit(SETUP_ERROR)  # not reached
-        os.close(req_w)  # type: ignore[arg-type]
-        os.close(resp_r)  # type: ignore[arg-type]
-    else:
-        os.close(0)
-    os.close(ready_w)
+    return t_pid, ""
+
+
+def _await_ready(ready_r: int, tests_mode: bool, setup_error: str) -> str:
+    """Wait for every child's ready byte; the setup error (empty: every child is ready)."""
     ready = b""
     while not setup_error:
         try:
@@ -791,6 +788,65 @@ def main() -> None:
     want = {b"P", b"T"} if tests_mode else {b"P"}
     if not setup_error and {bytes([c]) for c in ready} != want:
         setup_error = "a sandbox process failed during its setup"
+    return setup_error
+
+
+def _reap(decider: int | None, p_pid: int, t_pid: int | None) -> dict[int, int]:
+    """Reap until the deciding child has exited (as PID 1, orphans come here too); the
+    statuses of P and T."""
+    statuses: dict[int, int] = {}
+    while decider not in statuses:
+        try:
+            pid, st = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid in (p_pid, t_pid):
+            statuses[pid] = st
+    return statuses
+
+
+def main() -> None:
+    result_fd = int(sys.argv[1])
+    cfg, program, protect = _setup()
+    pid1 = os.getpid() == 1
+    if not pid1:
+        _become_subreaper()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    tests_mode = cfg["mode"] == "tests"
+    req_r = req_w = resp_r = resp_w = -1
+    if tests_mode:
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+    # Every child reports on ``ready_w`` once it is set up; P then waits on ``go_r`` and runs
+    # no program code before the launcher has seen every child ready. So a failure of the
+    # sandbox's own setup is known to the launcher, before any untrusted code ran, and is
+    # reported on RESULT_FD (which no child holds); nothing the program does can make one.
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    _flush()
+    p_pid = os.fork()
+    if p_pid == 0:
+        _program_child(program, cfg, protect,
+                       (result_fd, ready_r, go_w, *((req_w, resp_r) if tests_mode else ())),
+                       (req_r, resp_w) if tests_mode else (), ready_w, go_r)
+    del program
+    os.close(go_r)
+    t_pid = None
+    setup_error = ""
+    if tests_mode:
+        os.close(req_r)
+        os.close(resp_w)
+        t_pid, setup_error = _start_tests(cfg, protect, (result_fd, ready_r, go_w), req_w,
+                                          resp_r, ready_w)
+        os.close(req_w)
+        os.close(resp_r)
+    else:
+        os.close(0)
+    os.close(ready_w)
+    setup_error = _await_ready(ready_r, tests_mode, setup_error)
     if setup_error:
         # No untrusted code has run: this is the sandbox's fault, not the answer's.
         with contextlib.suppress(OSError):
@@ -806,18 +862,8 @@ def main() -> None:
     with contextlib.suppress(OSError):
         os.write(go_w, b"g")
         os.close(go_w)
-    # Reap until the deciding child has exited (as PID 1, orphans come here too).
     decider = t_pid if tests_mode else p_pid
-    statuses: dict[int, int] = {}
-    while decider not in statuses:
-        try:
-            pid, st = os.waitpid(-1, 0)
-        except ChildProcessError:
-            break
-        except InterruptedError:
-            continue
-        if pid in (p_pid, t_pid):
-            statuses[pid] = st
+    statuses = _reap(decider, p_pid, t_pid)
     report = {"mode": cfg["mode"], "decider": _describe(statuses.get(decider)),
               "program": _describe(statuses.get(p_pid))}
     try:
@@ -828,7 +874,6 @@ def main() -> None:
     if not pid1:
         _kill_descendants(os.getpid())
     os._exit(0)
-
 
 if __name__ == "__main__":
     main()

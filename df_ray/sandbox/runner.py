@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -456,6 +457,181 @@ def _supervise(proc: subprocess.Popen, cg: cgroup.Cgroup | None, limits: Limits,
 # ----------------------------------------------------------------------------- core
 
 
+def _create_cgroup(plan: Plan, limits: Limits) -> cgroup.Cgroup:
+    """The sandbox's cgroup. An OOM kill takes the whole sandbox where the launcher cannot be
+    protected from it (no CAP_SYS_RESOURCE): a failed answer, never one process the program
+    chose to be killed instead of itself."""
+    return cgroup.manager().create(cgroup.CgroupLimits(
+        memory_bytes=limits.memory_mb * 1024 * 1024, pids=limits.tasks,
+        cpu_weight=limits.cpu_weight, cpu_max=limits.cpu_cores,
+        oom_group=not (plan.root and has_sys_resource())))
+
+
+def _workdir_and_site(plan: Plan, root: Path, slot: _UidSlot | None) -> tuple[str, str | None]:
+    """The program's working directory and the site directory it is offered, as the
+    launcher sees them (inside bubblewrap: fixed paths; without it: under ``root``)."""
+    assert plan.interpreter is not None
+    if plan.backend == "bwrap":
+        workdir = policy.WORKDIR
+    else:
+        work = root / "work"
+        work.mkdir()
+        workdir = str(work)
+        if slot is not None:
+            os.chmod(root, 0o711)
+            os.chown(work, slot.uid, slot.uid)
+            os.chmod(work, 0o1777)  # the tests' uid shares it
+    offered = policy.offered_site(plan.interpreter)
+    if offered and plan.backend == "bwrap":
+        return workdir, policy.SITE_DIR
+    if not offered:
+        return workdir, None
+    site_dir = root / "site"  # best_effort without bubblewrap: links to the same directories
+    site_dir.mkdir()
+    for path, name in offered:
+        os.symlink(path, site_dir / name)
+    os.chmod(root, 0o711)
+    site_dir.chmod(0o755)
+    return workdir, str(site_dir)
+
+
+def _launcher_config(plan: Plan, mode: str, limits: Limits, workdir: str, site: str | None,
+                     slot: _UidSlot | None, cg: cgroup.Cgroup | None,
+                     harness: dict | None) -> dict:
+    """What the launcher is told (the first frame it reads)."""
+    assert plan.interpreter is not None
+    env_inside = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+                  "HOME": workdir, "TMPDIR": workdir,
+                  "MALLOC_ARENA_MAX": str(policy.MALLOC_ARENA_MAX), **policy.THREAD_ENV}
+    mem_rlimit = limits.memory_mb * (policy.RLIMIT_AS_FACTOR if cg is not None else 1)
+    return {
+        "mode": mode, "workdir": workdir, "env": env_inside,
+        "memory_mb": mem_rlimit,
+        "cpu_s": int(limits.cpu_budget_s) + 1,
+        "file_size_mb": limits.file_size_mb, "nofile": limits.nofile,
+        # the cgroup's pids.max bounds the sandbox; RLIMIT_NPROC (per uid) stays a layer
+        "nproc": limits.tasks, "uid": slot.uid if slot else None,
+        "tests_uid": slot.tests_uid if slot else None,
+        "hooks": plan.backend != "bwrap",
+        "read_roots": list(plan.interpreter.prefixes),
+        "entry_point": (harness or {}).get("entry_point"),
+        "oom_protect": plan.root and has_sys_resource(),
+        "site": site,
+    }
+
+
+def _seccomp_fd(cg: cgroup.Cgroup | None) -> int:
+    """A pipe's read end holding the seccomp filter bubblewrap installs. cgroup v1 charges
+    no datagram socket's buffers: UDP is refused there."""
+    bpf = seccomp.build(deny_inet_datagrams=cg is None or cg.version == "v1")
+    assert bpf is not None
+    fd, sw = os.pipe()
+    os.write(sw, bpf)  # a few hundred bytes: fits the pipe's buffer
+    os.close(sw)
+    return fd
+
+
+def _verdict(report_text: str, started: bool, stopped: str | None, rc: int | None,
+             stderr: str, mode: str) -> tuple[SandboxStatus, str]:
+    """The run's status and why, from what the launcher wrote on the result pipe."""
+    report = setup = None
+    for line in report_text.splitlines():
+        with contextlib.suppress(ValueError):
+            d = json.loads(line)
+            if isinstance(d, dict) and "decider" in d:
+                report = d
+            elif isinstance(d, dict) and "setup_error" in d:
+                setup = str(d["setup_error"])
+    if not started:
+        # Only the launcher writes on the result pipe, and only it says "started": before
+        # that no untrusted code ran, so what went wrong is the sandbox's (bubblewrap,
+        # the launcher's setup), and stderr is theirs alone.
+        why = setup or stopped or f"exit status {rc}"
+        return "error", f"sandbox setup failed ({why}): " + stderr.strip()[-500:]
+    if stopped is not None:
+        return "timeout", stopped
+    if not isinstance(report, dict):
+        # Started, then no verdict: the launcher was killed or stopped by what the
+        # program did (memory, a held pipe). The answer failed; it was no sandbox error.
+        return "failed", ("no verdict from the launcher (the sandbox was killed before it "
+                          f"decided; exit status {rc})")
+    decider = report.get("decider") or {}
+    if decider.get("exited") == 0:
+        return "passed", ""
+    who = "tests" if mode == "tests" else "program"
+    return "failed", f"{who}: {_why(decider)}"
+
+
+def _run_to_end(proc: subprocess.Popen, payload: bytes, r_fd: int,
+                cg: cgroup.Cgroup | None, limits: Limits) -> tuple[_Waiter, str | None]:
+    """Feed the launcher its payload and supervise it to its end (killed when a limit
+    stops it, and whatever it left behind killed after); the waiter holds what it reported,
+    with why it was stopped (None: it ended by itself)."""
+
+    def feed() -> None:
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(payload)
+            proc.stdin.close()
+        except (OSError, ValueError):
+            pass
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    waiter = _Waiter(proc, r_fd)
+    stopped = _supervise(proc, cg, limits, waiter)
+    if stopped is not None:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)  # anything left in its group
+    if cg is not None:
+        cg.kill()  # anything left anywhere: the cgroup holds every process it started
+    feeder.join(timeout=1)
+    waiter._read_result()
+    return waiter, stopped
+
+
+def _result(plan: Plan, limits: Limits, cg: cgroup.Cgroup | None, status: SandboxStatus,
+            detail: str, rc: int | None, stdout: str, stderr: str,
+            duration: float) -> SandboxResult:
+    """The result, with what the cgroup measured (memory peak, CPU, OOM kills, CPU stall)."""
+    oom = cg.oom_kills() if cg is not None else 0
+    mem_note = (f"; the sandbox's memory limit ({limits.memory_mb} MB) killed "
+                f"{oom} process{'es' if oom > 1 else ''}") if oom else ""
+    return SandboxResult(status, rc, stdout, stderr, duration, detail + mem_note,
+                         plan.layers, plan.level,
+                         cg.memory_peak() if cg is not None else None,
+                         cg.cpu_usage_s() if cg is not None else None, oom > 0,
+                         cg.cpu_stall_s() if cg is not None else None)
+
+
+def _clean_up(proc: subprocess.Popen | None, fds: Sequence[int], cg: cgroup.Cgroup | None,
+              root: Path, slot: _UidSlot | None) -> None:
+    """Whatever a run leaves: its process group, its descriptors, its cgroup, its folder,
+    its uid slot."""
+    if proc is not None and proc.poll() is None:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait(timeout=10)
+    for fd in fds:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    if cg is not None:
+        cg.kill()
+        cg.remove()
+    _rmtree(root)
+    if slot is not None:
+        slot.release()
+
+
 def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
             harness: dict | None, limits: Limits) -> SandboxResult:
     """Run one program under ``plan`` (see :func:`df_ray.sandbox.run_untrusted`)."""
@@ -472,57 +648,13 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
     try:
         if "cgroup" in plan.layers:
             try:
-                # An OOM kill takes the whole sandbox where the launcher cannot be protected
-                # from it (no CAP_SYS_RESOURCE): a failed answer, never one process the
-                # program chose to be killed instead of itself.
-                cg = cgroup.manager().create(cgroup.CgroupLimits(
-                    memory_bytes=limits.memory_mb * 1024 * 1024, pids=limits.tasks,
-                    cpu_weight=limits.cpu_weight, cpu_max=limits.cpu_cores,
-                    oom_group=not (plan.root and has_sys_resource())))
+                cg = _create_cgroup(plan, limits)
             except (cgroup.CgroupUnavailable, OSError) as e:
                 return SandboxResult("error", None, "", "", time.monotonic() - start,
                                      f"could not create the sandbox's cgroup: {e}",
                                      plan.layers, plan.level)
-        if plan.backend == "bwrap":
-            workdir = policy.WORKDIR
-        else:
-            work = root / "work"
-            work.mkdir()
-            workdir = str(work)
-            if slot is not None:
-                os.chmod(root, 0o711)
-                os.chown(work, slot.uid, slot.uid)
-                os.chmod(work, 0o1777)  # the tests' uid shares it
-        env_inside = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-                      "HOME": workdir, "TMPDIR": workdir,
-                      "MALLOC_ARENA_MAX": str(policy.MALLOC_ARENA_MAX), **policy.THREAD_ENV}
-        site = None
-        offered = policy.offered_site(plan.interpreter)
-        if offered and plan.backend == "bwrap":
-            site = policy.SITE_DIR
-        elif offered:  # best_effort without bubblewrap: links to the same directories
-            site_dir = root / "site"
-            site_dir.mkdir()
-            for path, name in offered:
-                os.symlink(path, site_dir / name)
-            os.chmod(root, 0o711)
-            site_dir.chmod(0o755)
-            site = str(site_dir)
-        mem_rlimit = limits.memory_mb * (policy.RLIMIT_AS_FACTOR if cg is not None else 1)
-        cfg = {
-            "mode": mode, "workdir": workdir, "env": env_inside,
-            "memory_mb": mem_rlimit,
-            "cpu_s": int(limits.cpu_budget_s) + 1,
-            "file_size_mb": limits.file_size_mb, "nofile": limits.nofile,
-            # the cgroup's pids.max bounds the sandbox; RLIMIT_NPROC (per uid) stays a layer
-            "nproc": limits.tasks, "uid": slot.uid if slot else None,
-            "tests_uid": slot.tests_uid if slot else None,
-            "hooks": plan.backend != "bwrap",
-            "read_roots": list(plan.interpreter.prefixes),
-            "entry_point": (harness or {}).get("entry_point"),
-            "oom_protect": plan.root and has_sys_resource(),
-            "site": site,
-        }
+        workdir, site = _workdir_and_site(plan, root, slot)
+        cfg = _launcher_config(plan, mode, limits, workdir, site, slot, cg, harness)
         payload = _frame(json.dumps(cfg).encode()) + _frame(program.encode("utf-8"))
         if mode == "tests":
             payload += _frame(json.dumps(harness).encode())
@@ -531,12 +663,7 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
         pass_fds = [w_fd, launcher_fd]
         if plan.backend == "bwrap":
             if "seccomp" in plan.layers:
-                # cgroup v1 charges no datagram socket's buffers: UDP is refused there
-                bpf = seccomp.build(deny_inet_datagrams=cg is None or cg.version == "v1")
-                assert bpf is not None
-                seccomp_fd, sw = os.pipe()
-                os.write(sw, bpf)  # a few hundred bytes: fits the pipe's buffer
-                os.close(sw)
+                seccomp_fd = _seccomp_fd(cg)
                 pass_fds.append(seccomp_fd)
             argv = _bwrap_argv(plan, limits, launcher_fd, w_fd, seccomp_fd)
             cwd = "/"
@@ -572,92 +699,15 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
                 f.write("-1000")
         readers = [_CappedReader(out_r, limits.max_output_bytes),
                    _CappedReader(err_r, limits.max_output_bytes)]
-
-        def feed() -> None:
-            try:
-                assert proc is not None and proc.stdin is not None
-                proc.stdin.write(payload)
-                proc.stdin.close()
-            except (OSError, ValueError):
-                pass
-
-        feeder = threading.Thread(target=feed, daemon=True)
-        feeder.start()
-        waiter = _Waiter(proc, r_fd)
-        stopped = _supervise(proc, cg, limits, waiter)
-        if stopped is not None:
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)  # anything left in its group
-        if cg is not None:
-            cg.kill()  # anything left anywhere: the cgroup holds every process it started
-        feeder.join(timeout=1)
-        waiter._read_result()
-        report_text = waiter.buf.decode("utf-8", errors="replace")
-        rc = proc.returncode
-        stdout, stderr = readers[0].text(), readers[1].text()
-        duration = time.monotonic() - start
-        peak = cg.memory_peak() if cg is not None else None
-        cpu_used = cg.cpu_usage_s() if cg is not None else None
-        oom = cg.oom_kills() if cg is not None else 0
-        wait = cg.cpu_stall_s() if cg is not None else None
-        mem_note = (f"; the sandbox's memory limit ({limits.memory_mb} MB) killed "
-                    f"{oom} process{'es' if oom > 1 else ''}") if oom else ""
-
-        def result(status: SandboxStatus, detail: str) -> SandboxResult:
-            return SandboxResult(status, rc, stdout, stderr, duration, detail + mem_note,
-                                 plan.layers, plan.level, peak, cpu_used, oom > 0, wait)
-
-        started = waiter.started_at is not None
-        report = setup = None
-        for line in report_text.splitlines():
-            with contextlib.suppress(ValueError):
-                d = json.loads(line)
-                if isinstance(d, dict) and "decider" in d:
-                    report = d
-                elif isinstance(d, dict) and "setup_error" in d:
-                    setup = str(d["setup_error"])
-        if not started:
-            # Only the launcher writes on the result pipe, and only it says "started": before
-            # that no untrusted code ran, so what went wrong is the sandbox's (bubblewrap,
-            # the launcher's setup), and stderr is theirs alone.
-            why = setup or stopped or f"exit status {rc}"
-            return result("error", f"sandbox setup failed ({why}): "
-                          + stderr.strip()[-500:])
-        if stopped is not None:
-            return result("timeout", stopped)
-        if not isinstance(report, dict):
-            # Started, then no verdict: the launcher was killed or stopped by what the
-            # program did (memory, a held pipe). The answer failed; it was no sandbox error.
-            return result("failed", "no verdict from the launcher (the sandbox was killed "
-                          f"before it decided; exit status {rc})")
-        decider = report.get("decider") or {}
-        if decider.get("exited") == 0:
-            return result("passed", "")
-        who = "tests" if mode == "tests" else "program"
-        return result("failed", f"{who}: {_why(decider)}")
+        waiter, stopped = _run_to_end(proc, payload, r_fd, cg, limits)
+        stderr = readers[1].text()
+        status, detail = _verdict(waiter.buf.decode("utf-8", errors="replace"),
+                                  waiter.started_at is not None, stopped, proc.returncode,
+                                  stderr, mode)
+        return _result(plan, limits, cg, status, detail, proc.returncode, readers[0].text(),
+                       stderr, time.monotonic() - start)
     finally:
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                proc.kill()
-                proc.wait(timeout=10)
-        for fd in (r_fd, w_fd, launcher_fd, seccomp_fd):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        if cg is not None:
-            cg.kill()
-            cg.remove()
-        _rmtree(root)
-        if slot is not None:
-            slot.release()
+        _clean_up(proc, (r_fd, w_fd, launcher_fd, seccomp_fd), cg, root, slot)
 
 
 # ----------------------------------------------------------------------------- probe
