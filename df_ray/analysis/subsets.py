@@ -357,6 +357,42 @@ def _acc(x: np.ndarray | None) -> float:
     return float(np.mean(x)) if x is not None and len(x) else float("nan")
 
 
+def _leave_one_out(ev: SubsetEvaluator, agents: Sequence[str], full: Any) -> list[dict]:
+    """Per agent: each metric with the full pool, without the agent, and the change."""
+    loo = []
+    for a in agents:
+        rest = tuple(x for x in agents if x != a)
+        r = ev.evaluate(rest) if rest else None
+        row: dict[str, Any] = {"left_out": a}
+        for m in METRICS:
+            v_full = _acc(getattr(full, m))
+            v_rest = _acc(getattr(r, m)) if r is not None else 0.0
+            row[m] = v_full
+            row[f"{m}_without"] = v_rest
+            row[f"{m}_change"] = v_full - v_rest
+        loo.append(row)
+    return loo
+
+
+def _by_size(table: pd.DataFrame) -> tuple[list[dict], list[dict]]:
+    """The best subset of each size per decision, and each size's mean accuracy and tokens."""
+    best_rows, by_size = [], []
+    for size, g in table.groupby("size"):
+        for m in ("vote", "belief_only", "darkforest"):
+            gm = g.dropna(subset=[m])
+            if gm.empty:
+                continue
+            top = gm.loc[gm[m].idxmax()]
+            best_rows.append({"size": int(size), "metric": m, "agents": top["agents"],
+                              "accuracy": float(top[m]),
+                              "tokens_per_sample": float(top["tokens_per_sample"])})
+        by_size.append({"size": int(size), "subsets": len(g),
+                        "vote_mean": float(g["vote"].mean()),
+                        "belief_only_mean": float(g["belief_only"].mean()),
+                        "tokens_per_sample_mean": float(g["tokens_per_sample"].mean())})
+    return best_rows, by_size
+
+
 def subset_section(ev: SubsetEvaluator) -> SubsetSection:
     agents = ev.pool.agents
     st = ev.settings
@@ -379,18 +415,7 @@ def subset_section(ev: SubsetEvaluator) -> SubsetSection:
     table = pd.DataFrame(rows)
     full = ev.evaluate(tuple(agents))
     table = _against_full(table, subsets, ev, full)
-    loo = []
-    for a in agents:
-        rest = tuple(x for x in agents if x != a)
-        r = ev.evaluate(rest) if rest else None
-        row = {"left_out": a}
-        for m in METRICS:
-            v_full = _acc(getattr(full, m))
-            v_rest = _acc(getattr(r, m)) if r is not None else 0.0
-            row[m] = v_full
-            row[f"{m}_without"] = v_rest
-            row[f"{m}_change"] = v_full - v_rest
-        loo.append(row)
+    loo = _leave_one_out(ev, agents, full)
 
     def value_of(metric: str) -> Callable[[frozenset], float]:
         def v(s: frozenset) -> float:
@@ -403,21 +428,7 @@ def subset_section(ev: SubsetEvaluator) -> SubsetSection:
                    shapley_sampled(agents, value_of(m), st.n_permutations, st.seed))
     shapley = pd.DataFrame({"agent": agents,
                             **{m: [shap[m][a] for a in agents] for m in shap}})
-    best_rows = []
-    by_size = []
-    for size, g in table.groupby("size"):
-        for m in ("vote", "belief_only", "darkforest"):
-            gm = g.dropna(subset=[m])
-            if gm.empty:
-                continue
-            top = gm.loc[gm[m].idxmax()]
-            best_rows.append({"size": int(size), "metric": m, "agents": top["agents"],
-                              "accuracy": float(top[m]),
-                              "tokens_per_sample": float(top["tokens_per_sample"])})
-        by_size.append({"size": int(size), "subsets": len(g),
-                        "vote_mean": float(g["vote"].mean()),
-                        "belief_only_mean": float(g["belief_only"].mean()),
-                        "tokens_per_sample_mean": float(g["tokens_per_sample"].mean())})
+    best_rows, by_size = _by_size(table)
     note = (f"all {len(subsets)} subsets of {len(agents)} agents; Shapley values exact"
             if exact else
             f"{len(subsets)} of {2 ** len(agents) - 1} subsets (singletons, leave-one-outs, "

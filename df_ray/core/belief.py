@@ -189,6 +189,37 @@ def _sort_agents(agents: Sequence[str], rank: Mapping[str, int]) -> tuple[str, .
     return tuple(sorted(agents, key=lambda a: (rank.get(a, n), a)))
 
 
+@dataclass(frozen=True)
+class _Factors:
+    """The belief's factors for one sample: alpha_i, delta_i and R_pi from the calibration
+    (the Laplace prior 1/2 without one), 1 where the config switches a factor off."""
+
+    calibration: Reliabilities | None
+    config: BeliefConfig
+    pool: tuple[str, ...]
+
+    def alpha(self, agent: str) -> float:
+        if not self.config.use_alpha:
+            return 1.0
+        cal = self.calibration
+        return cal.alpha(agent) if cal is not None else LAPLACE_PRIOR
+
+    def delta(self, agent: str) -> float:
+        if not self.config.use_independence:
+            return 1.0
+        if self.calibration is not None:
+            return self.calibration.delta(agent, self.config.gamma)
+        others = [j for j in self.pool if j != agent]
+        return 1.0 - self.config.gamma * LAPLACE_PRIOR if others else 1.0
+
+    def reliability(self, pattern: tuple[str, ...]) -> float:
+        if not self.config.use_pattern:
+            return 1.0
+        if self.calibration is not None:
+            return self.calibration.pattern_reliability(pattern)
+        return LAPLACE_PRIOR
+
+
 def build_belief(
     observations: Sequence[Observation],
     calibration: Reliabilities | None = None,
@@ -211,26 +242,8 @@ def build_belief(
     else:
         pool = tuple(dict.fromkeys([*agent_order, *sorted({o.agent for o in observations})]))
 
-    def alpha(agent: str) -> float:
-        if not config.use_alpha:
-            return 1.0
-        return calibration.alpha(agent) if calibration is not None else LAPLACE_PRIOR
-
-    def delta(agent: str) -> float:
-        if not config.use_independence:
-            return 1.0
-        if calibration is not None:
-            return calibration.delta(agent, config.gamma)
-        others = [j for j in pool if j != agent]
-        return 1.0 - config.gamma * LAPLACE_PRIOR if others else 1.0
-
-    def reliability(pattern: tuple[str, ...]) -> float:
-        if not config.use_pattern:
-            return 1.0
-        if calibration is not None:
-            return calibration.pattern_reliability(pattern)
-        return LAPLACE_PRIOR
-
+    f = _Factors(calibration, config, pool)
+    alpha, delta, reliability = f.alpha, f.delta, f.reliability
     scored: list[tuple[str, tuple[str, ...], tuple[str, ...], float]] = []
     for answer, members in groups.items():
         by_agent = {o.agent: o for o in members}

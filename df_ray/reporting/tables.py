@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -84,6 +85,39 @@ def seedless_name(name: str) -> str:
     return _SEED_SUFFIX.sub("", str(name)).strip() or str(name)
 
 
+def _paper_of(row: Any, bench: str, ref_id: str | None, experiment: str | None) -> dict:
+    """The paper's numbers for a run's row: its planned row's in an experiment of the paper's
+    table, else the paper's number for its benchmark and method (DarkForest's only on the
+    reference row)."""
+    planned = planned_run(experiment, seedless_name(row["name"])) if experiment else None
+    if planned is not None:
+        return dict(planned.paper)
+    if (row["method"] == "darkforest" and row["run_id"] != ref_id
+            and int(row.get("n_agents") or 0) == 3):
+        return {}  # the paper's DarkForest number belongs to its reference row
+    return paper_numbers(bench, str(row["method"]), settings(row))
+
+
+def _logged_rates(row: Any) -> dict[str, float]:
+    """The run's logged per-sample figures and rates (%), as the table shows them."""
+    return {
+        "calls_per_sample": _metric(row, "llm_calls_per_sample"),
+        "t_cross_per_sample": _metric(row, "t_cross_per_sample"),
+        "reachability": 100 * _metric(row, "reachability"),
+        "trusted_rate": 100 * _own_metric(row, "trusted_rate"),
+        "override_rate": 100 * _own_metric(row, "override_rate"),
+        "correct_override_rate": 100 * _own_metric(row, "correct_override_rate"),
+        "wrong_override_rate": 100 * _own_metric(row, "wrong_override_rate"),
+        # a fitted guardrail's certified bound on it (Learn-then-Test, held-out)
+        "wrong_override_bound": 100 * _metric(row, "guardrail_bound"),
+        "truncation_rate": 100 * _metric(row, "truncation_rate"),
+        "no_finish_reason_calls": _metric(row, "no_finish_reason_calls"),
+        "stop_unknown_calls": _metric(row, "stop_unknown_calls"),
+        "calibration_tokens": _metric(row, "calibration_tokens"),
+        "calibration_tokens_per_sample": _metric(row, "calibration_tokens_per_sample"),
+    }
+
+
 def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
                 n_boot: int = 2000, seed: int = 0, experiment: str | None = None) -> pd.DataFrame:
     """One row per run: accuracy (%) with its 95% bootstrap CI, tokens and calls per sample,
@@ -107,15 +141,7 @@ def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
             else:  # no per-sample table: normal approximation from the logged standard error
                 se = _metric(row, "accuracy_se")
                 lo, hi = acc - 1.96 * se, acc + 1.96 * se
-            planned = (planned_run(experiment, seedless_name(row["name"])) if experiment
-                       else None)
-            if planned is not None:
-                paper = dict(planned.paper)
-            else:
-                paper = paper_numbers(str(bench), str(row["method"]), settings(row))
-                if (row["method"] == "darkforest" and row["run_id"] != ref_id
-                        and int(row.get("n_agents") or 0) == 3):
-                    paper = {}  # the paper's DarkForest number belongs to its reference row
+            paper = _paper_of(row, str(bench), ref_id, experiment)
             p = float("nan")
             if ref is not None and correct is not None and row["run_id"] != ref_id:
                 p = mcnemar(correct, ref)
@@ -132,20 +158,7 @@ def build_table(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame | None],
                 "paper_accuracy": paper.get("accuracy", np.nan),
                 "tokens_per_sample": _metric(row, "tokens_per_sample"),
                 "paper_tokens": paper.get("tokens", np.nan),
-                "calls_per_sample": _metric(row, "llm_calls_per_sample"),
-                "t_cross_per_sample": _metric(row, "t_cross_per_sample"),
-                "reachability": 100 * _metric(row, "reachability"),
-                "trusted_rate": 100 * _own_metric(row, "trusted_rate"),
-                "override_rate": 100 * _own_metric(row, "override_rate"),
-                "correct_override_rate": 100 * _own_metric(row, "correct_override_rate"),
-                "wrong_override_rate": 100 * _own_metric(row, "wrong_override_rate"),
-                # a fitted guardrail's certified bound on it (Learn-then-Test, held-out)
-                "wrong_override_bound": 100 * _metric(row, "guardrail_bound"),
-                "truncation_rate": 100 * _metric(row, "truncation_rate"),
-                "no_finish_reason_calls": _metric(row, "no_finish_reason_calls"),
-                "stop_unknown_calls": _metric(row, "stop_unknown_calls"),
-                "calibration_tokens": _metric(row, "calibration_tokens"),
-                "calibration_tokens_per_sample": _metric(row, "calibration_tokens_per_sample"),
+                **_logged_rates(row),
                 "p_vs_darkforest": p,
                 "significant": bool(p < ALPHA) if not math.isnan(p) else False,
                 "reference": row["run_id"] == ref_id,
