@@ -135,6 +135,16 @@ class PlannedCall:
 Row = list[SampleState]
 
 
+class _Answered:
+    """A round's answers, by planned call: the completion, whether it cost nothing (the row,
+    the cache, or a duplicate in the batch answered it) and the surrogates repaired in it."""
+
+    def __init__(self, n: int) -> None:
+        self.results: list[Completion | None] = [None] * n
+        self.cached = [False] * n
+        self.repaired = [0] * n
+
+
 @dataclass
 class Driver:
     """Runs the members' rounds for batches of rows (see the module docstring).
@@ -166,6 +176,29 @@ class Driver:
         """One round over ``rows``. ``busy[row][member]``, when given, accumulates the seconds
         spent on each member: planning its calls, and the engine time of the calls it paid
         for (a call shared with a later member is charged to the first, as its tokens are)."""
+        planned = self._plan_round(round, rows, busy)
+        if not planned:
+            return
+        if self.keep_plan:
+            self.planned.extend(planned)
+        keys = [p.call.request.key() for p in planned]
+        answered = _Answered(len(planned))
+        todo = self._known_answers(rows, planned, keys, answered)
+        if todo:
+            self._ask_engines(planned, todo, answered, busy)
+        for j, p in enumerate(planned):
+            comp = answered.results[j]
+            assert comp is not None
+            rows[p.row][p.member].calls.append(CallRecord(
+                round=round, role=p.call.role, agent=p.call.agent, key=keys[j], text=comp.text,
+                prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens,
+                cached=answered.cached[j], error=comp.error, finish_reason=comp.finish_reason,
+                repaired=answered.repaired[j]))
+
+    def _plan_round(self, round: int, rows: Sequence[Row],
+                    busy: list[list[float]] | None) -> list[PlannedCall]:
+        """Every live member's calls for every row this round; a sample whose ``plan``
+        raises is done, with its error (its error row, not the batch's)."""
         planned: list[PlannedCall] = []
         for i, states in enumerate(rows):
             for m, (member, st) in enumerate(zip(self.members, states, strict=True)):
@@ -188,13 +221,13 @@ class Driver:
                 planned.extend(mine)
                 if busy is not None:
                     busy[i][m] += time.perf_counter() - t
-        if not planned:
-            return
-        if self.keep_plan:
-            self.planned.extend(planned)
-        keys = [p.call.request.key() for p in planned]
-        # Calls another member already made for this sample in an earlier round (they ride in
-        # the row; another stage's cache writes may not be listed yet).
+        return planned
+
+    def _known_answers(self, rows: Sequence[Row], planned: Sequence[PlannedCall],
+                       keys: Sequence[str], answered: _Answered) -> dict[str, list[int]]:
+        """Answer what the rows already hold (calls another member made for the sample in an
+        earlier round: they ride in the row; another stage's cache writes may not be listed
+        yet), then what the cache holds; the rest by key (key -> the planned calls)."""
         known: dict[int, dict[str, Completion]] = {}
         for i in {p.row for p in planned}:
             known[i] = {c.key: Completion(c.text, c.prompt_tokens, c.completion_tokens,
@@ -205,57 +238,49 @@ class Driver:
                 and any(k not in cache and k not in known[p.row]
                         for k, p in zip(keys, planned, strict=True))):
             self.refresh()
-        results: list[Completion | None] = [None] * len(planned)
-        cached = [False] * len(planned)
-        repaired = [0] * len(planned)
         todo: dict[str, list[int]] = {}
         for j, p in enumerate(planned):
             hit = known[p.row].get(keys[j])
             if hit is None and cache is not None:
                 hit = cache.get(keys[j])
             if hit is not None:
-                results[j], cached[j] = hit, True
+                answered.results[j], answered.cached[j] = hit, True
             else:
                 todo.setdefault(keys[j], []).append(j)
-        if todo:
-            reqs = [planned[js[0]].call.request for js in todo.values()]
-            t = time.perf_counter()
-            comps = []
-            sink = None
-            if cache is not None and getattr(self.engine, "answers_as_they_come", False):
-                # cached as they come, not when the round's slowest call ends: a run killed
-                # mid-round, or stopped by an engine failure, keeps the answers it had
-                sink = _AnswerSink(cache, reqs, self.on_interrupt)
-                try:
-                    answers = self.engine.generate(reqs, on_answer=sink.add)
-                finally:
-                    sink.flush()
-            else:
-                answers = self.engine.generate(reqs)
-            for comp in answers:
-                # the engine boundary: every text valid UTF-8 before the cache, a parser or a
-                # later prompt sees it (lone surrogates replaced, and counted on the call)
-                comp, n = repair_completion(comp)
-                comps.append((comp, n))
-            if busy is not None:
-                share = (time.perf_counter() - t) / len(reqs)
-                for js in todo.values():
-                    busy[planned[js[0]].row][planned[js[0]].member] += share
-            if sink is None and cache is not None:
-                cache.put_many(zip(reqs, [c for c, _ in comps], strict=True))
-            for js, (comp, n_fixed) in zip(todo.values(), comps, strict=True):
-                for n, j in enumerate(js):
-                    results[j] = comp
-                    repaired[j] = n_fixed
-                    cached[j] = n > 0  # a duplicate within the batch costs nothing
-        for j, p in enumerate(planned):
-            comp = results[j]
-            assert comp is not None
-            rows[p.row][p.member].calls.append(CallRecord(
-                round=round, role=p.call.role, agent=p.call.agent, key=keys[j], text=comp.text,
-                prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens,
-                cached=cached[j], error=comp.error, finish_reason=comp.finish_reason,
-                repaired=repaired[j]))
+        return todo
+
+    def _ask_engines(self, planned: Sequence[PlannedCall], todo: dict[str, list[int]],
+                     answered: _Answered, busy: list[list[float]] | None) -> None:
+        """One engine call per distinct request of ``todo``, its answers cached (as they
+        come when the engine client can say so) and given to every planned call of it."""
+        cache = self.cache
+        reqs = [planned[js[0]].call.request for js in todo.values()]
+        t = time.perf_counter()
+        sink = None
+        if cache is not None and getattr(self.engine, "answers_as_they_come", False):
+            # cached as they come, not when the round's slowest call ends: a run killed
+            # mid-round, or stopped by an engine failure, keeps the answers it had
+            sink = _AnswerSink(cache, reqs, self.on_interrupt)
+            try:
+                answers = self.engine.generate(reqs, on_answer=sink.add)
+            finally:
+                sink.flush()
+        else:
+            answers = self.engine.generate(reqs)
+        # the engine boundary: every text valid UTF-8 before the cache, a parser or a later
+        # prompt sees it (lone surrogates replaced, and counted on the call)
+        comps = [repair_completion(comp) for comp in answers]
+        if busy is not None:
+            share = (time.perf_counter() - t) / len(reqs)
+            for js in todo.values():
+                busy[planned[js[0]].row][planned[js[0]].member] += share
+        if sink is None and cache is not None:
+            cache.put_many(zip(reqs, [c for c, _ in comps], strict=True))
+        for js, (comp, n_fixed) in zip(todo.values(), comps, strict=True):
+            for n, j in enumerate(js):
+                answered.results[j] = comp
+                answered.repaired[j] = n_fixed
+                answered.cached[j] = n > 0  # a duplicate within the batch costs nothing
 
     # ------------------------------------------------------------------ the end
     def finish(self, rows: Sequence[Row], busy: list[list[float]] | None = None

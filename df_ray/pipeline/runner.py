@@ -433,30 +433,40 @@ class Runner:
 
     def _run_many(self, plans: Sequence[RunPlan], samples: Sequence[Sample],
                   sweep: str, metric_names: Sequence[str] = ()) -> list[RunResult]:
-        cfgs = [p.cfg for p in plans]
         out: dict[int, RunResult] = {}
         todo: list[int] = []
-        for i, cfg in enumerate(cfgs):
-            done = self.tracker.finished_run(cfg) if self.tracker is not None else None
+        for i, plan in enumerate(plans):
+            done = self.tracker.finished_run(plan.cfg) if self.tracker is not None else None
             if done is not None:
-                self.say(f"{cfg.name}: already finished (MLflow run {done.info.run_id}); skipping")
-                out[i] = RunResult(cfg, dict(done.data.metrics), "", done.info.run_id,
+                self.say(f"{plan.name}: already finished (MLflow run {done.info.run_id}); "
+                         "skipping")
+                out[i] = RunResult(plan.cfg, dict(done.data.metrics), "", done.info.run_id,
                                    skipped=True)
             else:
                 todo.append(i)
-        if not todo:
-            return [out[i] for i in range(len(cfgs))]
-        samples = list(samples)
-        members = [self.with_calibration(plans[i]) for i in todo]
-        for p in members:
-            self.say(f"{p.name}: {p.cfg.method} on {len(samples)} {p.cfg.benchmark} samples")
-        outs = [ResultsFile(p.cfg, sweep, provenance(p.cfg, samples)) for p in members]
+        if todo:
+            samples = list(samples)
+            members = [self.with_calibration(plans[i]) for i in todo]
+            for p in members:
+                self.say(f"{p.name}: {p.cfg.method} on {len(samples)} {p.cfg.benchmark} "
+                         "samples")
+            outs = [ResultsFile(p.cfg, sweep, provenance(p.cfg, samples)) for p in members]
+            wall, busy, deaths = self._graded_into(members, samples, outs)
+            walls = own_wall_times(wall, busy)
+            for plan, f, i, own in zip(members, outs, todo, walls, strict=True):
+                out[i] = self._finished(plan, f, samples, (own, wall), deaths, metric_names)
+        return [out[i] for i in range(len(plans))]
+
+    def _graded_into(self, members: Sequence[RunPlan], samples: Sequence[Sample],
+                     outs: Sequence[ResultsFile]) -> tuple[float, list[float], list[str]]:
+        """Stream the configurations' graded rows into their results files; the wall time,
+        each configuration's stage time and the workers that died meanwhile."""
+        from df_ray.pipeline import faults
+
         t0 = time.time()
         busy = [0.0] * len(outs)
         pool = self.pool
         deaths_before = len(pool.supervisor.deaths)
-        from df_ray.pipeline import faults
-
         restarts_before = faults.stage_restarts()
         label = outs[0].cfg.name if len(outs) == 1 else f"{len(outs)} configurations"
         progress = GroupProgress(
@@ -491,40 +501,45 @@ class Runner:
                                                  len(stage_faults))
         for d in deaths:
             self.say(f"worker died during the run: {d}")
-        walls = own_wall_times(wall, busy)
-        for plan, f, i, own in zip(members, outs, todo, walls, strict=True):
-            cfg, calibration = plan.cfg, plan.calibration
-            path = f.commit()
-            metrics = f.acc.result()
-            metrics["wall_time_s"] = own
-            metrics["group_wall_time_s"] = wall
-            metrics["samples_per_s"] = f.acc.n / own if own > 0 else 0.0
-            if f.acc.n != len(samples):
-                raise RuntimeError(f"{cfg.name}: {len(samples)} samples in, {f.acc.n} graded")
-            metrics["failed_call_rate"] = failed_call_rate(metrics)
-            metrics.update(calibration_metrics(calibration))
-            metrics.update(guardrail_fit_metrics(cfg, calibration))
-            for a in [*cfg.agent_ids(), *([cfg.coordinator.id] if cfg.coordinator else [])]:
-                # every agent named, NaN for one the method never called: the configurations
-                # of a sweep carry the same metric names
-                metrics.setdefault(f"truncation_rate.{a}", float("nan"))
-            for k in metric_names:  # another method's metric, NaN here (same names)
-                metrics.setdefault(k, float("nan"))
-            metrics["worker_deaths"] = float(len(deaths))
-            errors = list(f.acc.first_errors)
-            failure = judge(cfg, metrics, errors)
-            run_id = None
-            if self.tracker is not None:
-                run_id = self.tracker.log_run(cfg, metrics, path, calibration,
-                                              params={**provenance(cfg, samples),
-                                                      **guardrail_fit_params(cfg, calibration)},
-                                              failure=failure,
-                                              samples_sha256=getattr(f, "sha256", None))
-            if failure:
-                self.say(f"{cfg.name}: FAILED: {failure}")
-            out[i] = RunResult(cfg, metrics, str(path), run_id, failure=failure, errors=errors,
-                               worker_deaths=deaths, head=f.head)
-        return [out[i] for i in range(len(cfgs))]
+        return wall, busy, deaths
+
+    def _finished(self, plan: RunPlan, f: ResultsFile, samples: Sequence[Sample],
+                  walls: tuple[float, float], deaths: list[str],
+                  metric_names: Sequence[str]) -> RunResult:
+        """One configuration's results file committed, its metrics completed, judged and
+        logged (``walls``: its own wall time and its group's)."""
+        cfg, calibration = plan.cfg, plan.calibration
+        own, wall = walls
+        path = f.commit()
+        metrics = f.acc.result()
+        metrics["wall_time_s"] = own
+        metrics["group_wall_time_s"] = wall
+        metrics["samples_per_s"] = f.acc.n / own if own > 0 else 0.0
+        if f.acc.n != len(samples):
+            raise RuntimeError(f"{cfg.name}: {len(samples)} samples in, {f.acc.n} graded")
+        metrics["failed_call_rate"] = failed_call_rate(metrics)
+        metrics.update(calibration_metrics(calibration))
+        metrics.update(guardrail_fit_metrics(cfg, calibration))
+        for a in [*cfg.agent_ids(), *([cfg.coordinator.id] if cfg.coordinator else [])]:
+            # every agent named, NaN for one the method never called: the configurations
+            # of a sweep carry the same metric names
+            metrics.setdefault(f"truncation_rate.{a}", float("nan"))
+        for k in metric_names:  # another method's metric, NaN here (same names)
+            metrics.setdefault(k, float("nan"))
+        metrics["worker_deaths"] = float(len(deaths))
+        errors = list(f.acc.first_errors)
+        failure = judge(cfg, metrics, errors)
+        run_id = None
+        if self.tracker is not None:
+            run_id = self.tracker.log_run(cfg, metrics, path, calibration,
+                                          params={**provenance(cfg, samples),
+                                                  **guardrail_fit_params(cfg, calibration)},
+                                          failure=failure,
+                                          samples_sha256=getattr(f, "sha256", None))
+        if failure:
+            self.say(f"{cfg.name}: FAILED: {failure}")
+        return RunResult(cfg, metrics, str(path), run_id, failure=failure, errors=errors,
+                         worker_deaths=deaths, head=f.head)
 
     def _new_faults(self):
         """Fatal signals of this job's workers not reported yet (this node's fault logs)."""
