@@ -10,6 +10,7 @@ import os
 import sys
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -364,6 +365,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     """``df-ray show`` (df_ray.evaluation.preview): one sample's calls, no model run."""
     from df_ray.evaluation.preview import show
 
+    load_plugins(args.plugin or ())
     sweep = load_with_overrides(args.config, args.set or [], None)
     return show(sweep.expand(), args.sample, name=args.name, script=args.script,
                 split=args.split)
@@ -406,15 +408,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return analysis_cli.run_from_args(args, load_with_overrides)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The ``df-ray`` command. ``argv`` None: this process is the command (the console script,
-    ``python -m df_ray.cli``), which may end itself at once on a Ray that failed to start."""
-    exit_hard = argv is None
-    # a Ray already up in this process is its caller's (a notebook's, a test's): left running
-    loaded = sys.modules.get("ray")
-    ray_was_up = bool(loaded is not None and loaded.is_initialized())
-    p = argparse.ArgumentParser(prog="df-ray", description="DarkForest on Ray")
-    sub = p.add_subparsers(dest="cmd", required=True)
+def _add_run(sub) -> None:
     r = sub.add_parser("run", help="run a configuration or sweep (default: the embedded demo)")
     r.add_argument("--config", help="YAML run or sweep config (default: the embedded demo)")
     r.add_argument("--limit", type=int, help="override the sample limit")
@@ -432,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
                         "name from jobs/configs/ and no --config, runs a CPU miniature of it")
     r.add_argument("--plugin", action="append", metavar="MODULE", help=PLUGIN_HELP)
     r.set_defaults(fn=cmd_run)
+
+
+def _add_validate(sub) -> None:
     v = sub.add_parser("validate", help="validate a config without starting anything")
     v.add_argument("--config")
     v.add_argument("--set", action="append", metavar="KEY=VALUE")
@@ -441,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also load every test split (hub or local), not only check paths")
     v.add_argument("--plugin", action="append", metavar="MODULE", help=PLUGIN_HELP)
     v.set_defaults(fn=cmd_validate)
+
+
+def _add_show(sub) -> None:
     sh = sub.add_parser("show", help="every call the configured method would make for one "
                                      "sample, round by round, with scripted stand-in answers")
     sh.add_argument("--config", help="YAML run or sweep config (default: the embedded demo)")
@@ -450,7 +450,11 @@ def main(argv: list[str] | None = None) -> int:
     sh.add_argument("--script", help="the stand-in responder of every backbone (default: a "
                                      "scripted backbone's own, else majority)")
     sh.add_argument("--set", action="append", metavar="KEY=VALUE")
+    sh.add_argument("--plugin", action="append", metavar="MODULE", help=PLUGIN_HELP)
     sh.set_defaults(fn=cmd_show)
+
+
+def _add_list(sub) -> None:
     ls = sub.add_parser("list", help="the methods, benchmarks, engine kinds and answer kinds; "
                                      "with NAME, its arguments")
     ls.add_argument("name", nargs="?", help="a method, benchmark, engine kind or answer kind")
@@ -458,6 +462,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="everything as JSON: each field's type, default and description")
     ls.add_argument("--plugin", action="append", metavar="MODULE", help=PLUGIN_HELP)
     ls.set_defaults(fn=cmd_list)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``df-ray`` command. ``argv`` None: this process is the command (the console script,
+    ``python -m df_ray.cli``), which may end itself at once on a Ray that failed to start."""
+    exit_hard = argv is None
+    # a Ray already up in this process is its caller's (a notebook's, a test's): left running
+    loaded = sys.modules.get("ray")
+    ray_was_up = bool(loaded is not None and loaded.is_initialized())
+    p = argparse.ArgumentParser(prog="df-ray", description="DarkForest on Ray")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for add in (_add_run, _add_validate, _add_show, _add_list):
+        add(sub)
     from df_ray.serving.cli import add_serve_parser
 
     add_serve_parser(sub)
@@ -514,25 +531,7 @@ def guarded(fn, *, ray_was_up: bool, exit_hard: bool, args: argparse.Namespace |
     try:
         return fn()
     except signals.Interrupted as e:
-        import logging
-
-        # what Ray's threads say while the interrupted pipeline is torn down is noise
-        logging.getLogger("ray").setLevel(logging.CRITICAL)
-        message = (f"df-ray: interrupted by {e.name}, the run stopped: answers received so "
-                   "far are in the generation cache and the MLflow runs are marked KILLED; "
-                   "rerun the same command to resume")
-        if exit_hard:
-            # Nothing is left to write. The local Ray this run started is stopped, Ray's
-            # agents with it (signals.stop_started_ray); one it joined is left alone.
-            if not ray_was_up:
-                signals.stop_started_ray()
-            print(message, file=sys.stderr)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(e.exit_status)
-        stop_ray(ray_was_up)
-        print(message, file=sys.stderr)
-        return e.exit_status
+        return interrupted(e, ray_was_up=ray_was_up, exit_hard=exit_hard)
     except ConfigError as e:
         print(f"df-ray: configuration error: {e}", file=sys.stderr)
         return 2
@@ -568,6 +567,32 @@ def guarded(fn, *, ray_was_up: bool, exit_hard: bool, args: argparse.Namespace |
         stop_ray(ray_was_up)
         print(environment_failure_text(e), file=sys.stderr)
         return 1
+
+
+def interrupted(e: Any, *, ray_was_up: bool, exit_hard: bool) -> int:
+    """The end of a run stopped by SIGINT or SIGTERM (``df_ray.pipeline.signals``): its one
+    line, and its exit status (130, 143), at once when this process is the command."""
+    import logging
+
+    from df_ray.pipeline import signals
+
+    # what Ray's threads say while the interrupted pipeline is torn down is noise
+    logging.getLogger("ray").setLevel(logging.CRITICAL)
+    message = (f"df-ray: interrupted by {e.name}, the run stopped: answers received so "
+               "far are in the generation cache and the MLflow runs are marked KILLED; "
+               "rerun the same command to resume")
+    if exit_hard:
+        # Nothing is left to write. The local Ray this run started is stopped, Ray's
+        # agents with it (signals.stop_started_ray); one it joined is left alone.
+        if not ray_was_up:
+            signals.stop_started_ray()
+        print(message, file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(e.exit_status)
+    stop_ray(ray_was_up)
+    print(message, file=sys.stderr)
+    return e.exit_status
 
 
 def stop_ray(ray_was_up: bool) -> None:

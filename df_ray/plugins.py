@@ -4,7 +4,8 @@ registering them when imported (``register_task``, ``register_kind``, ...).
 Three ways to name one, all imported by the driver before any configuration is validated:
 
 - a config's top-level ``plugins:`` list (in a sweep file: top-level or in ``base``);
-- ``df-ray run --plugin MODULE`` (repeatable; also ``validate``, ``list`` and ``analyze``);
+- ``df-ray run --plugin MODULE`` (repeatable; also ``validate``, ``show``, ``list`` and
+  ``analyze``);
 - an installed package's entry point in the group ``df_ray.plugins``
   (``[project.entry-points."df_ray.plugins"] parity = "parity_plugin"``).
 
