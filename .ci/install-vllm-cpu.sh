@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${1:-.venv-vllm}
 PY=${PYTHON:-python3}
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import vllm, df_ray, pytest, hypothesis, ray.data, pyarrow, scipy, statsmodels" 2>/dev/null; then
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import vllm, df_ray, pytest, hypothesis, ray.data, pyarrow, scipy, statsmodels, ijson" 2>/dev/null; then
   echo "vLLM CPU already installed in $VENV"
   exit 0
 fi
@@ -29,7 +29,7 @@ fi
 "${PIP[@]}" uninstall --quiet -y torchvision torchaudio torchcodec triton || true
 "${PIP[@]}" install --quiet --no-deps -e .
 "${PIP[@]}" install --quiet "pydantic>=2.7,<3" "pyyaml>=6,<7" "math-verify[antlr4_13_2]>=0.7,<1" \
-  "pytest>=8,<10" "hypothesis>=6.100,<7"
+  "pytest>=8,<10" "hypothesis>=6.100,<7" "ijson>=3.3,<4"
 # The statistics every run's metrics carry (intervals, McNemar): df_ray's own dependencies.
 "${PIP[@]}" install --quiet "scipy>=1.11,<2" "statsmodels>=0.14,<0.16"
 # Ray with Ray Data: the pipeline way of jobs/perf/vllm_throughput.py (and its ray.data.llm way).
