@@ -318,7 +318,6 @@ def check_data(configs, load: bool) -> list[str]:
     """Problems with the configurations' data, each saying what to fetch; [] when all is
     there. Local sources must exist; with ``load`` every distinct test split is loaded."""
     from df_ray.pipeline.runner import samples_key
-    from df_ray.tasks import data_location
 
     problems: list[str] = []
     seen: set[tuple] = set()
@@ -327,7 +326,7 @@ def check_data(configs, load: bool) -> list[str]:
         if key in seen:
             continue
         seen.add(key)
-        where, hint = data_location(cfg.benchmark, cfg.source)
+        where, hint = cfg.build_task().data_location(cfg.source)  # with its benchmark_args
         if load:
             from df_ray.pipeline.runner import load_samples
 

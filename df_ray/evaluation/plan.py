@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +30,10 @@ from df_ray.tasks.base import Sample
 
 
 def samples_key(cfg: Any) -> tuple:
-    """What decides a configuration's samples: configurations with equal keys share them."""
-    return (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.data_revision)
+    """What decides a configuration's samples: configurations with equal keys share them
+    (``benchmark_args`` too: a file benchmark's path, MMLU-Pro's prompt)."""
+    args = json.dumps(getattr(cfg, "benchmark_args", None) or {}, sort_keys=True, default=str)
+    return (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.data_revision, args)
 
 
 def import_target(target: str) -> Any:

@@ -20,6 +20,7 @@ REGISTRY: dict[str, str] = {
     "gpqa": "df_ray.tasks.gpqa:GPQATask",
     "finqa": "df_ray.tasks.finqa:FinQATask",
     "legalbench": "df_ray.tasks.legalbench:LegalBenchTask",
+    "file": "df_ray.tasks.file:FileTask",
 }
 
 TASKS: tuple[str, ...] = tuple(REGISTRY)

@@ -7,6 +7,7 @@ interpreter, so nothing carries over), read from the kernel when it exits. The f
 written in a temporary folder and removed afterwards.
 
     PYTHONPATH=$PWD .venv/bin/python jobs/perf/limit_read.py --sizes 32 128
+    PYTHONPATH=$PWD .venv/bin/python jobs/perf/limit_read.py --benchmark file --sizes 32 128
 """
 
 from __future__ import annotations
@@ -74,9 +75,9 @@ def write_apart(path: Path, mb: float) -> int:
     return int(out.stdout.strip())
 
 
-def config(tmp: Path, data: Path) -> Path:
+def config(tmp: Path, data: Path, benchmark: str) -> Path:
     base = {
-        "name": "limit", "benchmark": "math", "limit": 4,
+        "name": "limit", "benchmark": benchmark, "limit": 4,
         "backbones": {b: {"kind": "scripted", "model": f"m{b}"} for b in ("b1", "b2", "b3")},
         "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2, 3)],
         "coordinator": {"id": "coord", "backbone": "b1"},
@@ -84,7 +85,12 @@ def config(tmp: Path, data: Path) -> Path:
         "cache_root": str(tmp / "cache"), "results_dir": str(tmp / "results"),
         "tracking": {"uri": f"sqlite:///{tmp}/mlflow.db", "experiment": "perf"},
     }
-    base["source"] = str(data)
+    if benchmark == "file":  # the same rows, named by configuration
+        base["benchmark_args"] = {"path": str(data), "question_field": "problem",
+                                  "answer_field": "answer", "id_field": "unique_id",
+                                  "kind": "math"}
+    else:
+        base["source"] = str(data)
     path = tmp / f"{data.name}.yaml"
     path.write_text(yaml.safe_dump({"name": "limit", "base": base, "runs": [{}]}))
     return path
@@ -108,13 +114,15 @@ def validate_peak(cfg: Path) -> tuple[float, str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=float, nargs=2, default=[32.0, 128.0], metavar="MB")
+    ap.add_argument("--benchmark", choices=("math", "file"), default="math")
     ap.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS))
     ap.add_argument("--write", nargs=2, metavar=("PATH", "MB"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.write:
         print(write(Path(a.write[0]), float(a.write[1])))
         return 0
-    header("df-ray validate --data, limit 4, benchmark math: peak memory by file size")
+    header(f"df-ray validate --data, limit 4, benchmark {a.benchmark}: peak memory by file "
+           "size")
     tmp = Path(tempfile.mkdtemp(prefix="limit_read_"))
     print("| format | file MB | rows | peak MB | samples |")
     print("| --- | --- | --- | --- | --- |")
@@ -126,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                 data = tmp / f"rows_{int(mb)}.{fmt}"
                 n = write_apart(data, mb)
                 size = data.stat().st_size / 1e6
-                peak, line = validate_peak(config(tmp, data))
+                peak, line = validate_peak(config(tmp, data, a.benchmark))
                 data.unlink()
                 got.append((size, peak))
                 print(f"| {fmt} | {size:.1f} | {n:,} | {peak:.0f} | {line} |", flush=True)

@@ -7,7 +7,7 @@ from df_ray.tasks.base import Task
 
 
 def test_all_tasks_build_and_follow_the_protocol():
-    assert TASKS == ("math", "humaneval", "mmlu_pro", "gpqa", "finqa", "legalbench")
+    assert TASKS == ("math", "humaneval", "mmlu_pro", "gpqa", "finqa", "legalbench", "file")
     kinds = {}
     for name in TASKS:
         t = get_task(name)
@@ -16,7 +16,7 @@ def test_all_tasks_build_and_follow_the_protocol():
         kinds[name] = t.kind
         assert "Confidence" in t.answer_instructions()
     assert kinds == {"math": "math", "humaneval": "code", "mmlu_pro": "choice",
-                     "gpqa": "choice", "finqa": "finqa", "legalbench": "label"}
+                     "gpqa": "choice", "finqa": "finqa", "legalbench": "label", "file": "choice"}
 
 
 def test_unknown_task_lists_valid_names():
