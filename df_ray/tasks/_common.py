@@ -472,9 +472,11 @@ def say_whole_read(source: str, why: str) -> None:
     log.warning("data: %s (%.1f MB) is read whole even with a limit: %s", p, size / 1e6, why)
 
 
-def load_prefix(load: Callable[[int | None], list[Sample]], limit: int | None) -> list[Sample]:
+def load_prefix(load: Callable[[int | None], list[Sample]], limit: int | None,
+                source: str | os.PathLike[str] | None = None) -> list[Sample]:
     """``load(limit)``'s samples, one per id (``dedupe_ids``), the first ``limit`` of them:
-    a prefix read first, the whole file only when repeated rows left it short."""
+    a prefix read first, the whole file only when repeated rows left it short (said in one
+    line naming ``source``, the file or folder read, and its size)."""
     if limit is None:
         return dedupe_ids(load(None))
     token = _QUIET_REPEATS.set(True)  # a prefix's repeats are said by the whole read
@@ -483,7 +485,11 @@ def load_prefix(load: Callable[[int | None], list[Sample]], limit: int | None) -
     finally:
         _QUIET_REPEATS.reset(token)
     if len(got) < limit:  # repeats inside the prefix (or a short file): read everything
+        short = len(got)
         got = dedupe_ids(load(None))
+        if len(got) > short and source is not None:  # not a short file: repeats
+            say_whole_read(str(source), f"rows repeated among its first {limit} left fewer "
+                           f"than {limit} samples")
     return got[:limit]
 
 

@@ -122,7 +122,7 @@ class FileTask(BaseTask):
         if not Path(where).exists():
             raise FileNotFoundError(errno.ENOENT, f"benchmark file: {where} does not exist; "
                                     f"{self.data_hint}", where)
-        return C.load_prefix(lambda n: C.load_local(where, self._samples, n), limit)
+        return C.load_prefix(lambda n: C.load_local(where, self._samples, n), limit, where)
 
     def _samples(self, rows: list[Any], file: str) -> list[Sample]:
         return C.dedupe_ids(self._sample(row, file, i) for i, row in enumerate(rows))

@@ -165,7 +165,7 @@ class GPQATask(GoADataTask):
             p = f
         # each row's options are shuffled by its own id and the seed: a prefix reads the same
         return C.load_prefix(lambda n: _rows_to_samples(C.read_rows(p, n), str(p), seed),
-                             limit)
+                             limit, p)
 
     def _split(self, config: str, source: str | None, seed: int, limit: int | None = None
                ) -> list[Sample]:

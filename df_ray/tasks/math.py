@@ -109,7 +109,7 @@ def _rows_to_samples(rows: list[dict], file: str) -> list[Sample]:
 def _load_local(source: str, limit: int | None = None) -> list[Sample]:
     """The samples of a local file or folder, one per id; ``limit``: the first ``limit``,
     the file read no further than they need (``C.load_prefix``)."""
-    return C.load_prefix(lambda n: C.load_local(source, _rows_to_samples, n), limit)
+    return C.load_prefix(lambda n: C.load_local(source, _rows_to_samples, n), limit, source)
 
 
 class MathTask(BaseTask):

@@ -4,6 +4,7 @@ row there does not stop a limited run), and the samples are the full read's firs
 from __future__ import annotations
 
 import json
+import logging
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -102,7 +103,7 @@ def test_csv_and_parquet_take_their_first_rows(tmp_path):
     assert len(read_rows(p)) == 6
 
 
-def test_a_limited_math_test_split_is_the_full_splits_prefix(tmp_path):
+def test_a_limited_math_test_split_is_the_full_splits_prefix(tmp_path, caplog):
     task = get_task("math")
     rows = [math_row(i) for i in range(8)]
     full = tmp_path / "full.jsonl"
@@ -115,7 +116,11 @@ def test_a_limited_math_test_split_is_the_full_splits_prefix(tmp_path):
     # a row given twice inside the prefix: the full file is read, the limit still met
     twice = tmp_path / "twice.jsonl"
     twice.write_text("\n".join(json.dumps(r) for r in [rows[0], rows[0], *rows[1:]]) + "\n")
-    assert task.load("test", source=str(twice), limit=4) == want
+    with caplog.at_level(logging.WARNING, logger="df_ray.tasks._common"):
+        assert task.load("test", source=str(twice), limit=4) == want
+        assert task.load("test", source=str(full), limit=20) == task.load("test", source=str(full))
+    said = [r.getMessage() for r in caplog.records if "read whole" in r.getMessage()]
+    assert len(said) == 1 and f"{twice} (" in said[0] and "rows repeated" in said[0], said
 
 
 def test_a_limited_gpqa_test_split_is_the_full_splits_prefix(tmp_path):
