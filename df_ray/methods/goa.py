@@ -523,6 +523,12 @@ class GraphOfAgents(Method):
         return {"scores": scores, "ranked": ranked, "dropped_judges": dropped,
                 "top": ranked[0] if ranked else None}
 
+    def _node_call(self, ctx: MethodContext, state: SampleState, node: dict, role: str,
+                   user: str, slot: str) -> Call:
+        """A message-passing call of the graph node ``node`` (its agent answers ``user``)."""
+        agent = ctx.agent(node["agent"])
+        return Call(role, agent.id, self._request(ctx, agent, user, state, slot))
+
     def _stage_mp(self, state: SampleState, ctx: MethodContext) -> list[Call]:
         d = state.data
         nodes, graph, mp = d["nodes"], d["graph"], d["mp"]
@@ -532,27 +538,24 @@ class GraphOfAgents(Method):
         if mp["phase"] == "s2t":
             if "s2t" not in mp:
                 mp["before"] = {str(i): nodes[i]["latest"] for i in ranked}
-                calls, keys = [], {}
+                calls = {}
                 for pos, target in enumerate(ranked[1:], 1):
                     sources = ranked[:pos]
                     refs = _weighted(sources, scores, {s: self._text(state, mp["before"][str(s)])
                                                        for s in sources})
                     user = goa_source_to_target_prompt(
                         instruction, self._text(state, mp["before"][str(target)]), refs)
-                    agent = ctx.agent(nodes[target]["agent"])
-                    c = Call(S2T_ROLE, agent.id, self._request(
-                        ctx, agent, user, state, f"goa-s2t-{m}-{target}"))
-                    keys[str(target)] = c.request.key()
-                    calls.append(c)
-                mp["s2t"] = keys
-                return calls
+                    calls[target] = self._node_call(ctx, state, nodes[target], S2T_ROLE, user,
+                                                    f"goa-s2t-{m}-{target}")
+                mp["s2t"] = {str(n): c.request.key() for n, c in calls.items()}
+                return list(calls.values())
             mp["phase"] = "t2s"
             return []
         if "t2s" not in mp:
             refined = mp["s2t"]
             sources = ranked[:-1] if self.pooling == "mean" else ranked[:1]
             final_prompt = self._final_prompt(ctx) if self.pooling == "max" else ""
-            calls, keys = [], {}
+            calls = {}
             for source in sources:
                 targets = ranked[ranked.index(source) + 1:]
                 shown = {t: self._text(state, refined[str(t)] if self.args.t2s_reads == "refined"
@@ -561,13 +564,10 @@ class GraphOfAgents(Method):
                 user = goa_target_to_source_prompt(
                     instruction, self._text(state, mp["before"][str(source)]), refs,
                     final_prompt)
-                agent = ctx.agent(nodes[source]["agent"])
-                c = Call(T2S_ROLE, agent.id, self._request(
-                    ctx, agent, user, state, f"goa-t2s-{m}-{source}"))
-                keys[str(source)] = c.request.key()
-                calls.append(c)
-            mp["t2s"] = keys
-            return calls
+                calls[source] = self._node_call(ctx, state, nodes[source], T2S_ROLE, user,
+                                                f"goa-t2s-{m}-{source}")
+            mp["t2s"] = {str(n): c.request.key() for n, c in calls.items()}
+            return list(calls.values())
         for i, key in {**mp["s2t"], **mp["t2s"]}.items():
             nodes[int(i)]["latest"] = key
         if m < self.mp_rounds:

@@ -129,6 +129,18 @@ class Task(Protocol):
         ...
 
 
+class OneSourceSplits:
+    """A benchmark whose test and calibration splits are both cut from every sample of one
+    source (its ``_all(source)``): a ``calibration_source``'s held-out pool is then every
+    sample of that source (the run removes its test samples from them)."""
+
+    def _all(self, source: str | None) -> list[Sample]:
+        raise NotImplementedError
+
+    def held_out_pool(self, source: str) -> list[Sample]:
+        return self._all(source)
+
+
 class BaseTask:
     """Defaults for a benchmark: not sandboxed, no extra tags, data from ``data_source``
     unless ``source`` names a local path. Subclass it and set ``name``, ``kind``,

@@ -50,7 +50,7 @@ from pathlib import Path
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.answer_instruction import answer_instruction
-from df_ray.tasks.base import BaseTask, Grade, Sample, Split
+from df_ray.tasks.base import BaseTask, Grade, OneSourceSplits, Sample, Split
 from df_ray.tasks.base import GradingUnavailable as _GradingUnavailable
 
 HUB = "openai/openai_humaneval"
@@ -119,7 +119,7 @@ class GradingUnavailable(_GradingUnavailable):
     """The sandbox could not run an answer's tests (an environment fault, not a verdict)."""
 
 
-class HumanEvalTask(BaseTask):
+class HumanEvalTask(OneSourceSplits, BaseTask):
     name = "humaneval"
     kind = "code"
     sandboxed = True
@@ -222,11 +222,6 @@ class HumanEvalTask(BaseTask):
                 raise
             return self._all(PACKAGE_SOURCE)
         return _rows_to_samples(C.dataset_rows(ds), f"{HUB}:test")
-
-    def held_out_pool(self, source: str) -> list[Sample]:
-        """Every sample of ``source`` as candidates for a calibration split (the run removes
-        its test samples from them)."""
-        return self._all(source)
 
     def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
              seed: int = 0) -> list[Sample]:

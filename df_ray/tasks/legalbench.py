@@ -88,7 +88,15 @@ from pathlib import Path
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
 from df_ray.tasks.answer_instruction import answer_instruction
-from df_ray.tasks.base import BaseTask, DataSchemaError, DataUnavailable, Grade, Sample, Split
+from df_ray.tasks.base import (
+    BaseTask,
+    DataSchemaError,
+    DataUnavailable,
+    Grade,
+    OneSourceSplits,
+    Sample,
+    Split,
+)
 
 HUB = "nguha/legalbench"
 PARQUET_REVISION = "refs/convert/parquet"
@@ -428,7 +436,7 @@ def _with_split(rows: list[dict], split: str) -> list[dict]:
     return [{**r, "split": split} for r in rows]
 
 
-class LegalBenchTask(BaseTask):
+class LegalBenchTask(OneSourceSplits, BaseTask):
     name = "legalbench"
     kind = "label"
     hub_name = HUB
@@ -555,11 +563,6 @@ class LegalBenchTask(BaseTask):
         if C.is_local(source):
             return self._local(source)  # type: ignore[arg-type]
         return self._hub()
-
-    def held_out_pool(self, source: str) -> list[Sample]:
-        """Every sample of ``source`` as candidates for a calibration split (the run removes
-        its test samples from them)."""
-        return self._all(source)
 
     def load(self, split: Split, *, source: str | None = None, limit: int | None = None,
              seed: int = 0) -> list[Sample]:
