@@ -11,20 +11,26 @@ or ``df-ray report --experiment table1_math``.
 
 from __future__ import annotations
 
-from df_ray.reporting.paper import PAPER, PAPER_ABLATIONS, PAPER_FINQA_SCALING, paper_numbers
-from df_ray.reporting.runs import collect_runs, load_samples, sample_detail
-from df_ray.statistics import (
-    bootstrap_ci,
-    clustered_mean,
-    discordant,
-    holm,
-    mcnemar,
-    paired,
-    paired_bootstrap,
-    paired_difference,
-    power_line,
-    proportion_interval,
-)
+import importlib
+from typing import Any
+
+#: What the package offers, by the module that holds it: imported on first use, so that
+#: importing the package imports none of its modules (``python -m df_ray.reporting.paper``
+#: then runs a module its package has not imported, and runpy has nothing to warn about).
+_FROM = {
+    **dict.fromkeys(("PAPER", "PAPER_ABLATIONS", "PAPER_FINQA_SCALING", "paper_numbers"),
+                    "df_ray.reporting.paper"),
+    **dict.fromkeys(("collect_runs", "load_samples", "sample_detail"), "df_ray.reporting.runs"),
+    **dict.fromkeys(("bootstrap_ci", "clustered_mean", "discordant", "holm", "mcnemar",
+                     "paired", "paired_bootstrap", "paired_difference", "power_line",
+                     "proportion_interval"), "df_ray.statistics"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM:
+        return getattr(importlib.import_module(_FROM[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_report(*args, **kwargs):

