@@ -207,35 +207,70 @@ def test_throughput_script_small_workload(tiny_llama):
     print(line)
 
 
-def test_a_killed_engine_actor_leaves_no_engine_core_running(tiny_llama, ray_local):
-    """SIGKILL of the engine actor (``ray.kill``: no cleanup runs in it) takes its vLLM
-    engine-core process with it (df_ray.engines.reaper): a restarted actor finds the memory
-    free."""
-    import time
+ENGINE_HOST = """
+import os, sys, time
+import psutil
+from df_ray.engines import make_spec
+from df_ray.engines.vllm import VLLMEngine
 
-    import psutil
-    import ray
 
-    from df_ray.pipeline.engine_pool import EngineActor
-
-    spec = make_spec(kind="vllm", model=tiny_llama, dtype="float32", max_model_len=128,
+def main():
+    spec = make_spec(kind="vllm", model=sys.argv[1], dtype="float32", max_model_len=128,
                      num_gpus=0, engine_args={"enforce_eager": True, "max_num_seqs": 4,
                                               "distributed_executor_backend": "uni"})
-    actor = EngineActor.options(max_restarts=0, num_cpus=0).remote(
-        spec.model_dump(mode="json"), "tiny", 0)
-    assert ray.get(actor.stats.remote(), timeout=600)["model"] == tiny_llama
-    pid = ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
-    # the engine core and whatever it started; the reaper sidecar is not the engine's
-    engine = [p for p in psutil.Process(pid).children(recursive=True)
-              if "df_ray.engines.reaper" not in " ".join(p.cmdline())]
-    assert engine, "the async engine runs its engine core in a child process"
-    # the sidecar started before the build and looks every second; the engine core has run
-    # since the build: margin enough that it has been seen
-    time.sleep(3)
-    ray.kill(actor, no_restart=True)
-    end = time.monotonic() + 120  # a bound on a hang, not a timing check
-    alive = engine
-    while alive and time.monotonic() < end:
-        time.sleep(0.5)
-        alive = [p for p in engine if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert not alive, [(p.pid, p.name()) for p in alive]
+    engine = VLLMEngine(spec)
+    kids = [p.pid for p in psutil.Process().children(recursive=True)
+            if "df_ray.engines.reaper" not in " ".join(p.cmdline())]
+    print("READY", *kids, flush=True)
+    time.sleep(600)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_killed_engine_host_leaves_no_engine_core_running(tiny_llama, tmp_path):
+    """The process hosting a vLLM engine (an engine actor's) killed outright (SIGKILL, as
+    ray.kill, the OOM killer or a native crash kill it: nothing runs in it) takes its engine
+    core with it (df_ray.engines.reaper), so a restarted replica finds the memory free.
+    Without the reaper vLLM 0.32's engine core outlives its host."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import psutil
+
+    script = tmp_path / "host.py"
+    script.write_text(ENGINE_HOST)
+    root = Path(__file__).resolve().parents[2]
+    host = subprocess.Popen([sys.executable, str(script), tiny_llama], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(root)})
+    engine: list = []
+    try:
+        line = ""
+        while not line.startswith("READY"):
+            line = host.stdout.readline()
+            assert line, "the engine's host ended before its engine was up"
+        engine = [psutil.Process(int(x)) for x in line.split()[1:]]
+        assert engine, "the async engine runs its engine core in a child process"
+        # the sidecar started before the build and looks every second; the engine core has
+        # run since the build: margin enough that it has been seen
+        time.sleep(3)
+        host.send_signal(signal.SIGKILL)
+        host.wait()
+        end = time.monotonic() + 120  # a bound on a hang, not a timing check
+        alive = engine
+        while alive and time.monotonic() < end:
+            time.sleep(0.5)
+            alive = [p for p in engine
+                     if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not alive, [(p.pid, p.name()) for p in alive]
+    finally:
+        if host.poll() is None:
+            host.kill()
+        for p in engine:
+            if p.is_running():
+                p.kill()
