@@ -4,8 +4,10 @@ Two ways to say what to run::
 
     import df_ray
 
-    # a configuration (a RunConfig, a mapping, or a YAML run/sweep file): its engines are
-    # built here from its backbones, its samples loaded from its benchmark unless given
+    # a configuration (a RunConfig, a mapping, or a YAML run/sweep file), resolved as a job
+    # resolves it (df_ray.evaluation.plan.resolve: its plugins imported, each configuration
+    # validated once): its engines are built here from its backbones, its samples loaded
+    # from its benchmark unless given
     ev = df_ray.evaluate("my_run.yaml", samples=None)
 
     # or the pieces: a method (name or instance), a task (name or instance) and one engine
