@@ -7,6 +7,7 @@ whether it is sandboxed, what it tags and where its data comes from."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -364,3 +365,28 @@ def test_a_plan_names_what_it_runs_and_lands_with_its_plugins(plugin_file, monke
     assert landed.samples == () and landed.method is not plan.method
     REGISTRY["parity"] = "nowhere:Nothing"  # the Task comes from the plan's target
     assert type(landed.task).__name__ == "ParityTask"
+
+
+@pytest.mark.slow
+def test_df_ray_run_imports_a_plugin_from_its_working_directory(tmp_path):
+    """The user's way: the plugin file and the config in one folder, ``df-ray run`` started
+    there (the console script: the working directory is not on its path), its own local Ray:
+    the driver imports the plugin from the working directory and the workers find it."""
+    import os
+    import shutil
+    import subprocess
+
+    import pyarrow.parquet as pq
+
+    (tmp_path / "parity_plugin.py").write_text(PLUGIN)
+    _write_config(tmp_path)
+    script = shutil.which("df-ray", path=os.path.dirname(sys.executable)) or "df-ray"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    repo = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([repo, *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run([script, "run", "--config", "parity.yaml"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (results,) = (tmp_path / "results").rglob("samples.parquet")
+    rows = pq.read_table(results).to_pylist()
+    assert len(rows) == 6 and all(r["correct"] for r in rows)
