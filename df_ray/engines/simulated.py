@@ -19,8 +19,17 @@ so methods parse and grade it.
 The engine's own bound on a workload (what it does when every request is there from the
 start, as vLLM's offline ``LLM.generate``) is :func:`offline_time` over the same lengths;
 ``lengths`` lists every request's length, in admission order. With ``DFPERF_SIM_LOG`` set to
-a folder, every step's start, end and running sequences are appended to ``<model>-<pid>.log``
-there, and every admitted request's length to ``<model>-<pid>.lengths``.
+a folder, every step's start, end, running sequences and the loop thread's CPU seconds so far
+are appended to ``<model>-<pid>.log`` there, and every admitted request's length to
+``<model>-<pid>.lengths``.
+
+Where H100-like timing comes from (``capacity: 256``, ``step_s`` 0.02 and ``mean_tokens``
+70, the cluster perf script's; the default capacity is 64): a memory-bound decode step of a 7-8B bf16 model reads its
+~15 GB of weights once per step, about 5-7 ms of an H100's 3.35 TB/s; with 256 sequences of
+short prompts in flight, attention over their KV cache and the scheduler bring vLLM's
+measured step to 15-25 ms. So one replica makes 256 / 0.02 = 12,800 tokens/s at full
+occupancy, and with 70-token answers about 180 requests/s (12,800 / 70); the 40 requests/s
+per GPU used for head capacity is the rate at DarkForest's longer (~300-token) answers.
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import Field
+
 from df_ray.engines.base import ChatRequest, Completion
 from df_ray.engines.batching import generate_by_submit
 from df_ray.engines.spec import EngineSpec
@@ -49,7 +60,22 @@ DEFAULTS: dict[str, Any] = {"capacity": DEFAULT_CAPACITY, "step_s": 0.02, "mean_
 
 
 class SimulatedSpec(EngineSpec):
-    """A simulated backbone: its settings are its ``engine_args`` (:data:`DEFAULTS`)."""
+    """A simulated backbone: its timing is its ``engine_args`` (:data:`DEFAULTS`).
+
+    It needs no GPU; on a simulated cluster (nodes that declare GPUs they do not have) give
+    ``num_gpus: 1`` to place one replica per GPU as a vLLM backbone is placed, or
+    ``tensor_parallel_size: N`` to ask for N GPUs on one node, as a tensor-parallel vLLM
+    replica does."""
+
+    #: GPUs one replica spans, all on one node (as vLLM's ``tensor_parallel_size``); without
+    #: ``num_gpus`` a replica asks for this many GPUs when it is above 1.
+    tensor_parallel_size: int = Field(
+        default=1, ge=1, le=64,
+        description="GPUs one replica spans, on one node (as vLLM's); without num_gpus a replica "
+                    "asks for this many GPUs when it is above 1")
+
+    def default_num_gpus(self) -> float:
+        return float(self.tensor_parallel_size) if self.tensor_parallel_size > 1 else 0.0
 
     @property
     def capacity(self) -> int:
@@ -182,7 +208,7 @@ class SimulatedEngine:
             self.running_area += len(running)
             if path:
                 with open(path, "a") as fh:
-                    fh.write(f"{start:.6f} {end:.6f} {len(running)}\n")
+                    fh.write(f"{start:.6f} {end:.6f} {len(running)} {time.thread_time():.4f}\n")
             still: list[_Seq] = []
             for s in running:
                 s.left -= 1

@@ -13,7 +13,11 @@ with one message naming the backbone, model, replica, node and cause, when
   ``EngineSpec.restart_window_s`` seconds.
 
 A replica that dies once while serving is restarted by Ray and its requests retried, as
-before; the death is counted and shown in the run's summary.
+before; the death is counted and shown in the run's summary. A replica whose node was lost
+is restarted by Ray where its placement group can be placed again; meanwhile the engine client
+sends its requests to the backbone's other replicas. When every replica of a backbone is on
+lost nodes and none has been placed again within `lost_backbone_wait_s`, the job stops with
+one line naming the backbone, the node lost and the capacity left.
 """
 
 from __future__ import annotations
@@ -36,12 +40,24 @@ from df_ray.engines.spec import EngineSpec
 from df_ray.errors import EngineFailure
 from df_ray.pipeline import faults
 from df_ray.pipeline.error_text import first_line
+from df_ray.pipeline.placement import bundle_text, replica_bundle
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 KV_PREFIX = "df_ray/engines"
+
+#: How often the supervisor asks Ray which nodes are alive (seconds).
+NODES_POLL_S = 2.0
+
+
+def lost_backbone_wait_s() -> float:
+    """Seconds a backbone may have no replica on a live node before the job stops
+    (``DF_RAY_LOST_BACKBONE_WAIT_S``, default 60): long enough for a restart that can be
+    placed, bounded for one that cannot."""
+    return float(os.environ.get("DF_RAY_LOST_BACKBONE_WAIT_S", "60"))
+
 
 #: The smoke request: one token, greedy.
 SMOKE_PROMPT = "Reply with one word: OK."
@@ -70,6 +86,26 @@ async def replica_answers(replica: Any, requests: list[dict]) -> list[dict]:
         except Exception as e:
             out.append({"failed": first_line(e, typed=True)})
     return out
+
+
+async def replica_stream(replica: Any, requests: list[dict]):
+    """A replica's answers to a batch of requests, as they finish: yields lists of
+    ``(position, answer dict)``, whatever finished since the last yield (one Ray object per
+    yield, not per request), so the caller takes each answer when its engine ends it and a
+    continuous-batching engine keeps its own order. A request the engine raised on comes back
+    as ``{"failed": "Type: message"}`` alone."""
+    futs = replica.submit([ChatRequest.from_dict(r) for r in requests])
+    waiting = {asyncio.wrap_future(f): i for i, f in enumerate(futs)}
+    pending = set(waiting)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        out: list[tuple[int, dict]] = []
+        for fut in done:
+            try:
+                out.append((waiting[fut], asdict(fut.result())))
+            except Exception as e:
+                out.append((waiting[fut], {"failed": first_line(e, typed=True)}))
+        yield out
 
 
 def smoke_test(engine: Any, spec: EngineSpec) -> None:
@@ -104,6 +140,7 @@ class LifeReport:
             ctx = ray.get_runtime_context()
             self.info["node_id"] = ctx.get_node_id()
             self.info["node_ip"] = ray.util.get_node_ip_address()
+            self.info["gpu_ids"] = [str(g) for g in ray.get_gpu_ids()]
         except Exception:
             pass
         self.key = (f"{KV_PREFIX}/{token}/{backbone}/{replica}/"
@@ -170,6 +207,8 @@ class EngineSupervisor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._check_lock = threading.Lock()
+        self._nodes_at = 0.0  # when the nodes were last read
+        self._lost_since: dict[str, float] = {}  # backbone -> since when no replica is up
 
     # -- lifecycle
     def start(self) -> EngineSupervisor:
@@ -220,7 +259,8 @@ class EngineSupervisor:
 
     def _check(self) -> EngineFailure | None:
         now = time.time()
-        for (backbone, replica), lives in self.lives().items():
+        every = self.lives()
+        for (backbone, replica), lives in every.items():
             spec = self.specs.get(backbone)
             if spec is None:
                 continue
@@ -254,6 +294,40 @@ class EngineSupervisor:
                     f"crash loop: restarted {len(recent)} times in "
                     f"{now - min(recent):.0f} s (max_restarts {spec.max_restarts} per "
                     f"{spec.restart_window_s:.0f} s); last death: {cause}"))
+        return self._check_lost(every, now)
+
+    def _check_lost(self, lives: Mapping[tuple[str, int], list[dict]],
+                    now: float) -> EngineFailure | None:
+        """A backbone whose replicas' latest lives are all on lost nodes for longer than
+        `lost_backbone_wait_s` (no restart placed elsewhere): the job's failure."""
+        if now - self._nodes_at < NODES_POLL_S:
+            return None
+        self._nodes_at = now
+        import ray
+
+        nodes = ray.nodes()
+        dead = {n["NodeID"]: n.get("NodeManagerAddress") or "?" for n in nodes
+                if not n.get("Alive")}
+        wait_s = lost_backbone_wait_s()
+        for backbone, spec in self.specs.items():
+            latest = [(lives.get((backbone, i)) or [{}])[-1] for i in range(spec.replicas)]
+            if not dead or any(life.get("node_id") not in dead for life in latest):
+                self._lost_since.pop(backbone, None)
+                continue
+            since = self._lost_since.setdefault(backbone, now)
+            if now - since < wait_s:
+                continue
+            lost = sorted({dead[life["node_id"]] + f" ({life['node_id'][:8]})"
+                           for life in latest})
+            live = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+            free = float(ray.available_resources().get("GPU", 0.0))
+            total = sum(float(r.get("GPU", 0.0)) for r in live)
+            cause = (f"no replica left: node {', '.join(lost)} was lost with its "
+                     f"{spec.replicas} replica(s), and none could be placed again in "
+                     f"{wait_s:.0f} s; {len(live)} live node(s) have {free:g} of {total:g} "
+                     f"GPUs free, a replica asks for {bundle_text(replica_bundle(spec))}")
+            return self._fail(EngineFailure(backbone, spec.model, 0, lost[0].split()[0],
+                                            cause))
         return None
 
     def ready(self) -> set[tuple[str, int]]:

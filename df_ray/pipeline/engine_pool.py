@@ -3,8 +3,9 @@ stage, round and configuration of that job.
 
 Each replica is a Ray actor that owns one engine (a vLLM engine pinned to one GPU with
 ``num_gpus``, an embedded model on CPU threads, an HTTP client, or a scripted engine).
-`EngineClient` is what stages hold: it spreads a batch over the replicas of a backbone,
-keeps every backbone's requests in flight together, and turns engine faults into bounded
+`EngineClient` is what stages hold: it spreads a batch over the replicas of a backbone (one
+actor call per replica, answers streamed back as they finish), keeps every backbone's
+requests in flight together, and turns engine faults into bounded
 retries (a crashed replica is restarted by Ray; one that stops answering everything is killed
 and restarted) and, when retries run out, into per-request errors rather than a crashed job.
 A request that hangs alone is cancelled by its engine at ``request_timeout_s`` and is one
@@ -16,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -28,6 +31,14 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 from df_ray.engines.base import ChatRequest, Completion, route, timed_out
 from df_ray.engines.spec import EngineSpec
 from df_ray.pipeline.error_text import first_line, last_line
+from df_ray.pipeline.placement import (  # noqa: F401 - the pool's public names too
+    _actor_options,
+    bundle_text,
+    gpus_text,
+    replica_bundle,
+    resource_problems,
+    unplaced,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +61,17 @@ CLIENT_CANCEL_TIMEOUTS = 3
 #: never reached a live replica) without it counting as one of its retries.
 UNAVAILABLE_RETRIES = 5
 
+#: Seconds a job waits for its backbones' placement groups before it says what it asked for
+#: and what the cluster has (the pre-start check has found that they fit).
+PLACEMENT_WAIT_S = 120.0
+
+
+#: Seconds a request waits for some replica of its backbone to answer again when none is up
+#: (each down replica is probed meanwhile), before it fails with its last error.
+REPLICA_WAIT_S = 120.0
+
+#: How often calls that wait for a replica look again (seconds).
+PARK_POLL_S = 0.5
 
 #: How a request's last error starts when it met its replica restarting.
 UNAVAILABLE = "engine unavailable (replica restarting)"
@@ -110,12 +132,20 @@ class EngineActor:
 
         return await engine_health.replica_answers(self.replica, requests)
 
+    async def generate_stream(self, requests: list[dict]):
+        """A batch of requests in one call; answers stream back as each finishes
+        (`engine_health.replica_stream`)."""
+        from df_ray.pipeline import engine_health
+
+        async for answers in engine_health.replica_stream(self.replica, requests):
+            yield answers
+
     async def count_tokens(self, texts: list[str]) -> list[int]:
         return await asyncio.wrap_future(self.replica.count_tokens(list(texts)))
 
     async def stats(self) -> dict[str, Any]:
         s = self.replica.stats()
-        return {"model": self.spec.model, "served": s["served"],
+        return {"model": self.spec.model, "pid": os.getpid(), "served": s["served"],
                 "batches": s["batches"] if s["batches"] is not None else s["generated"],
                 "failed": s["failed"], "tokens": s["tokens"], "generated": s["generated"],
                 "coalesced": s["coalesced"], "in_engine": s["in_engine"],
@@ -134,51 +164,6 @@ def engine_capacity(engine: Any, spec: EngineSpec) -> int:
     return int(cap) if cap else spec.capacity
 
 
-def _actor_options(spec: EngineSpec) -> dict[str, Any]:
-    """Ray resources of one replica, as its kind's spec gives them (vLLM: one engine per
-    GPU, times the tensor parallel size; embedded: the CPU threads it computes with)."""
-    return dict(spec.ray_resources())
-
-
-def _amount(x: float) -> str:
-    return f"{x:g}"
-
-
-def resource_problems(specs: Mapping[str, EngineSpec],
-                      nodes: Sequence[Mapping[str, float]]) -> list[str]:
-    """Why the backbones' replicas could never all start on a cluster of these nodes (each
-    node's resources, as ``ray.nodes()`` gives them): a replica no node can hold, or more
-    GPUs or CPUs asked for together than the cluster has. Empty when they fit."""
-    problems: list[str] = []
-    total_gpu = sum(float(n.get("GPU", 0)) for n in nodes)
-    total_cpu = sum(float(n.get("CPU", 0)) for n in nodes)
-    largest = (f"largest node {_amount(max((float(n.get('CPU', 0)) for n in nodes), default=0))}"
-               f" CPUs, {_amount(max((float(n.get('GPU', 0)) for n in nodes), default=0))} GPUs")
-    has = (f"the cluster has {_amount(total_gpu)} GPUs and {_amount(total_cpu)} CPUs on "
-           f"{len(nodes)} node(s), {largest}")
-    want_gpu = want_cpu = 0.0
-    for name, spec in specs.items():
-        opts = _actor_options(spec)
-        gpu, cpu = float(opts["num_gpus"]), float(opts["num_cpus"])
-        want_gpu += gpu * spec.replicas
-        want_cpu += cpu * spec.replicas
-        if gpu == 0 and cpu == 0:
-            continue
-        fits = any(float(n.get("GPU", 0)) >= gpu and float(n.get("CPU", 0)) >= cpu
-                   for n in nodes)
-        if not fits:
-            problems.append(f"backbone {name!r} ({spec.kind}: {spec.model}) asks for "
-                            f"{_amount(gpu)} GPUs and {_amount(cpu)} CPUs per replica "
-                            f"(x{spec.replicas}); no node offers that: {has}")
-    if not problems and (want_gpu > total_gpu or want_cpu > total_cpu):
-        asks = ", ".join(f"{n!r} {_amount(float(_actor_options(s)['num_gpus']) * s.replicas)}"
-                         f" GPUs / {_amount(float(_actor_options(s)['num_cpus']) * s.replicas)}"
-                         " CPUs" for n, s in specs.items())
-        problems.append(f"the backbones ask for {_amount(want_gpu)} GPUs and "
-                        f"{_amount(want_cpu)} CPUs together ({asks}); {has}")
-    return problems
-
-
 def check_resources(specs: Mapping[str, EngineSpec]) -> None:
     """Before any engine starts: a `ConfigError` (exit 2) when the live cluster could never
     host every replica (`resource_problems`), instead of waiting for engines that cannot
@@ -194,23 +179,62 @@ def check_resources(specs: Mapping[str, EngineSpec]) -> None:
 
 
 class EnginePool:
-    """Starts the replicas of every backbone once; `handles` is what stages receive."""
+    """Starts the replicas of every backbone once; `handles` is what stages receive.
+
+    Placement, as a cluster operator expects it: each backbone's replicas are the bundles of
+    one placement group (`replica_bundle`: one replica per GPU, a tensor-parallel replica's
+    GPUs in one bundle, so on one node) with the ``SPREAD`` strategy, so its replicas go to
+    different nodes as far as the nodes allow and a lost node does not take the backbone with
+    it; replicas that hold no resource are spread by the ``SPREAD`` scheduling strategy."""
 
     def __init__(self, backbones: Mapping[str, EngineSpec]) -> None:
         from df_ray.pipeline.engine_health import EngineSupervisor
 
         self.specs = dict(backbones)
         self.handles: dict[str, list[Any]] = {}
+        self.groups: dict[str, Any] = {}  # backbone -> its placement group
         self.token = uuid.uuid4().hex[:16]
+        self._seen: dict[tuple[str, int, int], dict[str, Any]] = {}  # (name, i, pid) -> stats
         plugins = worker_plugins()
         for name, spec in self.specs.items():
             opts = _actor_options(spec)
             self.handles[name] = [
-                EngineActor.options(**opts, name=None).remote(
+                EngineActor.options(**opts, name=None,
+                                    scheduling_strategy=self._strategy(name, spec, i)).remote(
                     spec.model_dump(mode="json"), name, i, self.token, plugins)
                 for i in range(spec.replicas)
             ]
         self.supervisor = EngineSupervisor(self.token, self.specs).start()
+
+    def _strategy(self, name: str, spec: EngineSpec, replica: int) -> Any:
+        """Replica ``replica``'s scheduling strategy: its bundle of the backbone's group."""
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundle = replica_bundle(spec)
+        if not bundle:
+            return "SPREAD"
+        if name not in self.groups:
+            self.groups[name] = placement_group([bundle] * spec.replicas, strategy="SPREAD",
+                                                name=f"df-ray-{self.token}-{name}")
+        return PlacementGroupSchedulingStrategy(placement_group=self.groups[name],
+                                                placement_group_bundle_index=replica)
+
+    def wait_placed(self, timeout_s: float = PLACEMENT_WAIT_S) -> None:
+        """Until every backbone's placement group is placed; a `ConfigError` naming what was
+        asked and what the cluster has when one is not within ``timeout_s``."""
+        from df_ray.config import ConfigError
+
+        deadline = time.time() + timeout_s
+        for name, pg in self.groups.items():
+            if pg.wait(timeout_seconds=max(1.0, deadline - time.time())):
+                continue
+            nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+            spec = self.specs[name]
+            raise ConfigError(
+                f"backbone {name!r}: its {spec.replicas} replica(s) of "
+                f"{bundle_text(replica_bundle(spec))} could not be placed in {timeout_s:.0f} s "
+                f"(the cluster has {gpus_text(nodes)}; other jobs may hold the rest)")
 
     @property
     def failure(self):
@@ -218,10 +242,12 @@ class EnginePool:
         return self.supervisor.failure
 
     def wait_ready(self, timeout_s: float = 900) -> None:
-        """Block until every replica has loaded its engine and answered its smoke generation.
+        """Block until every replica is placed (`wait_placed`), has loaded its engine and
+        answered its smoke generation.
 
         Raises `EngineFailure` at once when a replica's start raises or its process dies
         while starting (see `df_ray.pipeline.engine_health`)."""
+        self.wait_placed(min(timeout_s, PLACEMENT_WAIT_S))
         refs = {h.stats.remote(): (name, i)
                 for name, hs in self.handles.items() for i, h in enumerate(hs)}
         pending = list(refs)
@@ -250,16 +276,20 @@ class EnginePool:
                              f"its start failed: {cause}", "\n".join(lines[-6:-1]))
 
     def stats(self, timeout_s: float = 5.0) -> list[dict[str, Any]]:
-        """Every live replica's counters (served and failed requests, tokens)."""
-        refs = [h.stats.remote() for hs in self.handles.values() for h in hs]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        out = []
+        """Every replica's counters (served and failed requests, tokens), one row per life of
+        its process: a replica lost with its node, or restarted, keeps in the totals the
+        calls it served (its last counters seen)."""
+        refs = {h.stats.remote(): (name, i)
+                for name, hs in self.handles.items() for i, h in enumerate(hs)}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
         for ref in ready:
             try:
-                out.append(ray.get(ref))
+                row = ray.get(ref)
             except (RayActorError, RayTaskError):
                 continue
-        return out
+            name, i = refs[ref]
+            self._seen[(name, i, int(row.get("pid", 0)))] = row
+        return list(self._seen.values())
 
     def capacities(self, timeout_s: float = 30.0) -> dict[str, int]:
         """Requests each backbone's replicas work on at once, all replicas together, as the
@@ -287,6 +317,12 @@ class EnginePool:
             for h in hs:
                 ray.kill(h)
         self.handles.clear()
+        from ray.util.placement_group import remove_placement_group
+
+        for pg in self.groups.values():
+            with contextlib.suppress(Exception):
+                remove_placement_group(pg)
+        self.groups.clear()
 
 
 def worker_plugins() -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -323,30 +359,74 @@ def make_client(handles: Mapping[str, list[Any]], specs: Mapping[str, EngineSpec
     return EngineClient(handles, specs, retries=retries)
 
 
+@dataclass
+class _Call:
+    """One request's (or token count's) life in the client: where it is, what it met."""
+
+    name: str  # its backbone
+    method: str  # the replica method: "generate" or "count_tokens"
+    payload: Any
+    tries: int = 0  # failed attempts counted against ``retries``
+    unavailable: int = 0  # times it met its replica restarting (not counted, up to a bound)
+    hung: int = 0  # replicas that stopped answering under it
+    last_error: str = ""
+    replica: int = -1  # where it was last sent
+    parked_at: float = 0.0  # when it began waiting for a replica of its backbone to answer
+
+
+@dataclass
+class _Flight:
+    """One actor call in flight: the calls it carries (by position) and those unanswered."""
+
+    name: str
+    k: int
+    calls: list[int]
+    left: set[int]
+    sent: float
+    deadline: float
+    stream: bool = True
+
+    def take_all(self) -> list[int]:
+        """The calls still unanswered (the flight is over for them)."""
+        out = [self.calls[p] for p in sorted(self.left)]
+        self.left.clear()
+        return out
+
+
 class EngineClient:
     """Sends requests to the pools; picklable, so stages get their own copy.
 
-    Each request goes, on its own, to the replica of its backbone with the fewest requests
+    Each request is given to the replica of its backbone with the fewest requests
     outstanding from this client (ties in turn), so a slow or busy replica gets less and a
-    free one more; each answer is taken as it arrives. A replica that fails a request (it
-    raised on it, or died) gets the request retried, at most ``retries`` times, on the least
-    loaded replica once the failed one answers again.
+    free one more; the requests of one ``generate`` that go to one replica travel in one
+    actor call (``EngineActor.generate_stream``), and each answer streams back as its engine
+    finishes it, so a continuous-batching engine keeps its own order and an actor call is
+    paid per batch, not per request. Every fault goes through one loop (`_serve`), for
+    generations and token counts alike:
 
-    A request past its backbone's ``request_timeout_s`` is the engine's to cancel (llama.cpp
-    frees its slot, vLLM aborts it, the HTTP client closes its connection): it comes back as
-    one ``request_timeout`` failed call. Should it still be unanswered a grace later
-    (`cancel_grace_s`), the client asks the replica whether it still answers: a replica that
-    answered nothing for ``request_timeout_s`` while it had requests, or that does not answer
-    the question within `PROBE_S`, has stopped answering everything; it is killed (Ray
-    restarts it) and its in-flight requests are retried once on another replica (the
-    restarted one when it has none). A replica that keeps answering others is left alone:
-    the request waits for its engine, and after `CLIENT_CANCEL_TIMEOUTS` timeouts is failed
-    by the client alone. A replica is killed once for the requests in flight on it, by
-    whichever of the client's threads sees them late first; one already down (restarting,
-    e.g. killed by another stage's client) is not killed again: its requests wait for it. A
-    request that met its replica restarting (the call never reached a live replica) is
-    retried without using up a retry (at most `UNAVAILABLE_RETRIES` times). When the retries
-    run out the request is answered with its last error; its batch-mates are not.
+    - A replica that raised on a request: the request is retried at once on another replica,
+      at most ``retries`` times.
+    - A replica that is gone (its process died, its node was lost, or it is restarting: Ray's
+      ``ActorDiedError`` / ``ActorUnavailableError``) is marked down in this client; its
+      requests go at once to the backbone's other replicas, and no new one is sent to it until
+      it answers a probe again (its restart may never be placed when its node was lost). A
+      request that met a restarting replica is not charged a retry (at most
+      `UNAVAILABLE_RETRIES` times). With no replica of the backbone left, requests wait for
+      one to answer (`REPLICA_WAIT_S`; the job's supervisor stops the job sooner when none
+      can be placed: `df_ray.pipeline.engine_health`).
+    - A request past its backbone's ``request_timeout_s`` is the engine's to cancel
+      (llama.cpp frees its slot, vLLM aborts it, the HTTP client closes its connection): it
+      comes back as one ``request_timeout`` failed call. Should it still be unanswered a grace
+      later (`cancel_grace_s`), the client asks the replica whether it still answers: one
+      that answered nothing for ``request_timeout_s`` while it had requests, or that does not
+      answer within `PROBE_S`, has stopped answering everything; it is killed (Ray restarts
+      it), once for all the client's threads, and its requests are retried elsewhere (a
+      request under two such replicas is not retried again). A replica that keeps answering
+      others is left alone: the request waits for its engine, and after
+      `CLIENT_CANCEL_TIMEOUTS` timeouts is failed by the client alone.
+
+    When the retries run out a request is answered with its last error (a token count raises
+    `EngineFailure`); its batch-mates are not.
     """
 
     def __init__(self, handles: Mapping[str, list[Any]], specs: Mapping[str, EngineSpec],
@@ -358,11 +438,13 @@ class EngineClient:
         self._turn = dict.fromkeys(self.handles, 0)
         self._lock = threading.Lock()  # a stage actor's batches share one client
         self._killed_at: dict[tuple[str, int], float] = {}  # replica -> when this client killed it
+        self._down: dict[tuple[str, int], float] = {}  # replica -> when it was found gone
 
     def __getstate__(self) -> dict[str, Any]:
         state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
         state["_load"] = {k: [0] * len(v) for k, v in self.handles.items()}
         state["_killed_at"] = {}
+        state["_down"] = {}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -373,13 +455,17 @@ class EngineClient:
         return route(request, self.specs)
 
     # -- dispatch
-    def _pick(self, name: str, avoid: set[tuple[str, int]] | frozenset = frozenset()) -> int:
-        """The replica of ``name`` with the fewest outstanding requests (of those not in
-        ``avoid``, when there are any); it gets one more."""
+    def _pick(self, name: str, avoid: set[tuple[str, int]] | frozenset = frozenset()
+              ) -> int | None:
+        """The replica of ``name`` with the fewest outstanding requests, of those not down
+        (and not in ``avoid``, when others are left); it gets one more. None: every replica
+        of the backbone is down."""
         with self._lock:
             load = self._load[name]
-            usable = [i for i in range(len(load)) if (name, i) not in avoid] or list(
-                range(len(load)))
+            up = [i for i in range(len(load)) if (name, i) not in self._down]
+            usable = [i for i in up if (name, i) not in avoid] or up
+            if not usable:
+                return None
             low = min(load[i] for i in usable)
             ties = [i for i in usable if load[i] == low]
             k = ties[self._turn[name] % len(ties)]
@@ -390,6 +476,15 @@ class EngineClient:
     def _release(self, name: str, k: int) -> None:
         with self._lock:
             self._load[name][k] -= 1
+
+    def _mark_down(self, name: str, k: int, why: str) -> None:
+        with self._lock:
+            if (name, k) in self._down:
+                return
+            self._down[(name, k)] = time.monotonic()
+            left = sum((name, j) not in self._down for j in range(len(self.handles[name])))
+        log.warning("engine replica %s/%d is gone (%s); its requests go to the %d other "
+                    "replica(s) of %s", name, k, why, left, name)
 
     def _kill_once(self, name: str, k: int, since: float) -> bool:
         """Kill replica ``k`` of ``name`` (Ray restarts it) unless this client (any of its
@@ -414,133 +509,235 @@ class EngineClient:
                  ) -> list[Completion]:
         """Answer every request; all backbones and replicas work at once. ``on_answer(i,
         completion)`` is called, in this thread, for each request answered, as it is."""
-        names = [self.backbone_of(r) for r in requests]
+        calls = [_Call(self.backbone_of(r), "generate", r.to_dict()) for r in requests]
         results: list[Completion | None] = [None] * len(requests)
-        last_error: dict[int, str] = {}
-        hung: dict[int, int] = {}  # request -> replicas that stopped answering under it
-        unavailable: dict[int, int] = {}  # request -> times it met its replica restarting
-        tries: dict[int, int] = {}  # request -> failed attempts counted against ``retries``
-        pending = list(range(len(requests)))
-        avoid: set[tuple[str, int]] = set()
-        while pending:
-            before = dict(unavailable)
-            failed, troubled = self._round(requests, names, pending, results, last_error,
-                                           on_answer, hung, avoid, unavailable)
-            for i in failed:
-                met = unavailable.get(i, 0)
-                if before.get(i, 0) < met <= UNAVAILABLE_RETRIES:
-                    continue  # it never reached a live replica: not one of its retries
-                tries[i] = tries.get(i, 0) + 1
-            # in flight on two replicas that stopped answering: not retried a second time
-            final = [i for i in failed if hung.get(i, 0) > 1 or tries.get(i, 0) > self.retries]
-            for i in final:
-                results[i] = Completion("", 0, 0, error=last_error.get(i, "engine failed"))
-            pending = [i for i in failed if i not in final]
-            avoid = set(troubled)
-            if pending:
-                # wait only for the restarted replicas the retries must go to (a backbone
-                # with no other replica)
-                self._await_replicas([a for (name, k), a in troubled.items()
-                                      if all((name, j) in troubled
-                                             for j in range(len(self.handles[name])))])
+
+        def answered(i: int, d: Any) -> str | None:
+            if "failed" in d:
+                return f"engine error: {d['failed']}"
+            results[i] = Completion(**d)
+            if on_answer is not None:
+                on_answer(i, results[i])
+            return None
+
+        def gave_up(i: int, completion: Completion | None) -> None:
+            results[i] = completion or Completion(
+                "", 0, 0, error=calls[i].last_error or "engine failed")
+
+        self._serve(calls, answered, gave_up)
         return [r if r is not None else Completion("", 0, 0, error="engine failed")
                 for r in results]
 
-    def _round(self, requests: Sequence[ChatRequest], names: Sequence[str],
-               idxs: Sequence[int], results: list, last_error: dict[int, str],
-               on_answer: Callable[[int, Completion], None] | None = None,
-               hung: dict[int, int] | None = None,
-               avoid: set[tuple[str, int]] | frozenset = frozenset(),
-               unavailable: dict[int, int] | None = None):
-        """Send ``idxs`` (one call each) and take every answer as it comes: the requests that
-        failed, and the replicas that failed them (``(backbone, replica) -> handle``).
-        ``hung`` and ``unavailable`` count, per request, the replicas that stopped answering
-        under it and the times it met its replica restarting."""
-        hung = {} if hung is None else hung
-        unavailable = {} if unavailable is None else unavailable
-        inflight: dict[Any, tuple[int, str, int, float]] = {}
-        sent: dict[Any, float] = {}
-        for i in idxs:
-            name = names[i]
-            k = self._pick(name, avoid)
-            ref = self.handles[name][k].generate.remote([requests[i].to_dict()])
-            timeout_s = self.specs[name].request_timeout_s
-            sent[ref] = now = time.monotonic()
-            inflight[ref] = (i, name, k, now + timeout_s + cancel_grace_s(timeout_s))
-        failed: list[int] = []
-        troubled: dict[tuple[str, int], Any] = {}
+    def count_tokens(self, backbone: str, texts: Sequence[str]) -> list[int]:
+        """Token counts with ``backbone``'s tokenizer, through the same faults path as a
+        generation; when its retries run out, an `EngineFailure` with the one-line cause."""
+        call = _Call(backbone, "count_tokens", list(texts))
+        out: list[list[int]] = []
+
+        def answered(_i: int, value: Any) -> str | None:
+            out.append(list(value))
+            return None
+
+        self._serve([call], answered, lambda _i, _c: None)
+        if out:
+            return out[0]
+        from df_ray.pipeline.engine_health import EngineFailure
+
+        cause = call.last_error.removeprefix("engine error: ")
+        raise EngineFailure(backbone, self.specs[backbone].model, max(call.replica, 0), "?",
+                            f"a token count failed: {cause} ({self.retries + 1} attempts)")
+
+    # -- the one loop
+    def _serve(self, calls: list[_Call], answered: Callable[[int, Any], str | None],
+               gave_up: Callable[[int, Completion | None], None]) -> None:
+        """Send every call and take each answer as it comes, through every fault (see the
+        class docstring). Generations bound for one replica go in one actor call
+        (``generate_stream``: answers stream back as each finishes). ``answered(i, value)``
+        returns an engine error for a value that is one (the call is retried), else None;
+        ``gave_up(i, completion)`` ends a call whose retries ran out (``completion``: the
+        client's own timeout answer, or None)."""
+        inflight: dict[Any, _Flight] = {}  # ref or stream -> what it carries
+        outbox: dict[tuple[str, int], list[int]] = {}  # replica -> calls to send it
+        parked: list[int] = []  # calls whose backbone has no replica up
+        probes: dict[Any, tuple[str, int, float]] = {}  # stats ref -> replica, sent
         killed: set[tuple[str, int]] = set()
-        while inflight:
-            wait_s = min(d for *_, d in inflight.values()) - time.monotonic()
-            refs = list(inflight)
-            ready, rest = ray.wait(refs, num_returns=1, timeout=max(0.0, min(wait_s, 10.0)))
-            if ready and rest:
-                ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-            for ref in ready:
-                i, name, k, _ = inflight.pop(ref)
-                self._release(name, k)
-                try:
-                    (d,) = ray.get(ref)
-                except (RayActorError, RayTaskError) as e:
-                    log.warning("engine replica %s/%d failed (%s); retrying", name, k,
-                                type(e).__name__)
-                    failed.append(i)
-                    if isinstance(e, ActorUnavailableError):
-                        unavailable[i] = unavailable.get(i, 0) + 1
-                        last_error[i] = f"{UNAVAILABLE}: {last_line(e)}"
-                    else:
-                        last_error[i] = f"engine error: {last_line(e)}"
-                    troubled[(name, k)] = self.handles[name][k]
-                    continue
-                if "failed" in d:
-                    failed.append(i)
-                    last_error[i] = f"engine error: {d['failed']}"
-                    continue
-                results[i] = Completion(**d)
-                if on_answer is not None:
-                    on_answer(i, results[i])
-            now = time.monotonic()
-            late = {(name, k) for (_i, name, k, deadline) in inflight.values()
-                    if deadline <= now and (name, k) not in killed}
-            answering = {key: self._answers(*key) for key in late}
-            for ref, (i, name, k, deadline) in list(inflight.items()):
-                if deadline > now:
-                    continue
-                actor = self.handles[name][k]
-                timeout_s = self.specs[name].request_timeout_s
-                if (name, k) not in killed and answering.get((name, k), False):
-                    if now - sent[ref] < CLIENT_CANCEL_TIMEOUTS * timeout_s:
-                        # it answers others: its engine cancels this request (or answers it)
-                        inflight[ref] = (i, name, k, now + timeout_s)
-                        continue
-                    # an engine that did not cancel it: this request fails alone
-                    log.warning("engine replica %s/%d left a request unanswered for %.0f s "
-                                "while answering others; failing that request alone",
-                                name, k, now - sent[ref])
-                    with contextlib.suppress(Exception):
-                        ray.cancel(ref)
-                    del inflight[ref]
-                    self._release(name, k)
-                    results[i] = timed_out(timeout_s, engine="the engine client")
-                    continue
-                if (name, k) not in killed:
-                    killed.add((name, k))
-                    # not when it is down already (restarting: killed by another client) or
-                    # was killed by another thread of this one since this request was sent
-                    if answering.get((name, k)) is None:
-                        log.warning("engine replica %s/%d stopped answering under a request "
-                                    "and is restarting; waiting for it", name, k)
-                    elif self._kill_once(name, k, since=sent[ref]):
-                        log.warning("engine replica %s/%d stopped answering (nothing answered "
-                                    "for %.0f s); restarting it", name, k, timeout_s)
+
+        def send(i: int, avoid: frozenset | set = frozenset()) -> None:
+            c = calls[i]
+            k = self._pick(c.name, avoid)
+            if k is None:
+                c.parked_at = c.parked_at or time.monotonic()
+                parked.append(i)
+                return
+            c.replica, c.parked_at = k, 0.0
+            outbox.setdefault((c.name, k), []).append(i)
+
+        def failed(i: int, error: str, avoid: frozenset | set = frozenset(),
+                   charged: bool = True) -> None:
+            c = calls[i]
+            c.last_error = error
+            c.tries += charged
+            if c.hung > 1 or c.tries > self.retries:
+                gave_up(i, None)
+            else:
+                send(i, avoid)
+
+        for i in range(len(calls)):
+            send(i)
+        while True:
+            self._flush(outbox, inflight, calls)
+            if not (inflight or parked):
+                return
+            self._take(inflight, calls, answered, failed, PARK_POLL_S if parked else 10.0)
+            if inflight:
+                self._police(inflight, calls, killed, failed, gave_up)
+            if parked:
+                self._unpark(parked, probes, calls, send, gave_up)
+
+    def _flush(self, outbox: dict[tuple[str, int], list[int]], inflight: dict,
+               calls: list[_Call]) -> None:
+        """One actor call per replica for its generations (a stream of answers); a token
+        count goes on its own."""
+        now = time.monotonic()
+        for (name, k), idxs in outbox.items():
+            handle = self.handles[name][k]
+            timeout_s = self.specs[name].request_timeout_s
+            deadline = now + timeout_s + cancel_grace_s(timeout_s)
+            gens = [i for i in idxs if calls[i].method == "generate"]
+            if gens:
+                ref = handle.generate_stream.remote([calls[i].payload for i in gens])
+                inflight[ref] = _Flight(name, k, gens, set(range(len(gens))), now, deadline)
+            for i in idxs:
+                if calls[i].method != "generate":
+                    ref = getattr(handle, calls[i].method).remote(calls[i].payload)
+                    inflight[ref] = _Flight(name, k, [i], {0}, now, deadline, stream=False)
+        outbox.clear()
+
+    def _take(self, inflight: dict, calls: list[_Call], answered, failed,
+              most_s: float) -> None:
+        """Wait (at most until the nearest deadline, or ``most_s``) for answers, and handle
+        each one that came."""
+        if not inflight:
+            time.sleep(PARK_POLL_S)
+            return
+        wait_s = min(f.deadline for f in inflight.values()) - time.monotonic()
+        refs = list(inflight)
+        ready, rest = ray.wait(refs, num_returns=1, timeout=max(0.0, min(wait_s, most_s)))
+        if ready and rest:
+            ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+        for ref in ready:
+            f = inflight[ref]
+            try:
+                value = ray.get(next(ref) if f.stream else ref)
+            except RayActorError as e:
                 del inflight[ref]
-                self._release(name, k)
-                failed.append(i)
-                hung[i] = hung.get(i, 0) + 1
-                last_error[i] = (f"engine timed out: replica {k} stopped answering for "
-                                 f"{timeout_s:g} s and was restarted")
-                troubled[(name, k)] = actor
-        return failed, troubled
+                unavailable = isinstance(e, ActorUnavailableError)
+                self._mark_down(f.name, f.k, type(e).__name__)
+                prefix = UNAVAILABLE if unavailable else "engine error"
+                for i in f.take_all():
+                    self._release(f.name, f.k)
+                    calls[i].unavailable += unavailable
+                    failed(i, f"{prefix}: {last_line(e)}", {(f.name, f.k)},
+                           charged=not unavailable or calls[i].unavailable > UNAVAILABLE_RETRIES)
+                continue
+            except RayTaskError as e:
+                del inflight[ref]
+                log.warning("engine replica %s/%d failed (%s); retrying", f.name, f.k,
+                            type(e).__name__)
+                for i in f.take_all():
+                    self._release(f.name, f.k)
+                    failed(i, f"engine error: {last_line(e)}", {(f.name, f.k)})
+                continue
+            for pos, v in (value if f.stream else [(0, value)]):
+                if pos not in f.left:
+                    continue  # failed alone by the client meanwhile
+                f.left.discard(pos)
+                i = f.calls[pos]
+                self._release(f.name, f.k)
+                error = answered(i, v)
+                if error is not None:
+                    failed(i, error)
+            if not f.left:
+                del inflight[ref]
+
+    def _police(self, inflight: dict, calls: list[_Call], killed: set, failed,
+                gave_up) -> None:
+        """Calls past their deadline: wait for a replica that answers others (its engine
+        cancels them), fail alone those it left unanswered too long, and kill (once) a
+        replica that answers nothing, its calls going elsewhere."""
+        now = time.monotonic()
+        late = {(f.name, f.k) for f in inflight.values()
+                if f.deadline <= now and (f.name, f.k) not in killed}
+        answering = {key: self._answers(*key) for key in late}
+        for ref, f in list(inflight.items()):
+            if f.deadline > now:
+                continue
+            key = (f.name, f.k)
+            timeout_s = self.specs[f.name].request_timeout_s
+            del inflight[ref]
+            if key not in killed and answering.get(key, False):
+                if now - f.sent < CLIENT_CANCEL_TIMEOUTS * timeout_s:
+                    # it answers others: its engine cancels these requests (or answers them)
+                    f.deadline = now + timeout_s
+                    inflight[ref] = f
+                    continue
+                log.warning("engine replica %s/%d left %d request(s) unanswered for %.0f s "
+                            "while answering others; failing them alone", f.name, f.k,
+                            len(f.left), now - f.sent)
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref)
+                for i in f.take_all():
+                    self._release(f.name, f.k)
+                    calls[i].last_error = f"no answer in {now - f.sent:.0f} s"
+                    gave_up(i, timed_out(timeout_s, engine="the engine client"))
+                continue
+            if key not in killed:
+                killed.add(key)
+                # not when it is down already (restarting: killed by another client) or
+                # was killed by another thread of this one since these requests were sent
+                if answering.get(key) is None:
+                    log.warning("engine replica %s/%d stopped answering under a request "
+                                "and is restarting; waiting for it", f.name, f.k)
+                elif self._kill_once(f.name, f.k, since=f.sent):
+                    log.warning("engine replica %s/%d stopped answering (nothing answered "
+                                "for %.0f s); restarting it", f.name, f.k, timeout_s)
+            for i in f.take_all():
+                self._release(f.name, f.k)
+                calls[i].hung += 1
+                failed(i, f"engine timed out: replica {f.k} stopped answering for "
+                          f"{timeout_s:g} s and was restarted", {key})
+
+    def _unpark(self, parked: list[int], probes: dict, calls: list[_Call], send,
+                gave_up) -> None:
+        """Calls whose backbone had no replica up: probe the down replicas (their ``stats``);
+        one that answers is up again and the calls go to it. A call that waited
+        `REPLICA_WAIT_S` ends with its last error."""
+        now = time.monotonic()
+        for ref, (name, k, sent) in list(probes.items()):
+            done, _ = ray.wait([ref], timeout=0)
+            if not done and now - sent < PROBE_S:
+                continue
+            del probes[ref]
+            if done:
+                with contextlib.suppress(RayActorError, RayTaskError):
+                    ray.get(ref)
+                    with self._lock:
+                        self._down.pop((name, k), None)
+        waiting = {calls[i].name for i in parked}
+        busy = {(n, k) for n, k, _ in probes.values()}
+        for name in waiting:
+            for k in range(len(self.handles[name])):
+                if (name, k) in self._down and (name, k) not in busy:
+                    probes[self.handles[name][k].stats.remote()] = (name, k, now)
+        again, parked[:] = list(parked), []
+        for i in again:
+            c = calls[i]
+            if now - c.parked_at > REPLICA_WAIT_S:
+                c.last_error = (f"{c.last_error}; no replica of {c.name} answered for "
+                                f"{REPLICA_WAIT_S:.0f} s")
+                gave_up(i, None)
+            else:
+                send(i)
 
     def _answers(self, name: str, k: int) -> bool | None:
         """Whether replica ``k`` of ``name`` still answers: it answers its ``stats`` within
@@ -559,45 +756,3 @@ class EngineClient:
             return True
         last = s.get("last_at") or s.get("first_at")
         return last is not None and time.time() - float(last) < timeout_s
-
-    @staticmethod
-    def _await_replicas(actors, timeout_s: float = 120.0) -> None:
-        """Wait (bounded) until restarted replicas answer again before retrying on them."""
-        deadline = time.time() + timeout_s
-        for actor in actors:
-            while time.time() < deadline:
-                try:
-                    ray.get(actor.stats.remote(), timeout=max(1.0, deadline - time.time()))
-                    break
-                except (RayActorError, GetTimeoutError):
-                    time.sleep(0.5)
-
-    def count_tokens(self, backbone: str, texts: Sequence[str]) -> list[int]:
-        """Token counts with ``backbone``'s tokenizer, through the same retries as a generation;
-        when they run out, an `EngineFailure` with the one-line cause."""
-        spec = self.specs[backbone]
-        cause = "no answer"
-        k = 0
-        for _attempt in range(self.retries + 1):
-            k = self._pick(backbone)
-            actor = self.handles[backbone][k]
-            since = time.monotonic()
-            try:
-                return list(ray.get(actor.count_tokens.remote(list(texts)),
-                                    timeout=spec.request_timeout_s))
-            except GetTimeoutError:
-                cause = f"a token count got no answer in {spec.request_timeout_s:.0f} s"
-                log.warning("engine replica %s/%d hung counting tokens; restarting it",
-                            backbone, k)
-                self._kill_once(backbone, k, since)
-            except (RayActorError, RayTaskError) as e:
-                cause = f"a token count failed: {last_line(e)}"
-                log.warning("engine replica %s/%d failed counting tokens (%s); retrying",
-                            backbone, k, type(e).__name__)
-            finally:
-                self._release(backbone, k)
-            self._await_replicas([actor])
-        from df_ray.pipeline.engine_health import EngineFailure
-
-        raise EngineFailure(backbone, spec.model, k, "?",
-                            f"{cause} ({self.retries + 1} attempts)")

@@ -8,7 +8,7 @@ import pytest
 
 from df_ray.cli import main
 from df_ray.engines import make_spec
-from df_ray.pipeline.engine_pool import resource_problems
+from df_ray.pipeline.engine_pool import resource_problems, unplaced
 from tests.helpers import base_config, write_mmlu_goa, write_sweep
 
 VLLM = make_spec(kind="vllm", model="Qwen/Qwen2.5-7B-Instruct", replicas=2)
@@ -25,9 +25,33 @@ def test_a_gpu_backbone_on_a_cluster_without_gpus():
 def test_replicas_that_fit_one_by_one_but_not_together():
     nodes = [{"CPU": 8.0, "GPU": 1.0}, {"CPU": 8.0}]
     (msg,) = resource_problems({"qwen": VLLM}, nodes)
-    assert "ask for 2 GPUs and 0 CPUs together ('qwen' 2 GPUs / 0 CPUs)" in msg
+    assert ("1 backbone(s) ask for 2 GPUs and 0 CPUs together (replicas x per replica: "
+            "'qwen' 2 x 1 GPUs / 0 CPUs)") in msg
     assert "the cluster has 1 GPUs and 16 CPUs on 2 node(s)" in msg
     assert resource_problems({"qwen": VLLM}, [{"CPU": 8.0, "GPU": 2.0}]) == []
+
+
+def test_replicas_whose_total_fits_but_that_do_not_pack_onto_the_nodes():
+    """Two tensor-parallel replicas of 2 GPUs on three nodes of 1, 1 and 2 GPUs: 4 GPUs of 4,
+    but only one replica has a node that holds it."""
+    tp2 = make_spec(kind="simulated", model="m", tensor_parallel_size=2, replicas=2)
+    nodes = [{"GPU": 1.0}, {"GPU": 1.0}, {"GPU": 2.0}]
+    assert unplaced({"tp": tp2}, nodes) == ["tp/1"]
+    (msg,) = resource_problems({"tp": tp2}, nodes)
+    assert msg.startswith("replicas tp/1 do not fit on the nodes (each replica on one node; "
+                          "replicas x per replica: 'tp' 2 x 2 GPUs / 0 CPUs)")
+    assert "(GPUs per node: 1, 1, 2)" in msg
+    assert resource_problems({"tp": tp2}, [*nodes, {"GPU": 2.0}]) == []
+
+
+def test_five_backbones_on_fewer_gpus_than_they_ask_for_together():
+    """The FinQA 3 -> 5 backbone study, two replicas each, on one 8-GPU node: refused with
+    the arithmetic (5 x 2 x 1 = 10 GPUs against 8)."""
+    specs = {f"b{i}": make_spec(kind="simulated", model=f"m{i}", num_gpus=1, replicas=2)
+             for i in range(5)}
+    (msg,) = resource_problems(specs, [{"GPU": 8.0, "CPU": 16.0}])
+    assert msg.startswith("5 backbone(s) ask for 10 GPUs and 0 CPUs together")
+    assert "'b4' 2 x 1 GPUs / 0 CPUs" in msg and "the cluster has 8 GPUs" in msg
 
 
 def test_an_embedded_backbone_needs_its_threads_on_one_node():

@@ -1,0 +1,244 @@
+"""A lab cluster in a box, measured: a DarkForest sweep submitted with `ray job submit` to a
+simulated multi-node cluster (`jobs/perf/sim_cluster.py`: a head without GPUs and worker
+nodes declaring GPUs), every backbone ``kind: simulated`` at H100-like timing (capacity 256,
+20 ms steps, 70-token mean answers: about 180 requests/s per replica), one replica per GPU.
+
+    PYTHONPATH=$PWD .venv/bin/python jobs/perf/cluster_scale.py --gpus 4 8 16 --samples 2000
+
+For each size it prints: the engines' own bound (each replica's offline time over the very
+requests it served, `df_ray.engines.simulated.offline_time`; the slowest replica's) over the
+job's wall time (submit to end) and over the engines' window (first step to last step);
+CPU-ms per engine request by role, from every process of the cluster (sampled from /proc):
+the Ray Data stage actors, the engine actors less the simulated engine's own loop (it stands
+for the GPU), the job's driver, and Ray's own processes (raylets, GCS, dashboard, agents,
+idle workers, the job supervisor); the driver's peak RSS; the object store's use (`ray
+memory --stats-only`, sampled once mid-run); start-up (submit to the first engine step); and
+the GPUs one head can feed at 40 requests/s per GPU: 1000 / (the busiest single head process's
+CPU-ms per request: one stage actor's share or the driver) / 40. Every figure includes the
+job's fixed costs (imports, engine start), so CPU per request is an upper bound on the
+marginal cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from jobs.perf.common import header
+from jobs.perf.sim_cluster import RAY, SimCluster
+
+ROLES = ("stage", "engine", "driver", "ray")
+GPU_RATE = 40.0  # requests/s one GPU serves at DarkForest's answer lengths
+
+
+def write_source(path: Path, n: int) -> Path:
+    """n MMLU-Pro-shaped questions (GoA's file schema: question with inlined options, gold)."""
+    rows = [{"question": f"[q{i}] Which option is {i % 10}?\n" + "\n".join(
+        f"({chr(65 + j)}) {j}" for j in range(10)), "gold_answer": chr(65 + i % 10)}
+        for i in range(n)]
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def write_sweep(tmp: Path, source: Path, gpus: int, a: argparse.Namespace) -> Path:
+    import yaml
+
+    engine = {"capacity": a.capacity, "step_s": a.step_s, "mean_tokens": a.mean_tokens,
+              "sigma": 1.0}
+    names = ["b1", "b2", "b3", "bc"]
+    base = {
+        "name": "df", "benchmark": "mmlu_pro", "source": str(source), "limit": a.samples,
+        "backbones": {n: {"kind": "simulated", "model": f"sim-{n}", "num_gpus": 1,
+                          "replicas": gpus // len(names), "engine_args": engine}
+                      for n in names},
+        "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2, 3)],
+        "coordinator": {"id": "coord", "backbone": "bc"},
+        "method_args": {"ablation": "no_calibration"},
+        "calibration": {"dir": str(tmp / "calibration"), "auto_fit": False},
+        "cache_root": str(tmp / "cache"), "results_dir": str(tmp / "results"),
+        "tracking": {"uri": f"sqlite:///{tmp}/mlflow.db", "experiment": "cluster-scale"},
+        "batch_size": a.batch_size, "concurrency": a.concurrency,
+    }
+    path = tmp / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"name": "scale", "base": base, "runs": [{"name": "df"}]},
+                                   sort_keys=False))
+    return path
+
+
+class CpuSampler:
+    """CPU seconds and peak RSS of every process of the cluster, by role, sampled from /proc
+    every ``every_s`` (a process keeps its last sample after it exits)."""
+
+    def __init__(self, roots: list[int], every_s: float = 0.5) -> None:
+        self.roots, self.every_s = roots, every_s
+        self.cpu: dict[int, tuple[str, float]] = {}
+        self.driver_rss = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def role(cmd: str) -> str:
+        if "jobs/sweep.py" in cmd:
+            return "driver"
+        if "EngineActor" in cmd:
+            return "engine"
+        if "MapWorker" in cmd or "EvaluationStage" in cmd:
+            return "stage"
+        return "ray"
+
+    def sample(self) -> None:
+        import psutil
+
+        for root in self.roots:
+            try:
+                procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+            except psutil.Error:
+                continue
+            for p in procs:
+                with contextlib.suppress(psutil.Error):
+                    t = p.cpu_times()
+                    role = self.role(" ".join(p.cmdline()))
+                    self.cpu[p.pid] = (role, t.user + t.system)
+                    if role == "driver":
+                        self.driver_rss = max(self.driver_rss, p.memory_info().rss / 1e6)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.sample()
+
+    def start(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        out = dict.fromkeys(ROLES, 0.0)
+        for role, s in self.cpu.values():
+            out[role] += s
+        return out
+
+
+def object_store_bytes(c: SimCluster) -> str:
+    """`ray memory --stats-only`'s plasma line (its use, mid-run)."""
+    p = subprocess.run([RAY, "memory", "--stats-only", "--address", c.gcs_address],
+                       env=c.env, capture_output=True, text=True, timeout=120)
+    m = re.search(r"Plasma memory usage ([0-9.]+ \w+), ([0-9]+) objects", p.stdout)
+    return f"{m.group(1)} in {m.group(2)} objects" if m else "n/a"
+
+
+def sim_logs(logdir: Path, capacity: int, step_s: float) -> dict[str, float]:
+    """The engines' window, own bound, requests and loop CPU from their step logs."""
+    from df_ray.engines.simulated import offline_time
+
+    first = last = None
+    bound = loop_cpu = 0.0
+    requests = 0
+    for f in logdir.glob("*.log"):
+        rows = [ln.split() for ln in f.read_text().splitlines() if ln.strip()]
+        if not rows:
+            continue
+        first = min(first or float(rows[0][0]), float(rows[0][0]))
+        last = max(last or float(rows[-1][1]), float(rows[-1][1]))
+        loop_cpu += float(rows[-1][3]) if len(rows[-1]) > 3 else 0.0
+        lengths = f.with_suffix(".lengths")
+        ls = [int(x) for x in lengths.read_text().split()] if lengths.exists() else []
+        requests += len(ls)
+        bound = max(bound, offline_time(ls, capacity, step_s))
+    return {"first": first or 0.0, "last": last or 0.0, "bound": bound, "loop_cpu": loop_cpu,
+            "requests": requests}
+
+
+def measure(gpus: int, a: argparse.Namespace, tmp: Path) -> dict:
+    logdir = tmp / "simlog"
+    logdir.mkdir(parents=True)
+    source = Path(a.source) if a.source else write_source(tmp / "mmlu.json", a.samples)
+    sweep = write_sweep(tmp, source, gpus, a)
+    per_node = [gpus // a.nodes] * a.nodes
+    c = SimCluster(tmp / "cluster", [0, *per_node], head_cpus=a.head_cpus, worker_cpus=0)
+    try:
+        c.start()
+        sampler = CpuSampler([p.pid for p in c.procs.values()]).start()
+        t0 = time.time()
+        job = c.submit(sweep, f"scale-{gpus}", {"DF_RAY_HOME": str(tmp / "home"),
+                                                 "DFPERF_SIM_LOG": str(logdir)})
+        store = "n/a"
+        while True:
+            status = str(c.client().get_job_status(job)).split(".")[-1]
+            if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+                break
+            if store == "n/a" and time.time() - t0 > a.store_at_s:
+                store = object_store_bytes(c)
+            time.sleep(2.0)  # each poll is a call to the dashboard (Ray's CPU)
+        wall = time.time() - t0
+        cpu = sampler.stop()
+        if status != "SUCCEEDED":
+            raise RuntimeError(f"job {status}:\n{c.job_logs(job)[-4000:]}")
+    finally:
+        c.stop()
+    sim = sim_logs(logdir, a.capacity, a.step_s)
+    n = max(1, sim["requests"])
+    cpu["engine"] -= sim["loop_cpu"]
+    ms = {k: 1000.0 * v / n for k, v in cpu.items()}
+    bottleneck = max(ms["stage"] / a.concurrency, ms["driver"])
+    return {"gpus": gpus, "requests": sim["requests"], "wall": wall,
+            "window": sim["last"] - sim["first"], "bound": sim["bound"],
+            "startup": sim["first"] - t0, "ms": ms, "loop_ms": 1000.0 * sim["loop_cpu"] / n,
+            "driver_mb": sampler.driver_rss, "store": store,
+            "head_gpus": 1000.0 / bottleneck / GPU_RATE if bottleneck else float("inf")}
+
+
+def report(r: dict) -> None:
+    ms = r["ms"]
+    total = sum(ms.values())
+    print(f"\n## {r['gpus']} declared GPUs: {r['requests']} engine requests, wall {r['wall']:.1f}s,"
+          f" engines' window {r['window']:.1f}s, their own bound {r['bound']:.1f}s")
+    print(f"bound/wall {r['bound'] / r['wall']:.2f}   bound/window "
+          f"{r['bound'] / r['window']:.2f}   start-up (submit -> first engine step) "
+          f"{r['startup']:.1f}s")
+    print("CPU-ms per request: " + ", ".join(f"{k} {ms[k]:.2f}" for k in ROLES)
+          + f"; all but the simulated engines' loop {total:.2f} (the loop itself "
+            f"{r['loop_ms']:.2f})")
+    print(f"driver peak RSS {r['driver_mb']:.0f} MB; object store mid-run {r['store']}")
+    print(f"one head feeds {r['head_gpus']:.0f} GPUs at {GPU_RATE:.0f} requests/s per GPU "
+          "(busiest single head process: a stage actor's share or the driver)")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--gpus", type=int, nargs="+", default=[4, 8, 16])
+    p.add_argument("--samples", type=int, default=2000)
+    p.add_argument("--source", help="an MMLU-Pro file in GoA's schema (default: synthetic)")
+    p.add_argument("--nodes", type=int, default=2, help="worker nodes (the head has no GPU)")
+    p.add_argument("--head-cpus", type=int, default=8)
+    p.add_argument("--concurrency", type=int, default=1, help="stage actors")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--capacity", type=int, default=256)
+    p.add_argument("--step-s", type=float, default=0.02)
+    p.add_argument("--mean-tokens", type=float, default=70.0)
+    p.add_argument("--store-at-s", type=float, default=30.0,
+                   help="when to read the object store's use (seconds after submit)")
+    a = p.parse_args()
+    header("DarkForest sweep on a simulated multi-node cluster (ray job submit)")
+    for gpus in a.gpus:
+        with tempfile.TemporaryDirectory(prefix=f"dfscale{gpus}-") as tmp:
+            report(measure(gpus, a, Path(tmp)))
+            sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    sys.exit(main())
