@@ -28,6 +28,39 @@ class EarlyStopSection:
     lines: list[str] = field(default_factory=list)
 
 
+def _strategies(ev: SubsetEvaluator, agents: tuple[str, ...], full_tokens: np.ndarray,
+                stop_at: np.ndarray, belief: tuple[np.ndarray, np.ndarray],
+                coord: tuple[np.ndarray, np.ndarray], coord_missing: int
+                ) -> tuple[list[dict], list[str]]:
+    """The table's rows (every agent against early stop, belief only and with the
+    coordinator) from each sample's outcome and tokens; a line when the coordinator's row
+    cannot be computed."""
+    full = ev.evaluate(agents)
+    rows = [
+        {"strategy": "every agent, belief only", "accuracy": float(np.mean(full.belief_only)),
+         "tokens_per_sample": float(np.mean(full_tokens)),
+         "agent_calls_per_sample": float(len(agents))},
+        {"strategy": "early stop, belief only", "accuracy": float(np.mean(belief[0])),
+         "tokens_per_sample": float(np.mean(belief[1])),
+         "agent_calls_per_sample": float(np.mean(stop_at))},
+    ]
+    lines = []
+    if full.darkforest is not None:
+        rows.append({"strategy": "every agent, DarkForest (lazy coordinator)",
+                     "accuracy": float(np.mean(full.darkforest)),
+                     "tokens_per_sample": float(np.mean(full.darkforest_tokens)),
+                     "agent_calls_per_sample": float(len(agents))})
+    if coord_missing == 0 and ev.coordinator_id:
+        rows.append({"strategy": "early stop, DarkForest (coordinator when never trusted)",
+                     "accuracy": float(np.mean(coord[0])),
+                     "tokens_per_sample": float(np.mean(coord[1])),
+                     "agent_calls_per_sample": float(np.mean(stop_at))})
+    elif ev.coordinator_id:
+        lines.append(f"early stop with the coordinator: not computed: {coord_missing} "
+                     "coordinator call(s) of samples never trusted are not cached")
+    return rows, lines
+
+
 def early_stop_section(ev: SubsetEvaluator) -> EarlyStopSection:
     pool = ev.pool
     agents = tuple(pool.agents)
@@ -66,29 +99,8 @@ def early_stop_section(ev: SubsetEvaluator) -> EarlyStopSection:
             _, final = darkforest_final(obs, b, got[0], ev.guard)
             with_coord[i] = pool.grader.correct(sample, final)
             tok_coord[i] += got[1]
-    full = ev.evaluate(agents)
-    rows = [
-        {"strategy": "every agent, belief only", "accuracy": float(np.mean(full.belief_only)),
-         "tokens_per_sample": float(np.mean(full_tokens)),
-         "agent_calls_per_sample": float(len(agents))},
-        {"strategy": "early stop, belief only", "accuracy": float(np.mean(belief_only)),
-         "tokens_per_sample": float(np.mean(tok_belief)),
-         "agent_calls_per_sample": float(np.mean(stop_at))},
-    ]
-    lines = []
-    if full.darkforest is not None:
-        rows.append({"strategy": "every agent, DarkForest (lazy coordinator)",
-                     "accuracy": float(np.mean(full.darkforest)),
-                     "tokens_per_sample": float(np.mean(full.darkforest_tokens)),
-                     "agent_calls_per_sample": float(len(agents))})
-    if coord_missing == 0 and ev.coordinator_id:
-        rows.append({"strategy": "early stop, DarkForest (coordinator when never trusted)",
-                     "accuracy": float(np.mean(with_coord)),
-                     "tokens_per_sample": float(np.mean(tok_coord)),
-                     "agent_calls_per_sample": float(np.mean(stop_at))})
-    elif ev.coordinator_id:
-        lines.append(f"early stop with the coordinator: not computed: {coord_missing} "
-                     "coordinator call(s) of samples never trusted are not cached")
+    rows, lines = _strategies(ev, agents, full_tokens, stop_at, (belief_only, tok_belief),
+                              (with_coord, tok_coord), coord_missing)
     table = pd.DataFrame(rows)
     base = table.iloc[0]["tokens_per_sample"]
     table["token_saving"] = [base / t if t else float("nan") for t in table["tokens_per_sample"]]

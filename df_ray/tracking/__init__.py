@@ -281,6 +281,26 @@ class Tracker:
                 + f"; its per-sample results ({samples_path}) and every LLM call are kept: "
                 "rerun the same command to log it without new calls") from None
 
+    def _open_run(self, cfg: RunConfig, tags: dict[str, str],
+                  reused: list[str]) -> tuple[str, dict[str, str]]:
+        """The configuration's run, RUNNING, with the parameters it already has: the run a
+        kill left (``reused``: logged into, so no KILLED run stays beside it; any others
+        deleted), else a new one."""
+        if not reused:
+            return self.client.create_run(self.experiment_id, run_name=cfg.name,
+                                          tags=tags).info.run_id, {}
+        rid, extra = reused[0], reused[1:]
+        self.client.update_run(rid, status="RUNNING")
+        with contextlib.suppress(Exception):
+            self.client.delete_tag(rid, FAILURE_TAG)
+        for k, v in tags.items():
+            self.client.set_tag(rid, k, v)
+        logged = dict(self.client.get_run(rid).data.params)
+        for other in extra:
+            with contextlib.suppress(Exception):
+                self.client.delete_run(other)
+        return rid, logged
+
     def _log_run(self, cfg: RunConfig, metrics: dict[str, float], samples_path: str | Path,
                  calibration: Any = None, params: dict[str, str] | None = None,
                  failure: str | None = None, samples_sha256: str | None = None) -> str:
@@ -297,30 +317,10 @@ class Tracker:
             tags[PARENT_TAG] = self.parent_id
         params_extra = dict(params or {})
         reused = self._interrupted.pop(cfg.fingerprint(), [])
-        logged: dict[str, str] = {}
-        if reused:  # the run a kill left: logged into, so no KILLED run stays beside it
-            rid, extra = reused[0], reused[1:]
-            self.client.update_run(rid, status="RUNNING")
-            with contextlib.suppress(Exception):
-                self.client.delete_tag(rid, FAILURE_TAG)
-            for k, v in tags.items():
-                self.client.set_tag(rid, k, v)
-            logged = dict(self.client.get_run(rid).data.params)
-            for other in extra:
-                with contextlib.suppress(Exception):
-                    self.client.delete_run(other)
-        else:
-            rid = self.client.create_run(self.experiment_id, run_name=cfg.name,
-                                         tags=tags).info.run_id
+        rid, logged = self._open_run(cfg, tags, reused)
         try:
-            params = _flatten(cfg.model_dump(mode="json"))
-            if calibration is not None:
-                params["calibration.file_agents"] = ",".join(calibration.agents)
-                params["calibration.n_samples"] = str(calibration.n_samples)
-                params["calibration.data_source"] = calibration.data_source or "unknown"
-                params["calibration.data_fingerprint"] = calibration.data_fingerprint or "unknown"
-                params["calibration.keying"] = getattr(calibration, "keying", "text")
-            params.update(params_extra)
+            params = {**_flatten(cfg.model_dump(mode="json")), **_calibration_params(calibration),
+                      **params_extra}
             items = [Param(k[:250], v[:6000]) for k, v in sorted(params.items())
                      if k[:250] not in logged]  # (a reused run has some: never re-logged)
             for i in range(0, len(items), 100):
@@ -352,6 +352,17 @@ class Tracker:
             raise
         self.client.set_terminated(rid, status="FAILED" if failure else "FINISHED")
         return rid
+
+
+def _calibration_params(calibration: Any) -> dict[str, str]:
+    """What a run logs of its calibration file (none without one)."""
+    if calibration is None:
+        return {}
+    return {"calibration.file_agents": ",".join(calibration.agents),
+            "calibration.n_samples": str(calibration.n_samples),
+            "calibration.data_source": calibration.data_source or "unknown",
+            "calibration.data_fingerprint": calibration.data_fingerprint or "unknown",
+            "calibration.keying": getattr(calibration, "keying", "text")}
 
 
 def _samples_digest(samples_path: str | Path) -> str | None:
