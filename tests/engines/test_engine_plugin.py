@@ -5,11 +5,14 @@ on the toy benchmark of ``tests/evaluation/test_plugins.py``, with no edit to df
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import yaml
 from pydantic import ValidationError
 
 import df_ray
+import df_ray.plugins
 from df_ray.cli import main
 from df_ray.config import RunConfig
 from df_ray.core.parsing import KINDS
@@ -78,11 +81,19 @@ def plugins(tmp_path, monkeypatch):
     (tmp_path / "parity_plugin.py").write_text(PARITY_PLUGIN)
     (tmp_path / "oracle_plugin.py").write_text(ORACLE_PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
+    # modules of these names from another test's folder are not these, nor ours theirs
+    names = ("parity_plugin", "oracle_plugin")
+    for name in names:
+        sys.modules.pop(name, None)
+    # the parity config's plugins: list is recorded as imported only for this test
+    monkeypatch.setattr(df_ray.plugins, "_loaded", dict(df_ray.plugins._loaded))
     monkeypatch.setitem(REGISTRY, "parity", "parity_plugin:ParityTask")
     monkeypatch.setitem(KINDS, "verdict", "parity_plugin")
     # the engine kind's registry line
     monkeypatch.setitem(ENGINE_KINDS, "oracle", "oracle_plugin:OracleEngine")
-    return tmp_path
+    yield tmp_path
+    for name in names:
+        sys.modules.pop(name, None)
 
 
 def oracle_config(tmp_path) -> dict:

@@ -127,6 +127,8 @@ def plugin_file(tmp_path, monkeypatch):
 
     (tmp_path / "parity_plugin.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
+    # another test's module of the same name, imported earlier in this process, is not ours
+    sys.modules.pop("parity_plugin", None)
     before = dict(REGISTRY), dict(KINDS), dict(plugins._loaded)
     yield tmp_path
     for registry, was in zip((REGISTRY, KINDS, plugins._loaded), before, strict=True):
