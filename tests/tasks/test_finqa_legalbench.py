@@ -194,6 +194,17 @@ def test_legalbench_loads_the_parquet_branch_from_the_cache_offline(hf_home):
     assert {s.meta["legalbench_task"] for s in only} == {"hearsay"} and len(only) == 5
 
 
+def test_legalbench_data_revision_pins_the_branch_commit(hf_home):
+    """A run's data_revision (a commit of the parquet branch) loads that snapshot; another
+    commit, not in the cache, is refused offline."""
+    _hub_cache(hf_home)
+    t = LegalBenchTask(tasks=["abercrombie"], test_size=4, calibration_size=2)
+    with C.pinned_revision(COMMIT):
+        assert len(t.load("test")) == 4
+    with C.pinned_revision("f" * 40), pytest.raises(C.HubUnavailable, match="f" * 40):
+        t.load("test")
+
+
 def test_legalbench_offline_without_the_cache_names_the_cache_folder(hf_home):
     with pytest.raises(C.HubUnavailable) as e:
         LegalBenchTask().load("test")
