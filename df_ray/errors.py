@@ -13,6 +13,15 @@ class ConfigError(ValueError):
     """A configuration is invalid; the message names the field and what is allowed."""
 
 
+class UnknownNameError(KeyError):
+    """No registered thing of that name (a method, benchmark, answer kind, pool model,
+    composition); the message lists the registered ones. ``str()`` is the message itself,
+    not KeyError's repr of it."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class RegistryError(ValueError):
     """A name registered twice (a method, benchmark or engine kind): the message names it and
     what holds it; ``replace=True`` replaces on purpose."""

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from df_ray.errors import UnknownNameError
 from df_ray.experiments.pool import GENERAL, POOL, pool_model
 
 #: GoA's sampling defaults, used for every agent.
@@ -119,9 +120,8 @@ def coordinator(backbone: str = GENERAL) -> dict[str, Any]:
             "max_tokens": COORDINATOR_MAX_TOKENS, "seed": COORDINATOR_SEED}
 
 
-class UnknownCompositionError(KeyError):
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
+class UnknownCompositionError(UnknownNameError):
+    """No composition of that name; the message lists the known ones."""
 
 
 def composition(name: str) -> dict[str, Any]:

@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from df_ray.errors import UnknownNameError
+
 #: GoA's model cards (UNITES-Lab/GoA ``endpoint.py``, MIT licence, (c) the Graph-of-Agents
 #: authors), by pool name, verbatim (trailing spaces included).
 GOA_CARDS: dict[str, str] = {
@@ -189,9 +191,8 @@ POOL: dict[str, PoolModel] = {m.name: m for m in (
 GENERAL = "qwen25-7b"
 
 
-class UnknownBackboneError(KeyError):
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
+class UnknownBackboneError(UnknownNameError):
+    """No pool model of that name; the message lists the pool."""
 
 
 def pool_model(name: str) -> PoolModel:

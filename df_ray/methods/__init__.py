@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from df_ray.errors import register_name
+from df_ray.errors import UnknownNameError, register_name
 from df_ray.methods.base import (
     Call,
     CallRecord,
@@ -36,11 +36,8 @@ REGISTRY: dict[str, str] = {
 }
 
 
-class UnknownMethodError(KeyError):
+class UnknownMethodError(UnknownNameError):
     """No method of that name; the message lists the registered ones."""
-
-    def __str__(self) -> str:  # KeyError would repr() the message
-        return str(self.args[0]) if self.args else ""
 
 
 def register_method(name: str, target: str, *, replace: bool = False) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from df_ray.errors import register_name
+from df_ray.errors import UnknownNameError, register_name
 from df_ray.tasks.base import BaseTask, DataSchemaError, Grade, Sample, Split, Task
 
 REGISTRY: dict[str, str] = {
@@ -26,11 +26,8 @@ REGISTRY: dict[str, str] = {
 TASKS: tuple[str, ...] = tuple(REGISTRY)
 
 
-class UnknownTaskError(KeyError):
+class UnknownTaskError(UnknownNameError):
     """No benchmark of that name; the message lists the valid names."""
-
-    def __str__(self) -> str:  # KeyError would repr() the message
-        return str(self.args[0]) if self.args else ""
 
 
 def register_task(name: str, target: str, *, replace: bool = False) -> None:

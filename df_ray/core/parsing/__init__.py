@@ -21,6 +21,7 @@ from types import ModuleType
 from df_ray.core.parsing._text import MAX_TEXT_CHARS, extract_confidence
 from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, ParseSpecError
 from df_ray.core.types import Observation, ParseSpec
+from df_ray.errors import UnknownNameError
 
 __all__ = [
     "KINDS",
@@ -51,11 +52,8 @@ KINDS: dict[str, str] = {
 }
 
 
-class UnknownKindError(KeyError):
+class UnknownKindError(UnknownNameError):
     """No answer kind of that name; the message lists the registered ones."""
-
-    def __str__(self) -> str:  # KeyError would repr() the message
-        return str(self.args[0]) if self.args else ""
 
 
 def register_kind(name: str, module: str, *, replace: bool = False) -> None:
