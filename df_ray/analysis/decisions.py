@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from df_ray.core import BeliefConfig, GuardrailConfig, build_belief, decide, majority_vote
+from df_ray.core import BeliefConfig, GuardrailConfig, build_belief, majority_vote
 from df_ray.core.types import Belief, Decision, Observation
 from df_ray.methods.common import representative
-from df_ray.methods.darkforest import _representative
+from df_ray.methods.darkforest import decision_and_final
 
 
 def vote_final(obs: Sequence[Observation], order: Sequence[str]) -> Observation | None:
@@ -35,12 +35,4 @@ def darkforest_final(obs: Sequence[Observation], belief: Belief,
                      ) -> tuple[Decision, Observation | None]:
     """DarkForest's decision and graded observation (``DarkForest.finish``): ``coordinator``
     is the coordinator's parsed answer (None: not called; belief-only passes None)."""
-    coord_answer = coordinator.answer if coordinator is not None and coordinator.valid else None
-    decision = decide(belief, coord_answer, guard)
-    final = None
-    if decision.final is not None:
-        if decision.final == coord_answer and decision.source == "coordinator":
-            final = coordinator
-        else:
-            final = _representative(list(obs), decision.final) or coordinator
-    return decision, final
+    return decision_and_final(obs, belief, coordinator, guard)

@@ -30,7 +30,7 @@ of all samples unless noted:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any, ClassVar, Literal
 
@@ -47,7 +47,7 @@ from df_ray.core import (
 )
 from df_ray.core.disclosure import POLICIES
 from df_ray.core.guardrail_fit import GuardrailSetting
-from df_ray.core.types import Belief, Observation
+from df_ray.core.types import Belief, Decision, Observation
 from df_ray.methods import darkforest_explain
 from df_ray.methods.base import (
     Call,
@@ -275,14 +275,9 @@ class DarkForest(Method):
         guard = self.guardrail(ctx)
         coord_obs = observations_from_state(state, ctx, round=1, role="coordinator")
         coord = coord_obs[0] if coord_obs else None
+        decision, final = decision_and_final(obs, belief, coord, guard,
+                                             lambda o, answer: _member(o, answer, ctx))
         coord_answer = coord.answer if coord is not None and coord.valid else None
-        decision = decide(belief, coord_answer, guard)
-        final = None
-        if decision.final is not None:
-            if decision.final == coord_answer and decision.source == "coordinator":
-                final = coord
-            else:
-                final = _member(obs, decision.final, ctx) or coord
         top = belief.top.answer if belief.top else None
         called = bool(coord_obs)
         return Outcome(
@@ -316,6 +311,24 @@ def _representative(obs: list[Observation], answer: str) -> Observation | None:
     if not members:
         return None
     return max(members, key=lambda o: (o.quality, o.confidence, -obs.index(o)))
+
+
+def decision_and_final(obs: Sequence[Observation], belief: Belief,
+                       coordinator: Observation | None, guard: GuardrailConfig,
+                       member: Callable[[list[Observation], str], Observation | None] | None
+                       = None) -> tuple[Decision, Observation | None]:
+    """DarkForest's decision (``decide``) and the observation graded for it: the
+    coordinator's when the coordinator decided, else the member of the decided cluster
+    (``member``; default: its best parsed observation), the coordinator's when none is.
+    ``coordinator``: its parsed answer (None: not called)."""
+    coord_answer = coordinator.answer if coordinator is not None and coordinator.valid else None
+    decision = decide(belief, coord_answer, guard)
+    if decision.final is None:
+        return decision, None
+    if decision.final == coord_answer and decision.source == "coordinator":
+        return decision, coordinator
+    pick = member or _representative
+    return decision, pick(list(obs), decision.final) or coordinator
 
 
 def _member(obs: list[Observation], answer: str, ctx: MethodContext) -> Observation | None:
