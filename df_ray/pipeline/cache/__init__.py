@@ -35,9 +35,6 @@ from df_ray.pipeline.cache.readers import (
 )
 from df_ray.pipeline.cache.store import GenerationCache, compact_above, open_cache
 
-#: The name storage.py has long imported (a root, not a user name, in ``read_from``).
-_is_root = is_root
-
 __all__ = ["GROUP_TARGET_BYTES", "MAX_ENTRY_BYTES", "MAX_FOOTER_BYTES", "MAX_GROUP_BYTES",
            "MAX_KEYS_BYTES", "READ_FROM_ENV", "SCHEMA", "CacheEntry", "Conflict",
            "GenerationCache", "Provenance", "check_read_from", "compact_above", "count_parts",
