@@ -71,6 +71,8 @@ class BenchmarkAnalysis:
 class Analysis:
     sweep: str
     benchmarks: list[BenchmarkAnalysis]
+    #: The sweep's configurations as resolved for the analysis (storage as the run's).
+    configs: list[Any] = field(default_factory=list, repr=False)
 
     def to_markdown(self) -> str:
         from df_ray.analysis.output import to_markdown
@@ -170,7 +172,7 @@ def analyze(config: Any, *, seed: int | None = None, benchmarks: Sequence[str] |
         out.append(analyze_benchmark(config.name, same_seed, subsets=subsets, grid=grid,
                                      max_wrong_override=max_wrong_override, delta=delta,
                                      say=say, fresh=fresh, engines=engines))
-    return Analysis(config.name, out)
+    return Analysis(config.name, out, configs)
 
 
 def analyze_benchmark(sweep_name: str, configs: Sequence[Any], *,

@@ -38,11 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def log_to_sweep_run(sweep: Any, configs: Sequence[Any], out: Path) -> str:
     """The analysis folder as artifacts (``analysis/``) of the sweep's MLflow run; a line
-    saying where, or why not."""
-    from df_ray.storage import resolve_storage
+    saying where, or why not. ``configs``: the sweep's, resolved (``Analysis.configs``)."""
     from df_ray.tracking import SWEEP_TAG, sweep_fingerprint
 
-    first = resolve_storage([configs[0]])[0].tracking
+    sweep = sweep.with_configs(list(configs))  # its fingerprint: not validated again
+    first = configs[0].tracking
     uri = first.uri
     if uri.startswith("sqlite:///") and not os.path.isfile(uri[len("sqlite:///"):]):
         return f"not logged to MLflow: no store at {uri}"
@@ -82,5 +82,5 @@ def run_from_args(args: argparse.Namespace, load_with_overrides) -> int:
     for p in paths:
         print(f"  {p}")
     if not args.no_mlflow:
-        print(log_to_sweep_run(sweep, sweep.expand(), out))
+        print(log_to_sweep_run(sweep, analysis.configs, out))
     return 0
