@@ -36,7 +36,9 @@ def _keys(root: Path) -> set[str]:
 
 def _sweep(tmp: Path, backbones: dict, agents: list[str], coordinator: str,
            latency_s: float, n: int = N) -> Path:
-    tmp.mkdir()
+    """The sweep file (``sweep-<latency>.yaml``): a resubmit without latency shares every
+    call with the first (engine settings are not part of a call's key) and runs faster."""
+    tmp.mkdir(exist_ok=True)
     src = write_mmlu_goa(tmp / "mmlu.json", n)
     base = base_config(tmp, src, batch_size=2, concurrency=1, experiment="cluster")
     base["backbones"] = {name: {"kind": "scripted", "model": f"m-{name}", "num_gpus": 1,
@@ -45,7 +47,7 @@ def _sweep(tmp: Path, backbones: dict, agents: list[str], coordinator: str,
                          for name, extra in backbones.items()}
     base["agents"] = [{"id": f"a{i + 1}", "backbone": b} for i, b in enumerate(agents)]
     base["coordinator"] = {"id": "coord", "backbone": coordinator}
-    return write_sweep(tmp / "sweep.yaml", base, [{"name": "df"}], name="cluster")
+    return write_sweep(tmp / f"sweep-{latency_s:g}.yaml", base, [{"name": "df"}], name="cluster")
 
 
 def _env(tmp: Path, log: str, **extra: str) -> dict[str, str]:
@@ -118,7 +120,10 @@ def test_a_lost_worker_costs_only_its_calls_in_flight(two_nodes, tmp_path):
     assert sorted(ids) == sorted(set(ids)) and len(ids) == N  # every sample exactly once
     made = len(read_call_log(calls))
     _revive(two_nodes)  # the sweep asks for 4 GPUs: the pre-start check wants them there
-    job = two_nodes.submit(sweep, "lose-worker-again", _env(tmp_path / "a", "calls.log"))
+    # the same sweep without latency: another fingerprint, so it runs again, from the cache
+    again = _sweep(tmp_path / "a", {"b1": {"replicas": 2}, "b2": {"replicas": 2}},
+                   ["b1", "b2", "b1"], "b2", 0.0)
+    job = two_nodes.submit(again, "lose-worker-again", _env(tmp_path / "a", "calls.log"))
     status, logs = two_nodes.wait_job(job, 300)
     assert status == "SUCCEEDED", logs[-4000:]
     assert len(read_call_log(calls)) == made  # the resubmit made no call
@@ -151,7 +156,9 @@ def test_a_backbone_lost_with_its_only_node_stops_the_sweep_in_one_line(two_node
                      r"GPUs free, a replica asks for 1 GPUs$", line), line
     cached = _keys(root / "cache")
     _revive(two_nodes)
-    job = two_nodes.submit(sweep, "lose-backbone-resume", _env(root, "calls2.log"))
+    fast = _sweep(root, {"b1": {}, "b2": {}, "b3": {}, "bc": {}}, ["b1", "b2", "b3"], "bc", 0.0,
+                  n=48)
+    job = two_nodes.submit(fast, "lose-backbone-resume", _env(root, "calls2.log"))
     status, logs = two_nodes.wait_job(job, 300)
     assert status == "SUCCEEDED", logs[-4000:]
     again = read_call_log(root / "calls2.log")
