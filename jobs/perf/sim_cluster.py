@@ -154,8 +154,20 @@ class SimCluster:
     def start(self) -> SimCluster:
         """The head (until its Job API answers), then every worker (until all joined)."""
         t = time.time()
-        self.start_node(0)
-        self.wait(self.jobs_api_up, "the head's Job API")
+        for attempt in range(1, 5):
+            self.start_node(0)
+            try:
+                self.wait(self.jobs_api_up, "the head's Job API")
+                break
+            except RuntimeError:
+                # `ray start` gives its node's processes fixed timeouts (the dashboard's, the
+                # raylet's 30 s); a loaded machine can miss them: start the head again.
+                if attempt == 4:
+                    raise
+                for pid in pids_matching(self.temp_dir):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(2.0)
         for i in range(1, len(self.gpus)):
             self.start_node(i)
         self.wait_nodes(len(self.gpus))
