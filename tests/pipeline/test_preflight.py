@@ -67,10 +67,13 @@ def test_an_embedded_backbone_needs_its_threads_on_one_node():
 def test_df_ray_run_refuses_a_vllm_backbone_without_gpus(ray_local, tmp_path, capsys):
     src = write_mmlu_goa(tmp_path / "mmlu.json", 2)
     base = base_config(tmp_path, src)
-    base["backbones"]["b1"] = {"kind": "vllm", "model": "Qwen/Qwen2.5-7B-Instruct"}
+    # a model folder of its own: the weights check (a hub model must be cached offline) passes
+    model = tmp_path / "Qwen2.5-7B-Instruct"
+    model.mkdir()
+    base["backbones"]["b1"] = {"kind": "vllm", "model": str(model)}
     path = write_sweep(tmp_path / "sweep.yaml", base, [{"name": "df"}])
     assert main(["run", "--config", str(path)]) == 2
     err = capsys.readouterr().err
-    assert "backbone 'b1' (vllm: Qwen/Qwen2.5-7B-Instruct) asks for 1 GPUs" in err
+    assert f"backbone 'b1' (vllm: {model}) asks for 1 GPUs" in err
     assert "the cluster has 0 GPUs" in err and "autoscaling: true" in err
     assert "Traceback" not in err
