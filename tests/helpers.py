@@ -10,11 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +40,7 @@ from df_ray.methods.prompt_templates import (
 )
 from df_ray.methods.self_refine_fewshot import INSTRUCTION as REFINE_INSTRUCTION
 from df_ray.tasks.base import Sample
+from jobs.perf.sim_cluster import free_ports, pids_matching
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -339,37 +338,6 @@ def run_pipeline(cfg: RunConfig, samples: Sequence[Sample], *, track: bool = Tru
 # ============================================================================ processes
 
 
-def free_ports(n: int) -> list[int]:
-    """Ports free on all interfaces now, outside the kernel's ephemeral range (where outgoing
-    connections could take them before Ray binds) and Ray's worker range (10002-19999)."""
-    rng = random.Random()
-    ports: list[int] = []
-    while len(ports) < n:
-        port = rng.randrange(20000, 32700)
-        if port in ports:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-        ports.append(port)
-    return ports
-
-
-def pids_matching(*needles: str) -> list[int]:
-    """Processes (not this one) whose command line contains every one of ``needles``."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if all(n in cmd for n in needles):
-            out.append(int(d.name))
-    return out
 
 
 def cli_env(call_log: Path | None = None) -> dict[str, str]:
