@@ -13,7 +13,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -195,6 +195,13 @@ class SandboxSettings(_Strict):
                     "in the run's tags")
 
 
+def _known(what: str, name: str, registry: Mapping[str, Any]) -> str:
+    """``name`` if ``registry`` holds it, else the ValueError naming what is allowed."""
+    if name not in registry:
+        raise ValueError(f"unknown {what} {name!r}; allowed: {one_of(registry)}")
+    return name
+
+
 class RunConfig(_Strict):
     """One configuration: one MLflow run.
 
@@ -370,16 +377,12 @@ class RunConfig(_Strict):
     @field_validator("benchmark")
     @classmethod
     def _known_benchmark(cls, v: str) -> str:
-        if v not in TASK_REGISTRY:
-            raise ValueError(f"unknown benchmark {v!r}; allowed: {one_of(TASK_REGISTRY)}")
-        return v
+        return _known("benchmark", v, TASK_REGISTRY)
 
     @field_validator("method")
     @classmethod
     def _known_method(cls, v: str) -> str:
-        if v not in METHOD_REGISTRY:
-            raise ValueError(f"unknown method {v!r}; allowed: {one_of(METHOD_REGISTRY)}")
-        return v
+        return _known("method", v, METHOD_REGISTRY)
 
     @field_validator("method_args")
     @classmethod
