@@ -23,6 +23,7 @@ from tests.helpers import (
     count_constructions,
     driver_config,
     make_sample,
+    run_pipeline,
     write_mmlu_goa,
 )
 from tests.methods.responders import respond
@@ -263,16 +264,10 @@ def _samples(cfg, n=10):
 
 @pytest.mark.slow
 def test_the_ray_path_gives_the_same_rows_and_numbers(tmp_path, ray_local):
-    from df_ray.pipeline.runner import Runner, shared_backbones
-
     cfg = _ray_config(tmp_path, max_error_rate=0.0)
     cfg.build_method().__class__ = Faulty
     samples = _samples(cfg)
-    runner = Runner(shared_backbones([cfg]), progress=lambda m: None)
-    try:
-        res = runner.run(cfg, samples)
-    finally:
-        runner.shutdown()
+    res = run_pipeline(cfg, samples, track=False)
     import pyarrow.parquet as pq
 
     ray_rows = pq.read_table(res.samples_path).to_pylist()
@@ -290,17 +285,11 @@ def test_the_ray_path_gives_the_same_rows_and_numbers(tmp_path, ray_local):
 
 @pytest.mark.slow
 def test_an_engine_failure_in_a_token_count_stops_the_ray_path(tmp_path, ray_local):
-    from df_ray.pipeline.runner import Runner, shared_backbones
-
     cfg = _ray_config(tmp_path, engine_args={"count_fault": "raise"}, max_request_retries=0)
     cfg.build_method().__class__ = CountingFails
     samples = _samples(cfg, 4)
-    runner = Runner(shared_backbones([cfg]), progress=lambda m: None)
-    try:
-        with pytest.raises(EngineFailure) as info:
-            runner.run(cfg, samples)
-    finally:
-        runner.shutdown()
+    with pytest.raises(EngineFailure) as info:
+        run_pipeline(cfg, samples, track=False)
     assert "a token count failed" in str(info.value)
     assert "injected failure counting tokens" in str(info.value)
 

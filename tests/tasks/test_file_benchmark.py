@@ -139,8 +139,7 @@ def test_a_file_benchmark_runs_on_ray_as_in_process(tmp_path, ray_local):
 
     import df_ray
     from df_ray.config import RunConfig
-    from df_ray.pipeline.runner import Runner, shared_backbones
-    from tests.helpers import base_config
+    from tests.helpers import base_config, run_pipeline
 
     src = write(tmp_path / "qs.parquet", ROWS)
     base = base_config(tmp_path, src)
@@ -150,11 +149,7 @@ def test_a_file_benchmark_runs_on_ray_as_in_process(tmp_path, ray_local):
         "answer_field": "gold", "id_field": "qid"})
     cfg = RunConfig.model_validate(base)
     samples = cfg.build_task().load("test")
-    runner = Runner(shared_backbones([cfg]), progress=lambda m: None)
-    try:
-        res = runner.run(cfg, samples)
-    finally:
-        runner.shutdown()
+    res = run_pipeline(cfg, samples, track=False)
     ray_rows = pq.read_table(res.samples_path).to_pylist()
     ev = df_ray.evaluate(cfg)  # its samples loaded here from the same configuration
     local = {r.sample_id: r.to_dict() for r in ev.rows}
