@@ -498,6 +498,15 @@ def main(argv: list[str] | None = None) -> int:
     cc.add_argument("root", nargs="?", help="the cache root (default: the config's cache_root)")
     cc.add_argument("--config", help="take cache_root from this config")
     cc.set_defaults(fn=cmd_cache_compact)
+    cs = cache_sub.add_parser(
+        "seed", help="copy a generation cache's parts from a folder (a committed cache, a "
+                     "colleague's) into your own cache, where your runs replay them; never "
+                     "replaces a part")
+    cs.add_argument("source", help="the folder of part-*.parquet files")
+    cs.add_argument("root", nargs="?", help="the cache root to seed (default: your own, "
+                                            "$DF_RAY_HOME/users/<user>/generations, else "
+                                            "~/.cache/df_ray/generations)")
+    cs.set_defaults(fn=cmd_cache_seed)
     args = p.parse_args(argv)
     return guarded(lambda: args.fn(args), ray_was_up=ray_was_up, exit_hard=exit_hard,
                    args=args)
@@ -678,6 +687,22 @@ def cmd_cache_compact(args: argparse.Namespace) -> int:
               f"{f['conflicts']} keys with conflicting copies kept (every copy), "
               f"{f['foreign']} parts of other writers left in place, {f['oversized']} parts "
               "too large to read left in place)")
+    return 0
+
+
+def cmd_cache_seed(args: argparse.Namespace) -> int:
+    """``df-ray cache seed``: one line saying what was seeded, or why nothing was (exit 2)."""
+    from df_ray.config import default_cache_root
+    from df_ray.pipeline.cache.seed import NotACache, seed_root
+    from df_ray.user_names import current_user
+
+    try:
+        user = current_user()
+        report = seed_root(args.source, args.root or default_cache_root(), user)
+    except (NotACache, ValueError) as e:  # ValueError: a DF_RAY_USER that names no folder
+        print(f"df-ray: cache seed: {e}", file=sys.stderr)
+        return 2
+    print(report.describe())
     return 0
 
 

@@ -12,7 +12,9 @@ Its modules, by what they hold:
   whose it is) and their compaction;
 - :mod:`~df_ray.pipeline.cache.readers`: readers across users (whose parts a cache trusts,
   which copy of a key it serves when copies differ);
-- :mod:`~df_ray.pipeline.cache.store`: :class:`GenerationCache`, the index over them.
+- :mod:`~df_ray.pipeline.cache.store`: :class:`GenerationCache`, the index over them;
+- :mod:`~df_ray.pipeline.cache.seed`: seeding a root from a folder of parts (``df-ray cache
+  seed``).
 """
 
 from df_ray.pipeline.cache.entries import (
