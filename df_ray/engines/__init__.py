@@ -14,9 +14,11 @@ from df_ray.engines.spec import (
     ENGINE_KINDS,
     EngineSpec,
     engine_class,
+    engine_target,
     make_spec,
     register_engine_kind,
     spec_class,
+    validate_spec,
 )
 
 __all__ = [
@@ -28,10 +30,12 @@ __all__ = [
     "EngineSpec",
     "Message",
     "SamplingParams",
+    "engine_target",
     "make_engine",
     "make_spec",
     "register_engine_kind",
     "spec_class",
+    "validate_spec",
 ]
 
 
@@ -47,10 +51,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def make_engine(spec: EngineSpec | dict) -> Engine:
+def make_engine(spec: EngineSpec | dict, target: str | None = None) -> Engine:
     """A live engine for ``spec`` (a dict is validated into its kind's spec first): the
-    class its kind names in ``ENGINE_KINDS``, built with ``from_spec`` (or the spec itself)."""
+    class ``target`` names (``"module:Class"``: a run plan's, in a worker, which reads no
+    registry), else the one its kind names in ``ENGINE_KINDS``; built with ``from_spec``
+    (or the spec itself)."""
     if not isinstance(spec, EngineSpec):
-        spec = EngineSpec.model_validate(spec)
-    cls = engine_class(spec.kind)
+        spec = validate_spec(spec, target)
+    cls = engine_class(spec.kind, target)
     return cls.from_spec(spec) if hasattr(cls, "from_spec") else cls(spec)

@@ -11,12 +11,14 @@ union on ``kind``, open to kinds registered at run time), and
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from df_ray.targets import import_target
 
 #: Engine kinds: name -> "module:Class" of the engine (it takes its kind's spec; heavy
 #: backends are imported only when an engine starts). The class's ``Spec`` is the kind's
@@ -65,21 +67,43 @@ def register_engine_kind(kind: str, target: str, *, replace: bool = False) -> No
     register_name(ENGINE_KINDS, kind, target, "engine kind", replace=replace)
 
 
-def engine_class(kind: str) -> type:
-    """The engine class registered for ``kind`` (its module imported; the module imports
-    its heavy backend only when an engine is built)."""
+def engine_target(kind: str) -> str:
+    """The ``"module:Class"`` registered for ``kind``: read in the driver, where a run plan
+    keeps it (``RunPlan.engines``) for the workers that build the engine."""
     if kind not in ENGINE_KINDS:
         raise ValueError(f"unknown engine kind {kind!r}; allowed: {one_of(ENGINE_KINDS)}")
-    module, name = ENGINE_KINDS[kind].split(":")
-    return getattr(importlib.import_module(module), name)
+    return ENGINE_KINDS[kind]
 
 
-def spec_class(kind: str) -> type[EngineSpec]:
-    """The spec class of an engine kind: its engine's ``Spec``, else :class:`EngineSpec`."""
-    spec = getattr(engine_class(kind), "Spec", EngineSpec)
+def engine_class(kind: str, target: str | None = None) -> type:
+    """The engine class of ``kind``: ``target``'s (a plan's, in a worker) or the one
+    registered (its module imported; the module imports its heavy backend only when an
+    engine is built)."""
+    return import_target(target or engine_target(kind))
+
+
+def spec_class(kind: str, target: str | None = None) -> type[EngineSpec]:
+    """The spec class of an engine kind (of ``target``'s class when given): its engine's
+    ``Spec``, else :class:`EngineSpec`."""
+    spec = getattr(engine_class(kind, target), "Spec", EngineSpec)
     if not (isinstance(spec, type) and issubclass(spec, EngineSpec)):
         raise TypeError(f"engine kind {kind!r}: its Spec must subclass EngineSpec, not {spec!r}")
     return spec
+
+
+#: The engine class a spec being validated belongs to (:func:`validate_spec`).
+_TARGET: ContextVar[str | None] = ContextVar("engine_target", default=None)
+
+
+def validate_spec(data: Any, target: str | None = None) -> EngineSpec:
+    """``data`` validated into the spec of its kind: of the engine class ``target`` names
+    (``"module:Class"``: a run plan's, in a worker, which reads no registry), else of the
+    kind's registry line."""
+    token = _TARGET.set(target)
+    try:
+        return EngineSpec.model_validate(data)
+    finally:
+        _TARGET.reset(token)
 
 
 def make_spec(**fields: Any) -> EngineSpec:
@@ -178,14 +202,15 @@ class EngineSpec(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _of_its_kind(cls, data: Any, handler: Any) -> Any:
-        """A mapping is validated by its kind's class, which must have every key."""
+        """A mapping is validated by its kind's class, which must have every key (the class
+        of :func:`validate_spec`'s target, else of the kind's registry line)."""
         if not isinstance(data, dict) or "kind" not in data:
             return handler(data)
         kind = data["kind"]
         if not isinstance(kind, str):
             raise ValueError(f"kind must be a string naming an engine kind "
                              f"({one_of(ENGINE_KINDS)}), not {kind!r}")
-        own = spec_class(kind)
+        own = spec_class(kind, _TARGET.get())
         if cls is EngineSpec and own is not EngineSpec:
             return own.model_validate(data)
         if not issubclass(own, cls):

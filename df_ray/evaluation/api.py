@@ -174,7 +174,8 @@ def _evaluate_plan(plan: RunPlan, samples: Sequence[Sample] | None,
     from df_ray.evaluation.scoring import spent_tokens
 
     if engines is None:
-        engines = {name: make_engine(spec) for name, spec in cfg.backbones.items()}
+        engines = {name: make_engine(spec, plan.engines.get(spec.kind))
+                   for name, spec in cfg.backbones.items()}
 
     client = EngineRouter(engines, retries=cfg.max_request_retries)
 

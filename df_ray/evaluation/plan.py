@@ -12,20 +12,21 @@ key) and the calibration; the runner, the stage graph, the calibration passes,
 A Ray stage receives its plans pickled: unpickling one imports the driver's plugins first
 (from the folders the driver imported them from, where those exist on the worker) and
 installs its answer kinds, then the Method arrives whole and the Task is built from the
-plan's target; no worker looks a name up in a registry of its own, so what runs in the
-driver runs the same on a cluster.
+plan's target. The engine replicas build from the plans' engine-kind targets (the runner
+hands them to the pool). No worker looks a name up in a registry of its own, so what runs in
+the driver runs the same on a cluster.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from df_ray.targets import import_target
 from df_ray.tasks.base import Sample
 
 
@@ -34,15 +35,6 @@ def samples_key(cfg: Any) -> tuple:
     (``benchmark_args`` too: a file benchmark's path, MMLU-Pro's prompt)."""
     args = json.dumps(getattr(cfg, "benchmark_args", None) or {}, sort_keys=True, default=str)
     return (cfg.benchmark, cfg.split, cfg.source, cfg.limit, cfg.data_revision, args)
-
-
-def import_target(target: str) -> Any:
-    """The object a ``"module:Name"`` target names."""
-    module, _, name = target.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in name.split(".") if name else []:
-        obj = getattr(obj, part)
-    return obj
 
 
 @dataclass(frozen=True)
@@ -70,7 +62,7 @@ class RunPlan:
         """The plan of a validated RunConfig: its method (``cfg.build_method()``: the one
         its validation built), fingerprint and targets, resolved here once."""
         from df_ray.core.parsing import KINDS
-        from df_ray.engines.spec import ENGINE_KINDS
+        from df_ray.engines.spec import engine_target
         from df_ray.plugins import import_roots, load_plugins
         from df_ray.tasks import REGISTRY
 
@@ -78,8 +70,7 @@ class RunPlan:
         return cls(cfg=cfg, method=cfg.build_method(), fingerprint=cfg.fingerprint(),
                    samples=samples, task_target=REGISTRY.get(cfg.benchmark, ""),
                    kinds=dict(KINDS),
-                   engines={s.kind: ENGINE_KINDS[s.kind] for s in cfg.backbones.values()
-                            if s.kind in ENGINE_KINDS},
+                   engines={s.kind: engine_target(s.kind) for s in cfg.backbones.values()},
                    plugins=plugins, plugin_roots=import_roots(plugins))
 
     @property

@@ -94,8 +94,9 @@ class EngineActor:
     """
 
     def __init__(self, spec: dict[str, Any], backbone: str = "", replica: int = 0,
-                 token: str | None = None, plugins: tuple = ((), ())) -> None:
-        from df_ray.engines import make_engine
+                 token: str | None = None, plugins: tuple = ((), ()),
+                 target: str | None = None) -> None:
+        from df_ray.engines import make_engine, validate_spec
         from df_ray.engines.batching import Replica
         from df_ray.pipeline import engine_health, faults, lifeline
         from df_ray.plugins import load_in_worker
@@ -103,11 +104,12 @@ class EngineActor:
         load_in_worker(*plugins)  # the driver's plugins (an engine kind's, a responder's)
         faults.install(engine_health.replica_label(backbone, replica))
         lifeline.hold()
-        self.spec = EngineSpec.model_validate(spec)
+        # built from the plan's "module:Class" (``target``), not from this worker's registry
+        self.spec = validate_spec(spec, target)
         report = engine_health.LifeReport(token, backbone, replica)
         report.set("starting")
         try:
-            self.engine = make_engine(self.spec)
+            self.engine = make_engine(self.spec, target)
             engine_health.smoke_test(self.engine, self.spec)
         except BaseException as e:
             report.set("failed", error=first_line(e, typed=True),
@@ -185,12 +187,19 @@ class EnginePool:
     one placement group (`replica_bundle`: one replica per GPU, a tensor-parallel replica's
     GPUs in one bundle, so on one node) with the ``SPREAD`` strategy, so its replicas go to
     different nodes as far as the nodes allow and a lost node does not take the backbone with
-    it; replicas that hold no resource are spread by the ``SPREAD`` scheduling strategy."""
+    it; replicas that hold no resource are spread by the ``SPREAD`` scheduling strategy.
 
-    def __init__(self, backbones: Mapping[str, EngineSpec]) -> None:
+    ``engines``: each engine kind's ``"module:Class"`` (the run plans'), which the replicas
+    build from; a kind it does not name is looked up here, in the driver."""
+
+    def __init__(self, backbones: Mapping[str, EngineSpec],
+                 engines: Mapping[str, str] | None = None) -> None:
+        from df_ray.engines.spec import engine_target
         from df_ray.pipeline.engine_health import EngineSupervisor
 
         self.specs = dict(backbones)
+        targets = {s.kind: (engines or {}).get(s.kind) or engine_target(s.kind)
+                   for s in self.specs.values()}
         self.handles: dict[str, list[Any]] = {}
         self.groups: dict[str, Any] = {}  # backbone -> its placement group
         self.token = uuid.uuid4().hex[:16]
@@ -201,7 +210,8 @@ class EnginePool:
             self.handles[name] = [
                 EngineActor.options(**opts, name=None,
                                     scheduling_strategy=self._strategy(name, spec, i)).remote(
-                    spec.model_dump(mode="json"), name, i, self.token, plugins)
+                    spec.model_dump(mode="json"), name, i, self.token, plugins,
+                    targets[spec.kind])
                 for i in range(spec.replicas)
             ]
         self.supervisor = EngineSupervisor(self.token, self.specs).start()
@@ -343,11 +353,14 @@ def _provider(specs: Mapping[str, EngineSpec]):
     return importlib.import_module(mods[0]) if mods else None
 
 
-def make_pool(backbones: Mapping[str, EngineSpec]):
+def make_pool(backbones: Mapping[str, EngineSpec], engines: Mapping[str, str] | None = None):
     """A job's engine pool: its own `EnginePool`, or its provider's pool when some backbone
-    is served from outside the job (e.g. the shared Serve service)."""
+    is served from outside the job (e.g. the shared Serve service). ``engines``: the engine
+    kinds' targets (`EnginePool`)."""
     provider = _provider(backbones)
-    return provider.make_pool(backbones) if provider is not None else EnginePool(backbones)
+    if provider is not None:
+        return provider.make_pool(backbones, engines)
+    return EnginePool(backbones, engines)
 
 
 def make_client(handles: Mapping[str, list[Any]], specs: Mapping[str, EngineSpec],

@@ -39,11 +39,14 @@ OBJECT_STORE_NOTE = ("Ray's error-level line 'has constructor arguments in the o
 
 class EngineLifecycle:
     """A job's engines: the union of its configurations' backbones, started on first use
-    (once, whatever the number of configurations) and shut down at the end."""
+    (once, whatever the number of configurations) and shut down at the end. ``engines``:
+    the engine kinds' ``"module:Class"`` targets the replicas build from (the plans')."""
 
     def __init__(self, backbones: Mapping[str, EngineSpec],
-                 say: Callable[[str], None] = lambda m: None) -> None:
+                 say: Callable[[str], None] = lambda m: None,
+                 engines: Mapping[str, str] | None = None) -> None:
         self.backbones = dict(backbones)
+        self.engines = dict(engines or {})
         self.say = say
         self._pool: Any = None
 
@@ -57,7 +60,7 @@ class EngineLifecycle:
             # Job-owned engines, or (for backbones of kind serve) the shared service's handles.
             from df_ray.pipeline.engine_pool import make_pool
 
-            pool = make_pool(self.backbones)
+            pool = make_pool(self.backbones, self.engines)
             try:
                 pool.wait_ready()
             except BaseException:

@@ -19,7 +19,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -316,11 +316,13 @@ class Runner:
     """Runs configurations over one pool of engines (started lazily, once)."""
 
     def __init__(self, backbones: dict, tracker=None,
-                 progress: Callable[[str], None] = _say) -> None:
+                 progress: Callable[[str], None] = _say,
+                 engines: Mapping[str, str] | None = None) -> None:
         self.backbones = backbones
         self.tracker = tracker
         self.say = progress
-        self.engines = EngineLifecycle(backbones, say=progress)
+        # engines: the plans' engine-kind targets, which the replicas build from
+        self.engines = EngineLifecycle(backbones, say=progress, engines=engines)
         self._capacities: dict[str, int] | None = None  # what the running engines hold
         # Workers that died before this runner started are not its to report.
         self._faults_seen: set = set()
@@ -589,7 +591,8 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
         from df_ray.pipeline.engine_pool import check_resources
 
         check_resources(backbones)
-    runner = Runner(backbones, tracker=tracker, progress=progress)
+    runner = Runner(backbones, tracker=tracker, progress=progress,
+                    engines={k: t for p in plans for k, t in p.engines.items()})
     metric_names = method_metric_names(configs)
     results = []
     try:

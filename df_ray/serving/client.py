@@ -93,14 +93,15 @@ def resolve_served(name: str, spec: EngineSpec) -> ServedBackbone:
 class ServingPool:
     """Job-owned engines for some backbones, the shared service for the others."""
 
-    def __init__(self, backbones: Mapping[str, EngineSpec]) -> None:
+    def __init__(self, backbones: Mapping[str, EngineSpec],
+                 engines: Mapping[str, str] | None = None) -> None:
         self.specs = dict(backbones)
         owned = {n: s for n, s in self.specs.items() if not s.served}
         self.owned = None
         if owned:
             from df_ray.pipeline.engine_pool import EnginePool
 
-            self.owned = EnginePool(owned)
+            self.owned = EnginePool(owned, engines)
         self.handles: dict[str, list[Any]] = dict(self.owned.handles) if self.owned else {}
         for name, spec in self.specs.items():
             if spec.served:
@@ -145,10 +146,11 @@ class ServingPool:
         self.handles.clear()
 
 
-def make_pool(backbones: Mapping[str, EngineSpec]):
+def make_pool(backbones: Mapping[str, EngineSpec], engines: Mapping[str, str] | None = None):
     """The engine pool of a job with served backbones (`df_ray.pipeline.engine_pool.make_pool`
-    calls it through ``ServeSpec.pool_provider``)."""
-    return ServingPool(backbones)
+    calls it through ``ServeSpec.pool_provider``); ``engines``: the job-owned engine kinds'
+    targets."""
+    return ServingPool(backbones, engines)
 
 
 def make_client(handles: Mapping[str, list[Any]], specs: Mapping[str, EngineSpec],

@@ -7,10 +7,10 @@ place a benchmark is listed (name -> "module:Class"; adding one: one module, one
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from df_ray.errors import UnknownNameError, register_name
+from df_ray.targets import import_target
 from df_ray.tasks.base import BaseTask, DataSchemaError, Grade, Sample, Split, Task
 
 REGISTRY: dict[str, str] = {
@@ -42,8 +42,7 @@ def task_class(name: str) -> type:
     key = name.strip().lower().replace("-", "_") if isinstance(name, str) else name
     if key not in REGISTRY:
         raise UnknownTaskError(f"unknown task {name!r}; valid names: {', '.join(REGISTRY)}")
-    module, cls = REGISTRY[key].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return import_target(REGISTRY[key])
 
 
 def data_location(benchmark: str, source: str | None) -> tuple[str, str]:

@@ -159,3 +159,76 @@ def test_a_new_engine_kind_runs_end_to_end_with_no_df_ray_edit(plugins, tmp_path
     # b1 and b2 are right and agree: the guardrail trusts them over the contrary b3
     assert [r.final_answer for r in ev.rows] == ["yes", "no", "yes", "no", "yes", "no"]
     assert ev.metrics["accuracy"] == 1.0
+
+
+# ---------------------------------------------------------------- built from the plan's target
+
+
+def test_a_replica_builds_the_kind_from_its_target_not_a_registry(plugins, tmp_path):
+    """The plan keeps each backbone's engine kind as its ``"module:Class"``; a process with
+    no registry line for the kind (a Ray worker) validates the spec with the target's Spec
+    and builds the target's engine."""
+    from df_ray.evaluation.plan import resolve
+
+    (plan,) = resolve(oracle_config(tmp_path))
+    assert plan.engines == {"oracle": "oracle_plugin:OracleEngine"}
+    del ENGINE_KINDS["oracle"]  # as in a worker that never ran the registry line
+    spec = {"kind": "oracle", "model": "oracle-c", "contrary": True, "workers": 2}
+    with pytest.raises(ValueError, match="unknown engine kind 'oracle'"):
+        make_engine(spec)
+    engine = make_engine(spec, plan.engines["oracle"])
+    assert type(engine).__name__ == "OracleEngine"
+    assert type(engine.spec).__name__ == "OracleSpec" and engine.spec.workers == 2
+    with pytest.raises(ValidationError, match="less than or equal to 8"):
+        make_engine({**spec, "workers": 9}, plan.engines["oracle"])
+
+
+PARITY_ENGINE = '''
+"""The engine kind of a plugin: a scripted engine that knows whether n is even."""
+
+from pydantic import Field
+
+from df_ray.engines.scripted import ScriptedEngine, ScriptedSpec, last_user_content
+
+
+class ParitySpec(ScriptedSpec):
+    confidence: float = Field(0.9, ge=0.0, le=1.0, description="the confidence it states")
+
+
+class ParityEngine(ScriptedEngine):
+    Spec = ParitySpec
+
+    @classmethod
+    def from_spec(cls, spec):
+        def respond(request):
+            n = int(last_user_content(request).split("Is ", 1)[1].split(" ", 1)[0])
+            verdict = "no" if n % 2 else "yes"
+            return f"Verdict: {verdict}\\nConfidence: {spec.confidence}"
+
+        return cls(spec.model, respond)
+'''
+
+
+@pytest.mark.slow
+def test_an_engine_kind_registered_in_the_driver_runs_on_ray(plugins, tmp_path, ray_local,
+                                                             monkeypatch, capsys):
+    """``df-ray run`` on a local Ray with backbones of an engine kind whose registry line
+    ran in the driver alone: the replicas build it from the plan's target (its module is a
+    plugin of the config, so its folder reaches them; the line does not)."""
+    import pyarrow.parquet as pq
+
+    from tests.evaluation.test_plugins import _write_config
+
+    (tmp_path / "parity_engine.py").write_text(PARITY_ENGINE)
+    sys.modules.pop("parity_engine", None)
+    monkeypatch.setitem(ENGINE_KINDS, "parity_engine", "parity_engine:ParityEngine")
+    backbones = {f"b{i}": {"kind": "parity_engine", "model": f"m{i}"} for i in (1, 2, 3)}
+    path = _write_config(tmp_path, plugins=["parity_plugin", "parity_engine"],
+                         backbones=backbones)
+    try:
+        assert main(["run", "--config", str(path)]) == 0, capsys.readouterr().err
+    finally:
+        sys.modules.pop("parity_engine", None)
+    (results,) = (tmp_path / "results").rglob("samples.parquet")
+    rows = pq.read_table(results).to_pylist()
+    assert len(rows) == 6 and all(r["correct"] for r in rows)
