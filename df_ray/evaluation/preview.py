@@ -2,8 +2,10 @@
 before any model runs (the idea of lm-evaluation-harness's ``write_out``).
 
 A scripted engine stands in for every backbone: a scripted backbone answers with its own
-script, any other with the ``majority`` responder (a seeded, plausible answer in the
-benchmark's format) or the responder ``--script`` names. The method, its prompts, its seeds
+script, any other with the responder ``--script`` names, else with the ``majority`` responder
+(a seeded, plausible answer) where the sample's answer kind reads its answer, and otherwise
+with the kind's own example answer (``df_ray.core.parsing.example_output``: a plugin's kind
+says how its answers look). The method, its prompts, its seeds
 and its sampling are the configuration's own, run through the evaluation driver as a run
 would; only the answers are the stand-in's, so the prompts of later rounds (which quote
 earlier answers) show the shape, not a model's words. Nothing is cached or logged.
@@ -16,7 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from df_ray.core import Calibration
-from df_ray.engines.scripted import ScriptedEngine
+from df_ray.core.parsing import example_output, parse
+from df_ray.core.types import ParseSpec
+from df_ray.engines.base import ChatRequest
+from df_ray.engines.scripted import ScriptedEngine, majority
 from df_ray.evaluation.api import EngineRouter
 from df_ray.evaluation.driver import Driver, Member, PlannedCall
 from df_ray.evaluation.scoring import ResultRow, finish_and_score
@@ -54,15 +59,32 @@ class Preview:
     calibration: str
 
 
-def stand_ins(cfg: Any, script: str | None = None) -> tuple[dict[str, ScriptedEngine],
-                                                             dict[str, str]]:
-    """A scripted engine per backbone (see the module docstring) and the script of each."""
+def stand_ins(cfg: Any, script: str | None = None, answers: ParseSpec | None = None
+              ) -> tuple[dict[str, ScriptedEngine], dict[str, str]]:
+    """A scripted engine per backbone (see the module docstring) and the script of each;
+    ``answers``: the sample's answer kind, which the default stand-in answers in."""
     engines, scripts = {}, {}
     for name, spec in cfg.backbones.items():
         own = getattr(spec, "script", None) if spec.kind == "scripted" else None
         scripts[name] = script or own or DEFAULT_SCRIPT
-        engines[name] = ScriptedEngine(spec.model, scripts[name])
+        responder: Any = scripts[name]
+        if scripts[name] == DEFAULT_SCRIPT and answers is not None:
+            responder = in_kind(answers)
+            scripts[name] += f" (else the {answers.kind} kind's example answer)"
+        engines[name] = ScriptedEngine(spec.model, responder)
     return engines, scripts
+
+
+def in_kind(answers: ParseSpec) -> Callable[[ChatRequest], str]:
+    """The ``majority`` responder's answer where ``answers``' kind reads it, else the kind's
+    example answer (seeded by the request)."""
+    def respond(request: ChatRequest) -> str:
+        text = majority(request)
+        if parse(text, answers).valid:
+            return text
+        return example_output(answers, int(request.key()[:8], 16)) or text
+
+    return respond
 
 
 def preview_calibration(cfg: Any) -> tuple[Calibration | None, str]:
@@ -111,7 +133,7 @@ def preview(cfg: Any, sample_id: str, *, script: str | None = None,
     if cfg.limit and all(s.id != sample_id for s in samples):  # beyond the run's limit
         samples = load_samples(cfg.model_copy(update={"limit": None}), split=split)
     sample = find_sample(samples, sample_id, f"{cfg.benchmark}'s {split} split")
-    engines, scripts = stand_ins(cfg, script)
+    engines, scripts = stand_ins(cfg, script, cfg.build_task().parse_spec(sample))
     calibration, said = preview_calibration(cfg)
     router = EngineRouter(engines, retries=0)
 

@@ -54,6 +54,12 @@ def canonicalize(answer, spec):
     return word if word in options_of(spec, Options).words else None
 
 
+def example(spec, seed):
+    """How a verdict looks (what df-ray show's stand-in engines answer)."""
+    words = options_of(spec, Options).words
+    return f"Verdict: {words[seed % len(words)]}"
+
+
 def words(spec):
     """What methods say about a verdict (the kind's own words)."""
     allowed = options_of(spec, Options).words
@@ -192,6 +198,28 @@ def test_the_generic_layers_ask_the_task(plugin, tmp_path, capsys):
     path = tmp_path / "parity.yaml"
     path.write_text(yaml.safe_dump(config(tmp_path)))
     assert main(["validate", "--config", str(path), "--data"]) == 0, capsys.readouterr().err
+
+
+def test_df_ray_show_answers_in_the_plugin_s_own_kind(plugin_file, tmp_path, capsys):
+    """The stand-in engines of ``df-ray show`` answer a plugin's answer kind in its own form
+    (the kind's ``example``): every agent's answer is a valid verdict."""
+    import yaml
+
+    from df_ray.core.parsing import example_output
+
+    backbones = {f"b{i}": {"kind": "vllm", "model": f"org/m{i}"} for i in (1, 2, 3)}
+    path = tmp_path / "parity.yaml"
+    path.write_text(yaml.safe_dump(config(tmp_path, backbones=backbones, method="debate",
+                                          method_args={"rounds": 1})))
+    assert main(["show", "--config", str(path), "--sample", "n3"]) == 0
+    out = capsys.readouterr().out
+    assert "scripted b1: majority (else the verdict kind's example answer)" in out
+    answers = out.split("[stand-in answer]\n")[1:]
+    assert len(answers) == 3 and all(a.startswith("Verdict: ") for a in answers)
+    assert "final answer: 'yes'" in out or "final answer: 'no'" in out
+    spec = ParseSpec("verdict", words=("yes", "no"))
+    assert {example_output(spec, s) for s in (0, 1)} == {"Verdict: yes", "Verdict: no"}
+    assert all(parse(example_output(spec, s), spec).valid for s in range(4))
 
 
 def test_the_sandboxed_benchmark_says_so_itself():

@@ -33,6 +33,7 @@ __all__ = [
     "UnknownKindError",
     "answer_words",
     "canonicalize",
+    "example_output",
     "extract_confidence",
     "kind_module",
     "parse",
@@ -81,6 +82,26 @@ def answer_words(spec: ParseSpec | str) -> AnswerWords:
     spec = spec if isinstance(spec, ParseSpec) else ParseSpec(spec)
     fn = getattr(kind_module(spec.kind), "words", None)
     return fn(spec) if callable(fn) else AnswerWords()
+
+
+#: How an answer drawn from a kind's words is written when the kind gives no ``example``:
+#: the first of these it reads as valid.
+_EXAMPLE_FORMS = ("The final answer is \\boxed{{{}}}.", "Answer: {}", "{}")
+
+
+def example_output(spec: ParseSpec, seed: int = 0) -> str | None:
+    """An output the kind of ``spec`` reads as a valid answer (a stand-in engine's answer,
+    ``df-ray show``'s), varied by ``seed``: its module's ``example(spec, seed)``, else an
+    answer its ``words`` draw (``random_answer``) in the first usual form it parses; None
+    when neither gives one."""
+    fn = getattr(kind_module(spec.kind), "example", None)
+    if callable(fn):
+        return fn(spec, seed)
+    answer = answer_words(spec).random_answer(seed, "example")
+    if answer is None:
+        return None
+    return next((text for text in (f.format(answer) for f in _EXAMPLE_FORMS)
+                 if parse(text, spec).valid), None)
 
 
 def warm(kind: str) -> None:

@@ -153,6 +153,13 @@ def canonicalize(answer: str, spec: ParseSpec) -> str | None:
     return normalize_code(answer)
 
 
+def example(spec: ParseSpec, seed: int) -> str:
+    """A program answer (a stand-in engine's): a fenced function of the entry point that
+    returns ``seed``."""
+    name = options_of(spec, Options).entry_point or "solution"
+    return f"```python\ndef {name}(*args):\n    return {int(seed)}\n```"
+
+
 def words(spec: ParseSpec) -> AnswerWords:
     """What methods say about a program answer (``AnswerWords``): no program is a valid answer
     by chance, so there is no random one."""

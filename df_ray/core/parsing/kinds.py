@@ -9,7 +9,11 @@ or a plugin's own) provides
 - ``canonicalize(answer, spec) -> str | None``: the key of a bare answer (a gold answer);
 - ``words(spec) -> AnswerWords`` (optional): what methods say about the kind's answers (the
   answer a JSON field holds, the valid answers a random one is drawn from, what a critique
-  checks); a kind without it gets wording that names no kind (``AnswerWords()``).
+  checks); a kind without it gets wording that names no kind (``AnswerWords()``);
+- ``example(spec, seed) -> str`` (optional): an output the kind reads as a valid answer,
+  varied by ``seed``, which ``df-ray show``'s stand-in engines answer with
+  (``df_ray.core.parsing.example_output``; without it, one of ``words``' answers in a usual
+  form, where the kind reads one).
 
 and is listed in ``df_ray.core.parsing.KINDS`` (name -> module): one module, one line.
 ``df_ray.core.parsing.parse`` adds what every kind shares (the confidence line, the empty and
