@@ -31,6 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="make the agent subsets' missing coordinator calls (only where a "
                    "subset's guardrail does not trust z*), once, through the generation "
                    "cache; the coordinator's engine is started in this process")
+    p.add_argument("--tie-rule", default="expected", choices=("first", "random", "expected"),
+                   help="how the subsets' votes and belief-only decisions (and so their "
+                   "Shapley values) score a tie: expected (default: 1/m per correct answer "
+                   "of an m-way tie), first (the answer the method picks) or random (a "
+                   "pick seeded by the run seed and the sample id)")
     p.add_argument("--no-mlflow", action="store_true",
                    help="do not log the analysis as artifacts of the sweep's MLflow run")
     return p
@@ -66,10 +71,13 @@ def run_from_args(args: argparse.Namespace, load_with_overrides) -> int:
     """``load_with_overrides`` is the CLI's sweep loader (passed in: the analysis layer does
     not import the CLI above it)."""
     from df_ray.analysis.api import AnalysisError, analyze
+    from df_ray.analysis.subsets import SubsetSettings
 
     sweep = load_with_overrides(args.config, args.set or [], None)
     try:
         analysis = analyze(sweep, seed=args.seed, benchmarks=args.benchmark,
+                           subsets=SubsetSettings(tie_rule=getattr(args, "tie_rule",
+                                                                   "expected")),
                            max_wrong_override=args.max_wrong_override, delta=args.delta,
                            say=lambda m: print(m, file=sys.stderr), fresh=args.fresh)
     except AnalysisError as e:

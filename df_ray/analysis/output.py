@@ -95,6 +95,17 @@ def _frontier_lines(f: Any) -> list[str]:
     return L
 
 
+#: How the subset table says its votes' ties were scored, per tie rule.
+_TIE_SENTENCES = {
+    "expected": "Votes are scored with ties broken uniformly (1/m per correct answer of an "
+                "m-way tie).",
+    "first": "Votes are scored with ties broken as the methods break them (`first`: the "
+             "lower agent index, then the smaller key).",
+    "random": "Votes are scored with ties broken by a uniform pick seeded by the run seed "
+              "and the sample id (`random`).",
+}
+
+
 def _subset_lines(s: Any) -> list[str]:
     """The agent subsets, leave one out, Shapley values, the best subsets."""
     L: list[str] = []
@@ -108,8 +119,8 @@ def _subset_lines(s: Any) -> list[str]:
                   _pct(r["darkforest"]), _vs_full(r, "darkforest"),
                   _pct(r["trusted_rate"]),
                   _num(r["tokens_per_sample"])] for _, r in s.table.iterrows()])
-    L += ["", "Votes are scored with ties broken uniformly (1/m per correct answer of "
-          "an m-way tie). Each subset's per-problem outcomes: `*_subset_outcomes.csv`; "
+    L += ["", _TIE_SENTENCES[getattr(s, "tie_rule", "expected")]
+          + " Each subset's per-problem outcomes: `*_subset_outcomes.csv`; "
           "its paired differences against all agents (vote, belief only, DarkForest: "
           "`*_vs_full`, discordant `*_b` / `*_c`, exact McNemar `*_p_mcnemar` where "
           "both are 0/1, paired t `*_p_t`): `*_subsets.csv`."]

@@ -5,12 +5,14 @@ Shapley values and the best subset of each size.
 
 A subset S is the configuration "the pool's configuration with only S's agents" (config
 order kept): its vote is ``weighted_vote`` with ``majority``, scored with its ties broken
-uniformly (``expected``: 1/m for each correct answer of an m-way tie, so no config order
-decides a subset's vote or a Shapley value), its belief-only decision
+by ``SubsetSettings.tie_rule`` (``df_ray.core.voting``'s rules; default ``expected``: 1/m for
+each correct answer of an m-way tie, so no config order decides a subset's vote or a Shapley
+value; ``first``: the answer the method picks; ``random``: a pick seeded by the run seed and
+the sample id), its belief-only decision
 DarkForest with ``belief_only`` and the calibration fitted on S alone (``fit_calibration``
 over the calibration split's cached records restricted to S: the file a real run of S
 would fit). The full pool uses the sweep's frozen calibration file when one matches, as
-its run did (its top candidates' ties scored the same way). DarkForest with a coordinator
+its run did (its top candidates' ties scored by the same rule). DarkForest with a coordinator
 is lazy: the coordinator is asked only where the subset's guardrail does not trust z*, and
 counted when the call is cached. Each subset's per-problem outcomes are kept
 (:func:`subset_outcomes`), with the paired difference against the full pool: the exact
@@ -37,10 +39,10 @@ import numpy as np
 import pandas as pd
 
 from df_ray.analysis.cached import CachedPool, Missing, lookup, parse_records
-from df_ray.analysis.decisions import belief_of, darkforest_final
+from df_ray.analysis.decisions import belief_of, darkforest_final, vote_final
 from df_ray.core import BeliefConfig, CalibrationRecord, GuardrailConfig, fit_calibration
 from df_ray.core.guardrail import is_trusted
-from df_ray.core.voting import tied_answers
+from df_ray.core.voting import belief_tied, check_tie_rule, random_pick, tied_answers
 from df_ray.methods.base import SampleState
 from df_ray.methods.common import representative
 from df_ray.statistics import bootstrap_ci, paired_difference
@@ -59,6 +61,11 @@ class SubsetSettings:
     seed: int = 0
     #: Look subsets' coordinator calls up (DarkForest with a coordinator per subset).
     coordinator: bool = True
+    #: How the votes' and belief-only decisions' ties are scored (``TIE_RULES``).
+    tie_rule: str = "expected"
+
+    def __post_init__(self) -> None:
+        check_tie_rule(self.tie_rule)
 
 
 @dataclass
@@ -151,7 +158,7 @@ class SubsetEvaluator:
         hit = self.results.get(subset)
         if hit is not None:
             return hit
-        test, grader = self.pool.test, self.pool.grader
+        test = self.pool.test
         n = len(test.samples)
         vote = np.zeros(n, float)
         belief_only = np.zeros(n, float)
@@ -160,18 +167,29 @@ class SubsetEvaluator:
         beliefs = self.beliefs(subset)
         for i, (s, o, b) in enumerate(zip(test.samples, test.obs, beliefs, strict=True)):
             obs = [o[a] for a in subset]
-            vote[i] = self._credit(s, obs, tied_answers(obs))
+            vote[i] = self._scored(s, obs, tied_answers(obs), vote_final(obs, self.order(subset)))
             decision, final = darkforest_final(obs, b, None, self.guard)
             trusted[i] = decision.trusted
-            top = _tied_top(b)
-            belief_only[i] = (self._credit(s, obs, top) if len(top) > 1
-                              else grader.correct(s, final))
+            belief_only[i] = self._scored(s, obs, belief_tied(b), final)
             tokens[i] = sum(test.tokens[i][a] for a in subset)
         res = SubsetResult(subset, vote, belief_only, tokens, trusted)
         if self.settings.coordinator and self.coordinator_id is not None:
             self._with_coordinator(res, beliefs)
         self.results[subset] = res
         return res
+
+    def _scored(self, sample: Any, obs: Sequence[Any], tied: Sequence[str], own: Any
+                ) -> float:
+        """A decision's outcome under the tie rule: ``own`` (the observation the method
+        answers with) graded where nothing is tied or under ``first``; the seeded pick's
+        under ``random``; :meth:`_credit` under ``expected``."""
+        rule = self.settings.tie_rule
+        if rule == "first" or len(tied) < 2:
+            return float(self.pool.grader.correct(sample, own))
+        if rule == "random":
+            pick = random_pick(tied, self.pool.cfg.seed, sample.id)
+            return float(self.pool.grader.correct(sample, representative(list(obs), pick)))
+        return self._credit(sample, obs, tied)
 
     def _credit(self, sample: Any, obs: Sequence[Any], tied: Sequence[str]) -> float:
         """The expected correctness of a uniform pick among the ``tied`` answers of
@@ -261,18 +279,6 @@ class SubsetEvaluator:
             res.darkforest, res.darkforest_tokens = df, df_tokens
 
 
-def _tied_top(belief: Any) -> list[str]:
-    """The belief's candidates level with z* (posterior and support)."""
-    if not belief.clusters:
-        return []
-
-    def score(c: Any) -> tuple[float, int]:
-        return (round(float(c.posterior), 12), len(c.support))
-
-    best = max(score(c) for c in belief.clusters)
-    return [c.answer for c in belief.clusters if score(c) == best]
-
-
 # ----------------------------------------------------------------------------- subsets
 
 
@@ -351,6 +357,8 @@ class SubsetSection:
     lines: list[str] = field(default_factory=list)
     #: every subset's per-problem outcomes (:func:`subset_outcomes`)
     outcomes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: how the votes' ties were scored (``SubsetSettings.tie_rule``)
+    tie_rule: str = "expected"
 
 
 def _acc(x: np.ndarray | None) -> float:
@@ -445,7 +453,7 @@ def subset_section(ev: SubsetEvaluator) -> SubsetSection:
                      "them)")
     return SubsetSection(table, pd.DataFrame(loo), shapley, pd.DataFrame(best_rows),
                          pd.DataFrame(by_size), exact, note, lines,
-                         subset_outcomes(ev, subsets))
+                         subset_outcomes(ev, subsets), st.tie_rule)
 
 
 def subset_outcomes(ev: SubsetEvaluator, subsets: Sequence[Subset]) -> pd.DataFrame:

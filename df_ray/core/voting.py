@@ -23,7 +23,9 @@ decides, so each vote takes one of :data:`TIE_RULES`:
   over the answers in agent order) both keep the first answer seen, i.e. the first agent's or
   the first sample's.
 - ``random``: uniform among the tied answers, seeded by the run seed and the sample id
-  (:func:`random_pick`), so it is reproducible and independent of any order.
+  (:func:`random_pick`), so it is reproducible and independent of any order. A run takes it
+  as ``method_args.tie_rule`` (``RUN_TIE_RULES``); DarkForest's z* through
+  :func:`break_belief_tie`.
 - ``expected``: the exact expectation of ``random``: a tie among m answers counts 1/m for
   each correct one (:func:`tie_credit`). It is a score, not an answer: the report's tables
   use it by default for every vote, so that no configuration order can decide a row.
@@ -38,10 +40,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from df_ray.core.belief import agent_rank
-from df_ray.core.types import Observation
+from df_ray.core.types import Belief, Cluster, Observation
 
-__all__ = ["TIE_RULES", "TieRule", "check_tie_rule", "first_sample_vote", "majority_vote",
-           "random_pick", "recalibrate_reconcile", "tie_credit", "tied_answers", "vote_credit",
+__all__ = ["RUN_TIE_RULES", "TIE_RULES", "TieRule", "belief_tied", "break_belief_tie",
+           "check_tie_rule", "first_sample_vote", "majority_vote", "random_pick",
+           "recalibrate_reconcile", "tie_credit", "tied_answers", "vote_credit",
            "weighted_vote"]
 
 _TIE_DECIMALS = 12
@@ -49,6 +52,8 @@ _TIE_DECIMALS = 12
 TieRule = Literal["first", "random", "expected"]
 #: The named tie rules every vote takes (see the module docstring).
 TIE_RULES: tuple[str, ...] = ("first", "random", "expected")
+#: The rules a run can break its ties by (``expected`` is a score, not an answer).
+RUN_TIE_RULES: tuple[str, ...] = ("first", "random")
 
 
 def check_tie_rule(rule: str, answer: bool = False) -> None:
@@ -215,6 +220,37 @@ def weighted_vote(
         tied = tied_answers(observations, weights, default=default)
         return random_pick(tied, run_seed, sample_id) if tied else None
     return _tally(observations, _weight_of(weights, default), agent_order)
+
+
+def _belief_rank(c: Cluster) -> tuple[float, bool, int]:
+    # what the belief ranks on before its order's tie-break (df_ray.core.belief)
+    return (round(c.posterior, _TIE_DECIMALS), c.posterior > 0.0, len(c.support))
+
+
+def belief_tied(belief: Belief) -> list[str]:
+    """The belief's candidates level with z* on what it ranks (posterior, a positive
+    posterior before a zero one, support), in its order; none for an empty belief."""
+    if not belief.clusters:
+        return []
+    best = _belief_rank(belief.clusters[0])
+    return [c.answer for c in belief.clusters if _belief_rank(c) == best]
+
+
+def break_belief_tie(belief: Belief, rule: str = "first", run_seed: int = 0,
+                     sample_id: str = "") -> Belief:
+    """The belief with z* chosen among the candidates tied with it by ``rule``: ``first``
+    keeps the belief's own order (lower agent index, then smaller key); ``random`` puts
+    :func:`random_pick`'s candidate first (the others keep their order), with runner-up and
+    margin recomputed (0 for a tie)."""
+    check_tie_rule(rule, answer=True)
+    tied = belief_tied(belief)
+    if rule == "first" or len(tied) < 2:
+        return belief
+    pick = random_pick(tied, run_seed, sample_id)
+    clusters = tuple(sorted(belief.clusters, key=lambda c: c.answer != pick))  # stable
+    top, runner_up = clusters[0], clusters[1]
+    return Belief(clusters=clusters, top=top, runner_up=runner_up,
+                  margin=top.posterior - runner_up.posterior)
 
 
 def recalibrate_reconcile(conf: float) -> float:

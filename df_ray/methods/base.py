@@ -336,7 +336,10 @@ class Method(ABC):
     def hashed_args(cls, args: dict[str, Any]) -> dict[str, Any]:
         """The validated ``method_args`` as the configuration's fingerprint hashes them: a
         method leaves out fields added later at their defaults, so that configurations that
-        do not set them keep their fingerprint (the identity)."""
+        do not set them keep their fingerprint (the identity). ``tie_rule`` at ``first``
+        (the rule every run had before it was a setting) is left out here for every method."""
+        if args.get("tie_rule") == "first":
+            return {k: v for k, v in args.items() if k != "tie_rule"}
         return args
 
     @property

@@ -13,12 +13,13 @@ JSON answer, Self-Refine's greedy first answer) make it under their own role: th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import StringConstraints
+from pydantic import BeforeValidator, Field, StringConstraints
 
 from df_ray.core import majority_vote, parse, weighted_vote
 from df_ray.core.types import Observation
+from df_ray.core.voting import RUN_TIE_RULES
 from df_ray.methods.base import (
     AgentView,
     Call,
@@ -37,6 +38,26 @@ AGENT_ROLE = "agent"
 
 #: An agent id in ``method_args`` (checked against the run's agents when the method plans).
 AgentId = Annotated[str, StringConstraints(strict=True, min_length=1)]
+
+
+def _run_tie_rule(value: Any) -> Any:
+    if value == "expected":
+        raise ValueError("'expected' is a score, not an answer: a run breaks its ties by "
+                         f"{' or '.join(repr(r) for r in RUN_TIE_RULES)} (df-ray report "
+                         "--tie-rule expected scores them exactly)")
+    return value
+
+
+#: A run's tie rule in ``method_args`` (``df_ray.core.voting``'s ``first`` or ``random``).
+RunTieRule = Annotated[Literal[RUN_TIE_RULES], BeforeValidator(_run_tie_rule)]  # type: ignore[valid-type]
+
+
+def tie_rule_field(first: str) -> Any:
+    """The ``tie_rule`` field of a method whose answer is a vote or an argmax; ``first``
+    says what the ``first`` rule picks there."""
+    return Field("first", description=f"how a tie at the top is broken: 'first' ({first}), "
+                                      "or 'random' (uniform among the tied answers, seeded "
+                                      "by the run seed and the sample id)")
 
 
 def from_args(name: str, *, equals: Any = None) -> Any:
@@ -149,17 +170,23 @@ def vote_counts(obs: Sequence[Observation]) -> dict[str, int]:
     return counts
 
 
-def majority(obs: Sequence[Observation], ctx: MethodContext) -> Observation | None:
+def majority(obs: Sequence[Observation], ctx: MethodContext, ties: str = "first",
+             sample_id: str = "") -> Observation | None:
     """Plurality vote over valid answers (core ``majority_vote``: ties go to the larger
-    support, then the answer of the lowest-index agent in config order, then the smaller key)."""
-    return representative(obs, majority_vote(obs, agent_order=agent_order(ctx)))
+    support, then the answer of the lowest-index agent in config order, then the smaller
+    key; ``ties="random"``: a pick seeded by the run seed and ``sample_id``)."""
+    return representative(obs, majority_vote(obs, agent_order=agent_order(ctx), ties=ties,
+                                             run_seed=ctx.run_seed, sample_id=sample_id))
 
 
 def weighted(obs: Sequence[Observation], weights: Mapping[str, float],
-             ctx: MethodContext) -> Observation | None:
+             ctx: MethodContext, ties: str = "first", sample_id: str = "") -> Observation | None:
     """Weighted vote (core ``weighted_vote``: ties go to the larger total weight, then the
-    larger support, then the lowest agent index, then the smaller key)."""
-    return representative(obs, weighted_vote(obs, weights, agent_order=agent_order(ctx)))
+    larger support, then the lowest agent index, then the smaller key; ``ties`` as
+    :func:`majority`'s)."""
+    return representative(obs, weighted_vote(obs, weights, agent_order=agent_order(ctx),
+                                             ties=ties, run_seed=ctx.run_seed,
+                                             sample_id=sample_id))
 
 
 def single_final(rec: CallRecord | None, ctx: MethodContext,

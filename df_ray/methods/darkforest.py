@@ -8,6 +8,11 @@ trusts z* (it could not change the outcome), and then no evidence is disclosed (
 With ``belief_only`` (Table 2's "belief only" row) the coordinator is never called: the final
 answer is z*, T_cross and the coordinator's tokens are 0. n + 1 calls per sample at most.
 
+``tie_rule`` chooses z* among candidates level on posterior and support: ``first`` (the
+default), the belief's own order (lower agent index, then smaller key); ``random``, a uniform
+pick seeded by the run seed and the sample id (``df_ray.core.voting.break_belief_tie``). It
+decides the belief-only answer, and what the guardrail and the coordinator see as z*.
+
 The coordinator sees the whole task (``problem_statement``: FinQA's table and program
 language, LegalBench's instruction and labels, a question's options), then the evidence.
 
@@ -48,6 +53,7 @@ from df_ray.core import (
 from df_ray.core.disclosure import POLICIES
 from df_ray.core.guardrail_fit import GuardrailSetting
 from df_ray.core.types import Belief, Decision, Observation
+from df_ray.core.voting import break_belief_tie
 from df_ray.methods import darkforest_explain
 from df_ray.methods.base import (
     Call,
@@ -58,7 +64,7 @@ from df_ray.methods.base import (
     Outcome,
     SampleState,
 )
-from df_ray.methods.common import behaviour_seconds, rekeyed
+from df_ray.methods.common import RunTieRule, behaviour_seconds, rekeyed, tie_rule_field
 from df_ray.methods.prompt_templates import coordinator_prompt
 from df_ray.methods.result_columns import RowMean
 from df_ray.tasks.base import problem_statement
@@ -146,6 +152,8 @@ class DarkForest(Method):
                              description="strength of the independence discount")
         belief_only: bool = Field(False, description="the paper's belief-only decision "
                                                      "(Table 2): z* without a coordinator call")
+        tie_rule: RunTieRule = tie_rule_field("the candidate of the lowest-index agent in "
+                                              "config order, then the smaller key")
 
     #: Where the top-level config keys of earlier versions went (config key -> Args field).
     moved_config_keys: ClassVar[dict[str, str]] = {
@@ -168,6 +176,7 @@ class DarkForest(Method):
 
     @classmethod
     def hashed_args(cls, args: dict[str, Any]) -> dict[str, Any]:
+        args = super().hashed_args(args)
         g = args.get("guardrail")
         if not isinstance(g, dict):
             return args
@@ -211,9 +220,11 @@ class DarkForest(Method):
     def needs_calibration(self) -> bool:
         return self.args.ablation != "no_calibration"
 
-    def _belief(self, obs: list[Observation], ctx: MethodContext) -> Belief:
+    def _belief(self, obs: list[Observation], ctx: MethodContext, sample_id: str) -> Belief:
         cfg = BeliefConfig.ablation(self.args.ablation, gamma=self.args.gamma)
-        return build_belief(obs, ctx.calibration, cfg, agent_order=[a.id for a in ctx.agents])
+        belief = build_belief(obs, ctx.calibration, cfg,
+                              agent_order=[a.id for a in ctx.agents])
+        return break_belief_tie(belief, self.args.tie_rule, ctx.run_seed, sample_id)
 
     def guardrail(self, ctx: MethodContext | None = None) -> GuardrailConfig:
         """The thresholds of Trusted(z*): the configured ones, or with ``guardrail.fit`` the
@@ -267,7 +278,7 @@ class DarkForest(Method):
         got = state.memo.get("belief")
         if got is None:
             obs = observations_from_state(state, ctx)
-            got = state.memo["belief"] = (obs, self._belief(obs, ctx))
+            got = state.memo["belief"] = (obs, self._belief(obs, ctx, state.sample.id))
         return got
 
     def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:

@@ -8,6 +8,8 @@ reported scores.
 method_args:
     samples: answers drawn per agent (default 3), each with its own seed.
     agent: draw from this agent only (the paper's single-model form); default every agent.
+    tie_rule: ``first`` (default: the answer sampled first) or ``random`` (a uniform pick
+        among the tied answers, seeded by the run seed and the sample id).
 
 Sample 0 of an agent is its independent answer (task prompt, slot ``"independent"``: the
 DarkForest / Single cache entry); sample k > 0 uses slot ``"sc-<k>"``, so only the seed
@@ -34,11 +36,13 @@ from df_ray.methods.common import (
     AGENT_ROLE,
     INDEPENDENT_SLOT,
     AgentId,
+    RunTieRule,
     from_args,
     independent_observations,
     observations,
     pick_agent,
     representative,
+    tie_rule_field,
     vote_counts,
 )
 
@@ -53,9 +57,11 @@ class SelfConsistency(Method):
                              description="answers drawn per agent, each with its own seed")
         agent: AgentId | None = Field(
             None, description="draw from this agent only (default: every agent)")
+        tie_rule: RunTieRule = tie_rule_field("the tied answer sampled first")
 
     samples = from_args("samples")
     agent_id = from_args("agent")
+    tie_rule = from_args("tie_rule")
 
     @property
     def rounds(self) -> int:
@@ -81,7 +87,8 @@ class SelfConsistency(Method):
 
     def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:
         obs = observations(state, ctx, round=0)
-        final = representative(obs, first_sample_vote(obs))
+        final = representative(obs, first_sample_vote(
+            obs, ties=self.tie_rule, run_seed=ctx.run_seed, sample_id=state.sample.id))
         return Outcome(final=final, selected=final,  # the vote is its selection
                        agent_observations=independent_observations(state, ctx),
                        extra={"votes": vote_counts(obs), "n_samples": len(obs)})

@@ -12,9 +12,12 @@ factor and no coordinator.
 
 method_args:
     majority: True for the unweighted plurality vote (the "majority" row of the ablation).
+    tie_rule: ``first`` (default) or ``random`` (core ``df_ray.core.voting``'s tie rules).
 
-Ties go to the larger total weight, then the larger support, then the answer of the
-lowest-index agent in config order, then the smaller key (core ``weighted_vote``).
+Ties go to the larger total weight, then the larger support; answers level on both are
+broken by ``tie_rule``: ``first``, the answer of the lowest-index agent in config order,
+then the smaller key (core ``weighted_vote``); ``random``, a uniform pick seeded by the run
+seed and the sample id.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ from pydantic import Field
 from df_ray.core.belief import LAPLACE_PRIOR
 from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.common import (
+    RunTieRule,
     from_args,
     independent_calls,
     independent_observations,
     majority,
+    tie_rule_field,
     vote_counts,
     weighted,
 )
@@ -39,8 +44,11 @@ class WeightedVote(Method):
     class Args(MethodArgs):
         majority: bool = Field(False, strict=True,
                                description="the unweighted plurality vote (no calibration)")
+        tie_rule: RunTieRule = tie_rule_field("the answer of the lowest-index agent in config "
+                                              "order, then the smaller key")
 
     majority = from_args("majority")
+    tie_rule = from_args("tie_rule")
 
     @property
     def needs_calibration(self) -> bool:
@@ -61,11 +69,12 @@ class WeightedVote(Method):
 
     def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:
         obs = independent_observations(state, ctx)
+        ties = (self.tie_rule, state.sample.id)
         if self.majority:
-            final, weights = majority(obs, ctx), None
+            final, weights = majority(obs, ctx, *ties), None
         else:
             weights = self.weights(ctx)
-            final = weighted(obs, weights, ctx)
+            final = weighted(obs, weights, ctx, *ties)
         return Outcome(final=final, agent_observations=obs, selected=final,
                        extra={"votes": vote_counts(obs), "weights": weights,
                               "voting": "majority" if self.majority else "alpha"})

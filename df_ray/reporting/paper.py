@@ -511,8 +511,9 @@ BASELINES: tuple[Baseline, ...] = (
                    "(df_ray/experiments/compositions.py)"),
               Knob("samples", str(SELF_CONSISTENCY_SAMPLES), "ours",
                    "read off the paper's MATH token ratio 11.8k / 4.7k (8-11 calls of one "
-                   "model; df_ray/experiments/compositions.py); a tie goes to the first "
-                   "sample's answer (ours: the paper defines no tie rule)"))),
+                   "model; df_ray/experiments/compositions.py)"),
+              Knob("tie_rule", "first", "ours", "a tie goes to the tied answer sampled first "
+                   "(the paper defines no tie rule; see the tie rules below)"))),
     Baseline(("debate",), "Multi-agent Debate (Du et al., 2023)",
              "composable-models/llm_multiagent_debate `gsm/gen_gsm.py`, `gsm/eval_gsm.py`",
              (Knob("rounds", "2", "reference", "3 agents, 2 rounds, full history, majority of "
@@ -576,7 +577,9 @@ BASELINES: tuple[Baseline, ...] = (
                    "rewrite) of the sample, as `update_prompt` appends them"))),
     Baseline(("weighted_vote",), "Weighted Vote (the voting ablation)",
              "none: DarkForest's alpha-weighted vote without R_pi",
-             (Knob("majority", "false", "ours", "true: the plain plurality vote"),)),
+             (Knob("majority", "false", "ours", "true: the plain plurality vote"),
+              Knob("tie_rule", "first", "ours", "a tie goes to the lowest-index agent's "
+                   "answer (see the tie rules below)"))),
     Baseline(("single",), "Single agent", "none",
              (Knob("agent", "each of the composition's agents", "ours"),)),
 )
@@ -872,11 +875,65 @@ def _experiment_lines(exp: Any) -> list[str]:
     return lines
 
 
+#: How each vote breaks a tie: (vote, what its reference code does, read from that code,
+#: df_ray's ``first``, the rules df_ray offers).
+TIE_BREAKS: tuple[tuple[str, str, str, str], ...] = (
+    ("Majority vote (`weighted_vote`, `majority`)", "no reference code (the paper's voting "
+     "rows)", "the lowest-index agent's answer, then the smaller key", "`tie_rule`: first, "
+     "random"),
+    ("Weighted vote (`weighted_vote`)", "no reference code; ReConcile's weighted vote "
+     "(`utils.py` `parse_output`: `max(certainty_vote, key=certainty_vote.get)` over a dict "
+     "filled in agent order) keeps the first agent's answer", "larger support, then as "
+     "majority vote", "`tie_rule`: first, random"),
+    ("Self-Consistency (`self_consistency`)", "no reference code for the paper; "
+     "lm-evaluation-harness's `majority_vote` filter (`Counter(resp).most_common(1)`) keeps "
+     "the answer seen first", "the tied answer sampled first", "`tie_rule`: first, random"),
+    ("DarkForest's z* (belief only, and what the guardrail and coordinator see)",
+     "not found (no reference code); the paper: larger support, then lower agent index",
+     "larger support, then the lowest agent index, then the smaller key",
+     "`tie_rule`: first, random"),
+    ("Debate (`debate`), last round", "`gsm/eval_gsm.py` `most_frequent`: a strict `>` over "
+     "`List.count` in agent order keeps the first agent's answer", "larger support, then "
+     "the lowest agent index", "first only"),
+    ("ReConcile (`reconcile`)", "`utils.py` `parse_output`: `max` over the confidence-"
+     "weighted dict in agent order (each answer's first vote carries +1e-5, so a tie stays "
+     "a tie), the first agent's answer", "larger total weight, larger support, the lowest "
+     "agent index", "first only"),
+    ("GoA max (`goa_max`)", "`main.py` `process_fn`: among nodes level on the top score, "
+     "the domain order general, code, math (`priority_order`)", "node order", "first only"),
+    ("MoA, GoA mean, Self-Refine", "no vote: a model writes the final answer "
+     "(`generate_with_references`, `graph_pooling`, the last refinement)", "no tie", "-"),
+    ("Agent subsets and Shapley values (`df-ray analyze`)", "-", "as majority vote and z*",
+     "`--tie-rule`: expected (default), first, random"),
+    ("maj@k (`df_ray.analysis.estimators.maj_at_k`)", "-", "-", "expected only (exact over "
+     "every k-subset)"),
+    ("Every vote row of `df-ray report`", "-", "the run's own answer",
+     "`--tie-rule`: expected (default), first, random"),
+)
+
+
+def ties_markdown() -> list[str]:
+    """How each vote breaks a tie (docs/experiments.md)."""
+    lines = ["", "### Tie rules", "",
+             "Where every answer of a vote is distinct, its tie rule alone decides it. "
+             "Every vote takes one of `df_ray.core.voting`'s rules: `first` (each method's "
+             "order below, the default, so cached runs replay as they ran), `random` (uniform "
+             "among the tied answers, seeded by the run seed and the sample id: the same pick "
+             "on every rerun) and, for scores only, `expected` (a tie among m answers counts "
+             "1/m for each correct one). A run takes `method_args.tie_rule` (first or "
+             "random, checked when the configuration is validated); the report and the "
+             "analysis score ties `expected` unless told otherwise.", "",
+             "| vote | the reference code's tie-break (read from its code) | df_ray's `first` "
+             "| rules |", "| --- | --- | --- | --- |"]
+    lines += [f"| {v} | {ref} | {first} | {rules} |" for v, ref, first, rules in TIE_BREAKS]
+    return lines
+
+
 def experiments_markdown() -> str:
     """docs/experiments.md."""
     lines = [*_intro_lines(), *_pool_lines(), *_composition_lines(), *_data_lines(),
              *_budget_lines(), *_prompt_lines(), *_prompt_token_lines(),
-             *_method_token_lines(), *baselines_markdown()]
+             *_method_token_lines(), *baselines_markdown(), *ties_markdown()]
     for exp in EXPERIMENTS.values():
         lines += _experiment_lines(exp)
     return "\n".join(lines) + "\n"

@@ -9,7 +9,13 @@ import math
 import pytest
 
 from df_ray.analysis import analyze
-from df_ray.analysis.subsets import all_subsets, sampled_subsets, shapley_exact, shapley_sampled
+from df_ray.analysis.subsets import (
+    SubsetSettings,
+    all_subsets,
+    sampled_subsets,
+    shapley_exact,
+    shapley_sampled,
+)
 from df_ray.pipeline.cache import count_parts
 from df_ray.reporting.ties import tie_outcome
 from tests.analysis.sweep import AGENTS, run_config, run_sweep, sweep_config, variant
@@ -61,6 +67,38 @@ def test_every_subset_equals_a_real_scripted_sweep_of_it(swept):
                                                          "darkforest"))
     assert full["vote"] == pytest.approx(expected(evs["majority_vote"], "weighted_vote"))
     assert (full["vote_vs_full"], full["vote_b"], full["vote_c"]) == (0.0, 0, 0)
+
+
+@pytest.mark.parametrize("rule", ["first", "random"])
+def test_the_subsets_score_ties_by_the_tie_rule_as_a_real_run_with_it_answers(swept, rule):
+    """``SubsetSettings.tie_rule``: ``first`` and ``random`` give each subset's vote and
+    belief-only decision the accuracy of a real run of the subset with that ``tie_rule``
+    (``random``: the same seeded picks), and the Shapley values follow them."""
+    sweep, _, scored, _, tmp = swept
+    analysis = analyze(sweep, subsets=SubsetSettings(tie_rule=rule, coordinator=False))
+    (b,) = analysis.benchmarks
+    assert b.subsets.tie_rule == rule and f"`{rule}`" in analysis.to_markdown()
+    table = b.subsets.table.set_index("agents")
+    pool = next(c for c in sweep.expand() if c.name == "darkforest")
+    cal = {**pool.calibration.model_dump(), "dir": str(tmp / "subset_calibration")}
+    for subset in [AGENTS, AGENTS[:2], AGENTS[1:]]:
+        agents = [a for a in pool.model_dump(mode="json")["agents"] if a["id"] in subset]
+        vote = run_config(variant(pool, agents=agents, method="weighted_vote",
+                                  method_args={"majority": True, "tie_rule": rule}),
+                          write=False)
+        belief = run_config(variant(pool, agents=agents, calibration=cal,
+                                    method_args={"belief_only": True, "tie_rule": rule}),
+                            write=False)
+        row = table.loc["+".join(subset)]
+        assert row["vote"] == pytest.approx(vote.accuracy, abs=1e-12), subset
+        assert row["belief_only"] == pytest.approx(belief.accuracy, abs=1e-12), subset
+    # the rule decided something: some subset's vote differs from its 1/m credit
+    (e,) = scored.benchmarks
+    assert (table["vote"] - e.subsets.table.set_index("agents")["vote"]).abs().max() > 0
+    shap = b.subsets.shapley["vote"].sum()
+    assert shap == pytest.approx(table.loc["+".join(AGENTS), "vote"], abs=1e-12)
+    with pytest.raises(ValueError, match="unknown tie rule 'last'"):
+        SubsetSettings(tie_rule="last")
 
 
 def expected(ev, method: str) -> float:

@@ -78,6 +78,7 @@ def test_scaling_and_voting_encodings():
     assert len({a.backbone for a in scaling[-1].agents}) == 5
     voting = {c.name: c for c in load_config(CONFIGS / "table6_voting.yaml").expand()}
     assert voting["mmlu_pro majority"].method == "weighted_vote"
-    assert voting["mmlu_pro majority"].method_args == {"majority": True}
-    assert voting["legalbench weighted"].method_args == {"majority": False}  # every field kept
+    assert voting["mmlu_pro majority"].method_args == {"majority": True, "tie_rule": "first"}
+    assert voting["legalbench weighted"].method_args == {  # every field kept
+        "majority": False, "tie_rule": "first"}
     assert voting["mmlu_pro full"].method == "darkforest"
