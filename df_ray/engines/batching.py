@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -53,6 +53,27 @@ def generate_by_submit(engine: Any, requests: Sequence[ChatRequest]) -> list[Com
     if first is not None:
         raise first
     return out
+
+
+def admitted(inbox: queue.Queue, room: Callable[[], bool], idle: Callable[[], bool],
+             prepare: Callable[[ChatRequest, Future], Any]) -> Iterator[Any]:
+    """Continuous admission, as a continuous-batching loop does it before each step: the
+    queued ``(request, future)`` pairs taken in while ``room()``, waiting for one only when
+    ``idle()`` (nothing to step), a cancelled one skipped; each is what ``prepare(request,
+    future)`` makes of it (an exception it raises fails that request alone)."""
+    while room():
+        try:
+            request, fut = inbox.get(block=idle())
+        except queue.Empty:
+            return
+        if not fut.set_running_or_notify_cancel():
+            continue
+        try:
+            item = prepare(request, fut)
+        except BaseException as e:
+            fut.set_exception(e)
+            continue
+        yield item
 
 
 class StaticBatcher:

@@ -77,7 +77,7 @@ from df_ray.engines.base import (
     timed_out,
     unsupported_sampling,
 )
-from df_ray.engines.batching import generate_by_submit
+from df_ray.engines.batching import admitted, generate_by_submit
 from df_ray.engines.completion_prompt import render_without_template
 from df_ray.engines.llama_build import select_llama_library
 from df_ray.engines.models import (
@@ -497,18 +497,8 @@ class EmbeddedEngine:
         while True:
             # Continuous admission: queued requests take free slots before every step; with
             # nothing to decode, wait for the next request.
-            while free:
-                try:
-                    request, fut = self._inbox.get(block=not active)
-                except queue.Empty:
-                    break
-                if not fut.set_running_or_notify_cancel():
-                    continue
-                try:
-                    seq = self._admit(request, fut)
-                except BaseException as e:
-                    fut.set_exception(e)
-                    continue
+            for seq in admitted(self._inbox, lambda: bool(free), lambda: not active,
+                                self._admit):
                 if seq is None:
                     continue
                 seq.slot = free.pop()

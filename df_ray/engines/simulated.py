@@ -34,6 +34,7 @@ per GPU used for head capacity is the rate at DarkForest's longer (~300-token) a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -49,7 +50,7 @@ from typing import Any
 from pydantic import Field
 
 from df_ray.engines.base import ChatRequest, Completion
-from df_ray.engines.batching import generate_by_submit
+from df_ray.engines.batching import admitted, generate_by_submit
 from df_ray.engines.spec import EngineSpec
 
 #: Sequences the engine runs at once by default.
@@ -181,25 +182,9 @@ class SimulatedEngine:
         log = os.environ.get("DFPERF_SIM_LOG")
         path = os.path.join(log, f"{self.model}-{os.getpid()}.log") if log else None
         while True:
-            while len(running) < self.capacity:
-                try:
-                    request, f = self._inbox.get(block=not running)
-                except queue.Empty:
-                    break
-                if not f.set_running_or_notify_cancel():
-                    continue
-                try:
-                    text = self.responder(request)
-                except BaseException as e:
-                    f.set_exception(e)
-                    continue
-                # At least the answer's own words: the answer is never cut.
-                n = max(draw_length(request, self.mean_tokens, self.sigma), len(text.split()))
-                self.lengths.append(n)
-                if path:
-                    with open(path.removesuffix(".log") + ".lengths", "a") as fh:
-                        fh.write(f"{n}\n")
-                running.append(_Seq(request, f, n, n, text))
+            for seq in admitted(self._inbox, lambda: len(running) < self.capacity,
+                                lambda: not running, functools.partial(self._seq, path=path)):
+                running.append(seq)
             start = time.time()
             time.sleep(self.step_s)
             end = time.time()
@@ -216,7 +201,18 @@ class SimulatedEngine:
                     still.append(s)
                     continue
                 s.future.set_result(self._answer(s))
-            running = still
+            running[:] = still
+
+    def _seq(self, request: ChatRequest, f: Future, path: str | None) -> _Seq:
+        """An admitted request: its answer and the length it is generated to."""
+        text = self.responder(request)
+        # At least the answer's own words: the answer is never cut.
+        n = max(draw_length(request, self.mean_tokens, self.sigma), len(text.split()))
+        self.lengths.append(n)
+        if path:
+            with open(path.removesuffix(".log") + ".lengths", "a") as fh:
+                fh.write(f"{n}\n")
+        return _Seq(request, f, n, n, text)
 
     @staticmethod
     def _answer(s: _Seq) -> Completion:

@@ -41,6 +41,7 @@ from df_ray.errors import EngineFailure
 from df_ray.pipeline import faults
 from df_ray.pipeline.error_text import first_line
 from df_ray.pipeline.placement import bundle_text, replica_bundle
+from df_ray.pipeline.ticker import Ticker
 
 log = logging.getLogger(__name__)
 
@@ -204,32 +205,26 @@ class EngineSupervisor:
         self.deaths: list[ReplicaDeath] = []
         self._final: dict[str, dict] = {}  # lives whose state will not change any more
         self._counted: set[str] = set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker("df-ray-engine-supervisor", interval_s, self._tick)
         self._check_lock = threading.Lock()
         self._nodes_at = 0.0  # when the nodes were last read
         self._lost_since: dict[str, float] = {}  # backbone -> since when no replica is up
 
     # -- lifecycle
     def start(self) -> EngineSupervisor:
-        self._thread = threading.Thread(target=self._run, name="df-ray-engine-supervisor",
-                                        daemon=True)
-        self._thread.start()
+        self._ticker.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._ticker.stop(timeout_s=5)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.check()
-            except Exception as e:
-                log.debug("engine supervisor poll failed: %s", e)
-            if self.failure is not None:
-                return
+    def _tick(self) -> bool:
+        """One poll; True (stop polling) once the job must stop."""
+        try:
+            self.check()
+        except Exception as e:
+            log.debug("engine supervisor poll failed: %s", e)
+        return self.failure is not None
 
     # -- reading the reports
     def lives(self) -> dict[tuple[str, int], list[dict]]:

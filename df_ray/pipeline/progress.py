@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from df_ray.pipeline.ticker import Ticker
+
 StatsFn = Callable[[], list[dict[str, Any]]]
 
 
@@ -67,22 +69,18 @@ class GroupProgress:
         self._base: dict[str, float] | None = None
         self._engine = {"served": 0.0, "failed": 0.0, "tokens": 0.0}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker("df-ray-progress", interval_s, self._tick)
         self._step = 0
         self._width = 0
 
     # -- lifecycle
     def start(self) -> GroupProgress:
         self._poll()
-        self._thread = threading.Thread(target=self._run, name="df-ray-progress", daemon=True)
-        self._thread.start()
+        self._ticker.start()
         return self
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._ticker.stop(timeout_s=10)
         self._poll()
         self._emit(final=True)
 
@@ -91,10 +89,9 @@ class GroupProgress:
             self.done += n
             self.failed_rows += failed_calls
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._poll()
-            self._emit()
+    def _tick(self) -> None:
+        self._poll()
+        self._emit()
 
     # -- figures
     def _poll(self) -> None:
