@@ -197,6 +197,9 @@ OWN_ENGINE_ARGS = frozenset({"sampling", "n_parallel"})
 class LlamaCppSpec(EngineSpec):
     """An embedded backbone: a packaged GGUF model on llama.cpp's CPU threads."""
 
+    capacity_arg = "n_parallel"
+    default_capacity = DEFAULT_PARALLEL
+
     n_threads: int | None = Field(
         default=None, ge=1, description="llama.cpp threads (None: 1); a replica reserves as "
                                         "many CPUs, since its threads spin-wait")
@@ -219,11 +222,6 @@ class LlamaCppSpec(EngineSpec):
 
     def ray_resources(self) -> dict[str, float]:
         return {"num_gpus": self.resolved_num_gpus, "num_cpus": self.resolved_num_cpus}
-
-    @property
-    def capacity(self) -> int:
-        return int(self.engine_args.get("n_parallel") or self.max_batch_size
-                   or DEFAULT_PARALLEL)
 
     @classmethod
     def accepted_engine_args(cls) -> set[str] | None:
@@ -262,8 +260,8 @@ class EmbeddedEngine:
         engine_args = dict(spec.engine_args)
         self.sampling_defaults = {**NEUTRAL_SAMPLING, **dict(engine_args.pop("sampling", {}))}
         #: Sequences decoded together (1 = one request at a time through create_completion).
-        self.n_parallel = max(1, int(engine_args.pop("n_parallel", None)
-                                     or spec.max_batch_size or DEFAULT_PARALLEL))
+        self.n_parallel = max(1, spec.capacity)
+        engine_args.pop("n_parallel", None)
         kwargs: dict[str, Any] = {
             "model_path": str(self.model_file),
             # llama.cpp pads the context to a multiple of 256; ask for that size, so that

@@ -68,6 +68,9 @@ class SimulatedSpec(EngineSpec):
     ``tensor_parallel_size: N`` to ask for N GPUs on one node, as a tensor-parallel vLLM
     replica does."""
 
+    capacity_arg = "capacity"
+    default_capacity = DEFAULT_CAPACITY
+
     #: GPUs one replica spans, all on one node (as vLLM's ``tensor_parallel_size``); without
     #: ``num_gpus`` a replica asks for this many GPUs when it is above 1.
     tensor_parallel_size: int = Field(
@@ -77,10 +80,6 @@ class SimulatedSpec(EngineSpec):
 
     def default_num_gpus(self) -> float:
         return float(self.tensor_parallel_size) if self.tensor_parallel_size > 1 else 0.0
-
-    @property
-    def capacity(self) -> int:
-        return int(self.engine_args.get("capacity") or self.max_batch_size or DEFAULT_CAPACITY)
 
 
 def draw_length(request: ChatRequest, mean_tokens: float, sigma: float) -> int:

@@ -148,6 +148,11 @@ class EngineSpec(BaseModel):
     #: retries)``), for kinds served from outside the job; None: the job's own
     #: `df_ray.pipeline.engine_pool`. The shared service plugs in here.
     pool_provider: ClassVar[str | None] = None
+    #: The ``engine_args`` name that sets how many requests an engine of this kind runs at
+    #: once (vllm: ``max_num_seqs``), and that figure when neither it nor ``max_batch_size``
+    #: is given; None: the kind's engine answers whole batches of ``batch_size_cap``.
+    capacity_arg: ClassVar[str | None] = None
+    default_capacity: ClassVar[int] = STATIC_BATCH_SIZE
 
     kind: EngineKind = Field(description="the engine kind: one of `df-ray list`'s engine kinds "
                                          "(embedded, vllm, openai, scripted, simulated, serve, "
@@ -262,8 +267,11 @@ class EngineSpec(BaseModel):
     @property
     def capacity(self) -> int:
         """Requests one replica works on at once, as far as the spec says (a running replica
-        reports the engine's own figure: ``EnginePool.capacities``)."""
-        return self.batch_size_cap
+        reports the engine's own figure: ``EnginePool.capacities``): the kind's
+        ``capacity_arg`` in ``engine_args``, else ``max_batch_size``, else the kind's
+        ``default_capacity``."""
+        own = self.engine_args.get(self.capacity_arg) if self.capacity_arg else None
+        return int(own or self.max_batch_size or self.default_capacity)
 
     @classmethod
     def accepted_engine_args(cls) -> set[str] | None:

@@ -71,6 +71,8 @@ class VLLMSpec(EngineSpec):
     """A vLLM backbone: one engine per ``tensor_parallel_size`` GPUs."""
 
     serve_llm = True
+    capacity_arg = "max_num_seqs"
+    default_capacity = VLLM_DEFAULT_SEQS
 
     dtype: str = Field("auto", description="vLLM's dtype for weights and activations (auto: "
                                            "the model config's; an fp32 model runs in fp16)")
@@ -91,11 +93,6 @@ class VLLMSpec(EngineSpec):
 
     def default_num_gpus(self) -> float:
         return float(self.tensor_parallel_size)
-
-    @property
-    def capacity(self) -> int:
-        return int(self.engine_args.get("max_num_seqs") or self.max_batch_size
-                   or VLLM_DEFAULT_SEQS)
 
     @classmethod
     def accepted_engine_args(cls) -> set[str] | None:

@@ -77,16 +77,22 @@ def write_frame(fd: int, data: bytes) -> None:
 # floats as repr), so decoding allocates nothing the limits do not bound.
 
 
+def _as_itself(x, depth: int) -> bool:
+    """Whether ``x`` is encoded as itself (None, a bool, a str); a value nested deeper than
+    ``MAX_DEPTH`` is refused, both ways."""
+    if depth > MAX_DEPTH:
+        raise ValueError("value nested too deeply")
+    return x is None or type(x) is bool or type(x) is str
+
+
 def encode(x, depth: int = 0):
     """``x`` as tagged JSON. Built-in types, and instances of their subclasses (``Counter``,
     ``OrderedDict``, a namedtuple, an ``IntEnum``) as their base type: the value the
     reference harness's ``==`` would compare. Runs in the program's process only (what it
     sends is untrusted data either way)."""
-    if depth > MAX_DEPTH:
-        raise ValueError("value nested too deeply")
-    t = type(x)
-    if x is None or t is bool or t is str:
+    if _as_itself(x, depth):
         return x
+    t = type(x)
     if t is int:
         return {"i": format(x, "x")}
     if t is float:
@@ -172,11 +178,9 @@ def _base_value(x):
 
 
 def decode(x, depth: int = 0):
-    if depth > MAX_DEPTH:
-        raise ValueError("value nested too deeply")
-    t = type(x)
-    if x is None or t is bool or t is str:
+    if _as_itself(x, depth):
         return x
+    t = type(x)
     if t is list:
         return [decode(v, depth + 1) for v in x]
     if t is not dict or len(x) != 1:
