@@ -22,6 +22,24 @@ def answer_instruction(answer: str, *, confidence: bool = True) -> str:
     return f"{answer}\n{CONFIDENCE_INSTRUCTION}" if answer else CONFIDENCE_INSTRUCTION
 
 
+#: How an agent is told to write its final answer (``reasoned_prompt``'s ``final``): in a
+#: box, or on an answer line with one of the allowed labels.
+FINAL_BOXED = "as \\boxed{<answer>}."
+FINAL_LABEL = "on a line of the form 'Answer: <label>' using exactly one of the allowed labels."
+
+
+def final_choice(letters: list[str] | tuple[str, ...]) -> str:
+    """On an answer line with one of the option ``letters``."""
+    return f"on a line of the form 'Answer: X' where X is one of {', '.join(letters)}."
+
+
+def reasoned_prompt(statement: str, final: str) -> str:
+    """An agent prompt: ``statement`` (the whole problem), then 'Reason step by step. Then
+    give your final answer <final>' and the confidence line."""
+    return f"{statement}\n\n" + answer_instruction(
+        f"Reason step by step. Then give your final answer {final}")
+
+
 def asks_confidence(text: str) -> bool:
     """Whether an instruction already asks for the confidence line."""
     return CONFIDENCE_LINE in text

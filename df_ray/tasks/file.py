@@ -34,7 +34,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from df_ray.core.parsing.label_kind import normalize_label
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
-from df_ray.tasks.answer_instruction import answer_instruction
+from df_ray.tasks.answer_instruction import (
+    FINAL_BOXED,
+    FINAL_LABEL,
+    answer_instruction,
+    final_choice,
+    reasoned_prompt,
+)
 from df_ray.tasks.base import BaseTask, DataSchemaError, DataUnavailable, Grade, Sample, Split
 from df_ray.tasks.mmlu_pro import grade_letter, normalize_letter, question_key, render_options
 
@@ -177,16 +183,15 @@ class FileTask(BaseTask):
         return sample.question
 
     def agent_prompt(self, sample: Sample) -> str:
-        final = {
-            "choice": "on a line of the form 'Answer: X' where X is one of "
-                      f"{', '.join(C.letters(int(sample.meta.get('n_options', 1))))}.",
-            "math": "as \\boxed{<answer>}.",
-            "label": "on a line of the form 'Answer: <label>'"
-                     + (" using exactly one of the allowed labels." if sample.meta.get("labels")
-                        else "."),
-        }[self.kind]
-        return (f"{self.problem_statement(sample)}\n\n"
-                + answer_instruction(f"Reason step by step. Then give your final answer {final}"))
+        if self.kind == "choice":
+            final = final_choice(C.letters(int(sample.meta.get("n_options", 1))))
+        elif self.kind == "math":
+            final = FINAL_BOXED
+        elif sample.meta.get("labels"):
+            final = FINAL_LABEL
+        else:
+            final = "on a line of the form 'Answer: <label>'."
+        return reasoned_prompt(self.problem_statement(sample), final)
 
     # ------------------------------------------------------------------ grading
     def gold_key(self, sample: Sample) -> str | None:

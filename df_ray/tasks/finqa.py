@@ -56,7 +56,7 @@ from pathlib import Path
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
-from df_ray.tasks.answer_instruction import answer_instruction
+from df_ray.tasks.answer_instruction import answer_instruction, reasoned_prompt
 from df_ray.tasks.base import BaseTask, DataSchemaError, Grade, Sample, Split
 
 
@@ -206,9 +206,8 @@ class FinQATask(BaseTask):
                 f"{sample.question}\n\n{DSL_HELP}")
 
     def agent_prompt(self, sample: Sample) -> str:
-        return (f"{self.problem_statement(sample)}\n\n"
-                + answer_instruction("Reason step by step. Then give your final answer on a "
-                                     "line of the form 'Answer: <program>'."))
+        return reasoned_prompt(self.problem_statement(sample),
+                               "on a line of the form 'Answer: <program>'.")
 
     def gold_key(self, sample: Sample) -> str | None:
         from df_ray.core.parsing.finqa_kind import program_key

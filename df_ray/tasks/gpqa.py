@@ -48,7 +48,7 @@ from pathlib import Path
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
-from df_ray.tasks.answer_instruction import answer_instruction
+from df_ray.tasks.answer_instruction import answer_instruction, final_choice, reasoned_prompt
 from df_ray.tasks.base import DataSchemaError, Grade, Sample, Split
 from df_ray.tasks.goa import GoADataTask
 from df_ray.tasks.mmlu_pro import _GOA_OPTIONS, count_inline_options, grade_letter, render_options
@@ -213,10 +213,7 @@ class GPQATask(GoADataTask):
                 f"\n\n{sample.question}")
 
     def agent_prompt(self, sample: Sample) -> str:
-        return (f"{self.problem_statement(sample)}\n\n"
-                + answer_instruction("Reason step by step. Then give your final answer on a "
-                                     "line of the form 'Answer: X' where X is one of "
-                                     "A, B, C, D."))
+        return reasoned_prompt(self.problem_statement(sample), final_choice("ABCD"))
 
     def gold_key(self, sample: Sample) -> str | None:
         return sample.gold

@@ -87,7 +87,7 @@ from pathlib import Path
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
-from df_ray.tasks.answer_instruction import answer_instruction
+from df_ray.tasks.answer_instruction import FINAL_LABEL, answer_instruction, reasoned_prompt
 from df_ray.tasks.base import (
     BaseTask,
     DataSchemaError,
@@ -601,10 +601,7 @@ class LegalBenchTask(OneSourceSplits, BaseTask):
         if sample.meta.get("base_prompt"):
             labels = ", ".join(sample.meta["labels"])
             body = strip_cue(sample.meta["base_prompt"], sample.meta.get("answer_cue"))
-            return (f"{body}\n\nAllowed labels: {labels}\n\n"
-                    + answer_instruction("Reason step by step. Then give your final answer on "
-                                         "a line of the form 'Answer: <label>' using exactly "
-                                         "one of the allowed labels."))
+            return reasoned_prompt(f"{body}\n\nAllowed labels: {labels}", FINAL_LABEL)
         instr = sample.meta.get("instruction") or instruction(sample.meta["legalbench_task"])
         shots = sample.meta.get("few_shot") or []
         labels = ", ".join(sample.meta["labels"])
@@ -614,10 +611,7 @@ class LegalBenchTask(OneSourceSplits, BaseTask):
                                                         for body, ans in shots))
             parts.append("Now the case to answer:")
         parts += [sample.question, f"Allowed labels: {labels}"]
-        return ("\n\n".join(parts) + "\n\n"
-                + answer_instruction("Reason step by step. Then give your final answer on a "
-                                     "line of the form 'Answer: <label>' using exactly one of "
-                                     "the allowed labels."))
+        return reasoned_prompt("\n\n".join(parts), FINAL_LABEL)
 
     def gold_key(self, sample: Sample) -> str | None:
         try:

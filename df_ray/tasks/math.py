@@ -44,7 +44,7 @@ from typing import Any
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
-from df_ray.tasks.answer_instruction import answer_instruction
+from df_ray.tasks.answer_instruction import FINAL_BOXED, answer_instruction, reasoned_prompt
 from df_ray.tasks.base import BaseTask, DataSchemaError, Grade, Sample, Split
 
 MATH500 = "HuggingFaceH4/MATH-500"
@@ -179,9 +179,7 @@ class MathTask(BaseTask):
         return f"Solve the following math problem.\n\n{sample.question}"
 
     def agent_prompt(self, sample: Sample) -> str:
-        return (f"{self.problem_statement(sample)}\n\n"
-                + answer_instruction("Reason step by step. Then give your final answer as "
-                                     "\\boxed{<answer>}."))
+        return reasoned_prompt(self.problem_statement(sample), FINAL_BOXED)
 
     def gold_key(self, sample: Sample) -> str | None:
         try:

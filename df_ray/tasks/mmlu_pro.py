@@ -65,7 +65,7 @@ import re
 
 from df_ray.core.types import Observation, ParseSpec
 from df_ray.tasks import _common as C
-from df_ray.tasks.answer_instruction import answer_instruction
+from df_ray.tasks.answer_instruction import answer_instruction, final_choice, reasoned_prompt
 from df_ray.tasks.base import DataSchemaError, DataUnavailable, Grade, Sample, Split
 from df_ray.tasks.goa import GoADataTask
 
@@ -355,10 +355,7 @@ class MMLUProTask(GoADataTask):
             return self.official_prompt(sample)
         n = int(sample.meta.get("n_options", 10))
         letters = C.letters(n)
-        return (f"{self.problem_statement(sample)}\n\n"
-                + answer_instruction("Reason step by step. Then give your final answer on a "
-                                     "line of the form 'Answer: X' where X is one of "
-                                     f"{', '.join(letters)}."))
+        return reasoned_prompt(self.problem_statement(sample), final_choice(letters))
 
     def official_prompt(self, sample: Sample) -> str:
         """MMLU-Pro's 5-shot CoT prompt for ``sample`` (its header from ``load``, else built
