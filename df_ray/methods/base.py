@@ -373,7 +373,8 @@ class Method(ABC):
 
     @abstractmethod
     def plan(self, round: int, state: SampleState, ctx: MethodContext) -> list[Call]:
-        """The calls this sample needs in ``round`` (empty: none)."""
+        """The calls this sample needs in ``round`` (empty: none); asked only for rounds
+        below ``rounds`` and of a sample not ``done``."""
 
     @abstractmethod
     def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:

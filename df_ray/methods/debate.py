@@ -57,7 +57,6 @@ class Debate(Method):
         rounds: int = Field(2, strict=True, ge=1,
                             description="debate rounds including the independent one")
 
-    n_rounds = from_args("rounds")
     rounds = from_args("rounds")
 
     def _texts(self, state: SampleState, round: int) -> dict[str, str]:
@@ -67,8 +66,6 @@ class Debate(Method):
     def plan(self, round: int, state: SampleState, ctx: MethodContext) -> list[Call]:
         if round == 0:
             return independent_calls(ctx, ctx.agents, state)
-        if round >= self.n_rounds:
-            return []
         sample = state.sample
         instructions = ctx.task.answer_instructions()
         by_round = [self._texts(state, r) for r in range(round)]
@@ -103,4 +100,4 @@ class Debate(Method):
                               "last_round": obs_summary(final_obs)})
 
     def max_calls_per_sample(self, ctx: MethodContext) -> int:
-        return len(ctx.agents) * self.n_rounds
+        return len(ctx.agents) * self.rounds

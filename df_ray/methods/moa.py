@@ -77,8 +77,6 @@ class MixtureOfAgents(Method):
     def plan(self, round: int, state: SampleState, ctx: MethodContext) -> list[Call]:
         if round == 0:
             return independent_calls(ctx, ctx.agents, state)
-        if round >= self.layers:
-            return []
         sample = state.sample
         user = moa_prompt(ctx.task.agent_prompt(sample), self._references(state, ctx, round - 1))
         if round == self.layers - 1:

@@ -192,7 +192,7 @@ def test_baseline_defaults_follow_their_reference_code():
     assert (rc.rounds, rc.protocol) == (2, "json")
     moa = get_method("moa").args
     assert (moa.layers, moa.aggregator_temperature) == (2, 0.7)
-    assert get_method("debate").n_rounds == 2
+    assert get_method("debate").rounds == 2
     goa = get_method("goa_mean")
     assert (goa.top_k, goa.threshold, goa.mp_rounds) == (3, 0.05, 1)
     a = goa.args
