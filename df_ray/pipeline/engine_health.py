@@ -53,6 +53,24 @@ KV_PREFIX = "df_ray/engines"
 NODES_POLL_S = 2.0
 
 
+def node_name(node: Mapping[str, Any]) -> str:
+    """A node as its operator knows it (one entry of ``ray.nodes()``): its ``--node-name``,
+    which Ray sets to the node's IP when none was given. Not the IP a worker finds from its
+    own perspective (``ray.util.get_node_ip_address()`` in a worker: the interface that routes
+    out, which differs from the node's address on a machine with several)."""
+    return str(node.get("NodeName") or node.get("NodeManagerAddress") or "?")
+
+
+def this_node_name(node_id: str) -> str:
+    """`node_name` of the node with this id (one call to Ray's GCS); "?" when unknown."""
+    import ray
+
+    for n in ray.nodes():
+        if n.get("NodeID") == node_id:
+            return node_name(n)
+    return "?"
+
+
 def lost_backbone_wait_s() -> float:
     """Seconds a backbone may have no replica on a live node before the job stops
     (``DF_RAY_LOST_BACKBONE_WAIT_S``, default 60): long enough for a restart that can be
@@ -140,7 +158,7 @@ class LifeReport:
 
             ctx = ray.get_runtime_context()
             self.info["node_id"] = ctx.get_node_id()
-            self.info["node_ip"] = ray.util.get_node_ip_address()
+            self.info["node"] = this_node_name(self.info["node_id"])
             self.info["gpu_ids"] = [str(g) for g in ray.get_gpu_ids()]
         except Exception:
             pass
@@ -260,7 +278,7 @@ class EngineSupervisor:
             if spec is None:
                 continue
             for i, life in enumerate(lives):
-                node = life.get("node_ip") or "?"
+                node = life.get("node") or "?"
                 if life.get("state") == "failed":
                     return self._fail(EngineFailure(
                         backbone, spec.model, replica, node,
@@ -285,7 +303,7 @@ class EngineSupervisor:
                 last = [d for d in self.deaths if (d.backbone, d.replica) == (backbone, replica)]
                 cause = last[-1].cause if last else "its process keeps dying"
                 return self._fail(EngineFailure(
-                    backbone, spec.model, replica, lives[-1].get("node_ip") or "?",
+                    backbone, spec.model, replica, lives[-1].get("node") or "?",
                     f"crash loop: restarted {len(recent)} times in "
                     f"{now - min(recent):.0f} s (max_restarts {spec.max_restarts} per "
                     f"{spec.restart_window_s:.0f} s); last death: {cause}"))
@@ -301,8 +319,7 @@ class EngineSupervisor:
         import ray
 
         nodes = ray.nodes()
-        dead = {n["NodeID"]: n.get("NodeManagerAddress") or "?" for n in nodes
-                if not n.get("Alive")}
+        dead = {n["NodeID"]: node_name(n) for n in nodes if not n.get("Alive")}
         wait_s = lost_backbone_wait_s()
         for backbone, spec in self.specs.items():
             latest = [(lives.get((backbone, i)) or [{}])[-1] for i in range(spec.replicas)]
@@ -312,8 +329,8 @@ class EngineSupervisor:
             since = self._lost_since.setdefault(backbone, now)
             if now - since < wait_s:
                 continue
-            lost = sorted({dead[life["node_id"]] + f" ({life['node_id'][:8]})"
-                           for life in latest})
+            ids = sorted({life["node_id"] for life in latest})
+            lost = [f"{dead[i]} ({i[:8]})" for i in ids]
             live = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
             free = float(ray.available_resources().get("GPU", 0.0))
             total = sum(float(r.get("GPU", 0.0)) for r in live)
@@ -321,8 +338,7 @@ class EngineSupervisor:
                      f"{spec.replicas} replica(s), and none could be placed again in "
                      f"{wait_s:.0f} s; {len(live)} live node(s) have {free:g} of {total:g} "
                      f"GPUs free, a replica asks for {bundle_text(replica_bundle(spec))}")
-            return self._fail(EngineFailure(backbone, spec.model, 0, lost[0].split()[0],
-                                            cause))
+            return self._fail(EngineFailure(backbone, spec.model, 0, dead[ids[0]], cause))
         return None
 
     def ready(self) -> set[tuple[str, int]]:

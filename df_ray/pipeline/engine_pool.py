@@ -33,6 +33,7 @@ from df_ray.engines.spec import EngineSpec
 from df_ray.pipeline.error_text import first_line, last_line
 from df_ray.pipeline.placement import (  # noqa: F401 - the pool's public names too
     _actor_options,
+    alone_text,
     bundle_text,
     gpus_text,
     replica_bundle,
@@ -166,18 +167,22 @@ def engine_capacity(engine: Any, spec: EngineSpec) -> int:
     return int(cap) if cap else spec.capacity
 
 
-def check_resources(specs: Mapping[str, EngineSpec]) -> None:
+def check_resources(specs: Mapping[str, EngineSpec],
+                    per_config: Mapping[str, Mapping[str, EngineSpec]] | None = None) -> None:
     """Before any engine starts: a `ConfigError` (exit 2) when the live cluster could never
     host every replica (`resource_problems`), instead of waiting for engines that cannot
-    start. A cluster that adds nodes on demand sets ``autoscaling: true`` to skip it."""
+    start; with ``per_config`` (each configuration's own backbones) it also says what each
+    configuration asks for alone (`alone_text`). A cluster that adds nodes on demand sets
+    ``autoscaling: true`` to skip it."""
     from df_ray.config import ConfigError
 
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     problems = resource_problems(specs, nodes)
     if problems:
-        raise ConfigError("; ".join(problems) + ". Lower replicas or num_gpus/n_threads, run "
-                          "on a cluster that has them, or set autoscaling: true if the cluster "
-                          "adds nodes on demand")
+        alone = alone_text(per_config or {}, nodes)
+        raise ConfigError("; ".join(problems) + (f"; {alone}" if alone else "") + ". Lower "
+                          "replicas or num_gpus/n_threads, run on a cluster that has them, or "
+                          "set autoscaling: true if the cluster adds nodes on demand")
 
 
 class EnginePool:

@@ -40,19 +40,26 @@ OBJECT_STORE_NOTE = ("Ray's error-level line 'has constructor arguments in the o
 class EngineLifecycle:
     """A job's engines: the union of its configurations' backbones, started on first use
     (once, whatever the number of configurations) and shut down at the end. ``engines``:
-    the engine kinds' ``"module:Class"`` targets the replicas build from (the plans')."""
+    the engine kinds' ``"module:Class"`` targets the replicas build from (the plans').
+    ``before_start`` (e.g. the cluster's resource check) runs just before they start: a job
+    whose every configuration is finished starts none and checks nothing."""
 
     def __init__(self, backbones: Mapping[str, EngineSpec],
                  say: Callable[[str], None] = lambda m: None,
-                 engines: Mapping[str, str] | None = None) -> None:
+                 engines: Mapping[str, str] | None = None,
+                 before_start: Callable[[Mapping[str, EngineSpec]], None] | None = None
+                 ) -> None:
         self.backbones = dict(backbones)
         self.engines = dict(engines or {})
         self.say = say
+        self.before_start = before_start
         self._pool: Any = None
 
     @property
     def pool(self) -> Any:
         if self._pool is None:
+            if self.before_start is not None:
+                self.before_start(self.backbones)
             listing = ", ".join(f"{n} ({s.kind}: {s.model} x{s.replicas})"
                                 for n, s in self.backbones.items())
             self.say(f"starting engines: {listing}")

@@ -102,3 +102,31 @@ def resource_problems(specs: Mapping[str, EngineSpec],
             problems.append(f"replicas {', '.join(left)} do not fit on the nodes (each replica "
                             f"on one node; replicas x per replica: {asks}); {has}")
     return problems
+
+
+def alone_text(per_config: Mapping[str, Mapping[str, EngineSpec]],
+               nodes: Sequence[Mapping[str, float]]) -> str:
+    """For a sweep whose backbones do not fit together (``per_config``: each configuration's
+    own backbones): what each configuration asks for alone and whether that fits the nodes,
+    and what to do. A sweep's engines serve all its configurations at once, and a sweep whose
+    largest configuration uses every backbone (the FinQA 3 -> 5 backbone study) fits in no
+    order. Empty for a sweep of one configuration."""
+    if len(per_config) < 2:
+        return ""
+    asks, fit = [], []
+    for name, specs in per_config.items():
+        gpu = sum(float(_actor_options(s)["num_gpus"]) * s.replicas for s in specs.values())
+        cpu = sum(float(_actor_options(s)["num_cpus"]) * s.replicas for s in specs.values())
+        ok = not resource_problems(specs, nodes)
+        fit += [name] if ok else []
+        asks.append(f"{name!r} {_amount(gpu)} GPUs / {_amount(cpu)} CPUs "
+                    f"({'fits' if ok else 'does not fit'})")
+    if len(fit) == len(per_config):
+        then = "each fits alone: run them as sweeps of their own"
+    elif fit:
+        then = (f"run {', '.join(map(repr, fit))} as a sweep of its own, the others with "
+                "fewer replicas or on more GPUs")
+    else:
+        then = "none fits alone: lower replicas or run on more GPUs"
+    return (f"alone, the configurations ask for {', '.join(asks)} (the sweep's engines serve "
+            f"them all at once): {then}")

@@ -25,6 +25,7 @@ from typing import Any
 
 from df_ray.config import ConfigError, RunConfig, SweepConfig, check_engine_args_of
 from df_ray.core import Calibration
+from df_ray.engines.spec import EngineSpec
 from df_ray.evaluation.calibration_files import (
     check_calibration,
     extend_with_guardrail_fit,
@@ -317,12 +318,15 @@ class Runner:
 
     def __init__(self, backbones: dict, tracker=None,
                  progress: Callable[[str], None] = _say,
-                 engines: Mapping[str, str] | None = None) -> None:
+                 engines: Mapping[str, str] | None = None,
+                 before_start: Callable[[Mapping[str, EngineSpec]], None] | None = None
+                 ) -> None:
         self.backbones = backbones
         self.tracker = tracker
         self.say = progress
         # engines: the plans' engine-kind targets, which the replicas build from
-        self.engines = EngineLifecycle(backbones, say=progress, engines=engines)
+        self.engines = EngineLifecycle(backbones, say=progress, engines=engines,
+                                       before_start=before_start)
         self._capacities: dict[str, int] | None = None  # what the running engines hold
         # Workers that died before this runner started are not its to report.
         self._faults_seen: set = set()
@@ -586,13 +590,9 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
         first = configs[0].tracking
         tracker = Tracker(first.uri, first.experiment, results_dir=configs[0].results_dir)
     init_ray(address)
-    backbones = shared_backbones(configs)
-    if not any(c.autoscaling for c in configs):
-        from df_ray.pipeline.engine_pool import check_resources
-
-        check_resources(backbones)
-    runner = Runner(backbones, tracker=tracker, progress=progress,
-                    engines={k: t for p in plans for k, t in p.engines.items()})
+    runner = Runner(shared_backbones(configs), tracker=tracker, progress=progress,
+                    engines={k: t for p in plans for k, t in p.engines.items()},
+                    before_start=resource_check(configs))
     metric_names = method_metric_names(configs)
     results = []
     try:
@@ -609,6 +609,20 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
         runner.shutdown()
     compact_caches(configs, progress)
     return results
+
+
+def resource_check(configs: Sequence[RunConfig]
+                   ) -> Callable[[Mapping[str, EngineSpec]], None] | None:
+    """What runs before the sweep's engines start (if they start: a sweep whose every
+    configuration is finished replays without them, on any machine): the live cluster's
+    check that it can hold every replica, which names each configuration's own needs; None
+    when a configuration lets the cluster add nodes on demand (``autoscaling``)."""
+    if any(c.autoscaling for c in configs):
+        return None
+    from df_ray.pipeline.engine_pool import check_resources
+
+    per_config = {c.name: c.backbones for c in configs}
+    return lambda specs: check_resources(specs, per_config)
 
 
 def method_metric_names(configs: Sequence[RunConfig]) -> list[str]:

@@ -136,7 +136,10 @@ class SimCluster:
         return self.workdir / f"node{i}.log"
 
     def start_node(self, i: int) -> None:
-        common = ["--block", "--node-ip-address=127.0.0.1", f"--num-gpus={self.gpus[i]}",
+        # --node-name: how df_ray names the node in its lines (Ray turns the loopback address
+        # into this machine's, the same for every node here).
+        common = ["--block", "--node-ip-address=127.0.0.1", f"--node-name=node{i}",
+                  f"--num-gpus={self.gpus[i]}",
                   f"--object-store-memory={self.object_store}", "--disable-usage-stats",
                   f"--resources={json.dumps({f'node{i}': 1})}", *self._ports(i)]
         if i == 0:

@@ -151,7 +151,8 @@ def test_a_backbone_lost_with_its_only_node_stops_the_sweep_in_one_line(two_node
     assert status == "FAILED", logs[-4000:]
     (line,) = [ln for ln in logs.splitlines() if ln.startswith("df-ray:")]
     assert any(f"engine {b!r}" in line for b in on_worker), line
-    assert re.search(r"no replica left: node \S+ \(\w{8}\) was lost with its 1 replica\(s\), "
+    assert "on node node1: no replica left: node node1 (" in line  # its --node-name
+    assert re.search(r"no replica left: node node1 \(\w{8}\) was lost with its 1 replica\(s\), "
                      r"and none could be placed again in 10 s; 1 live node\(s\) have 0 of 2 "
                      r"GPUs free, a replica asks for 1 GPUs$", line), line
     cached = _keys(root / "cache")

@@ -4,12 +4,19 @@ waiting the whole ready timeout for replicas that cannot be scheduled)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from df_ray.cli import main
+from df_ray.config import load_config
 from df_ray.engines import make_spec
-from df_ray.pipeline.engine_pool import resource_problems, unplaced
-from tests.helpers import base_config, write_mmlu_goa, write_sweep
+from df_ray.pipeline.engine_pool import alone_text, resource_problems, unplaced
+from df_ray.pipeline.lifecycle import shared_backbones
+from tests.helpers import REPO, base_config, write_mmlu_goa, write_sweep
 
 VLLM = make_spec(kind="vllm", model="Qwen/Qwen2.5-7B-Instruct", replicas=2)
 CPU_NODE = {"CPU": 8.0, "memory": 1e10}
@@ -54,6 +61,28 @@ def test_five_backbones_on_fewer_gpus_than_they_ask_for_together():
     assert "'b4' 2 x 1 GPUs / 0 CPUs" in msg and "the cluster has 8 GPUs" in msg
 
 
+def test_the_finqa_scaling_study_on_fewer_gpus_than_its_backbones_says_what_each_needs():
+    """Table 10's sweep file (3, 4 and 5 backbones, one vLLM replica each; the largest
+    configuration uses every backbone, so no order of its configurations fits 4 GPUs):
+    refused with the arithmetic of the whole sweep and of each configuration alone."""
+    configs = load_config(REPO / "jobs/configs/table10_finqa_scaling.yaml").expand()
+    per_config = {c.name: c.backbones for c in configs}
+    four = [{"GPU": 2.0, "CPU": 8.0}, {"GPU": 2.0, "CPU": 8.0}]
+    (msg,) = resource_problems(shared_backbones(configs), four)
+    assert msg.startswith("5 backbone(s) ask for 5 GPUs and 0 CPUs together")
+    assert "the cluster has 4 GPUs and 16 CPUs on 2 node(s) (GPUs per node: 2, 2)" in msg
+    assert alone_text(per_config, four) == (
+        "alone, the configurations ask for '3 backbones' 3 GPUs / 0 CPUs (fits), "
+        "'4 backbones' 4 GPUs / 0 CPUs (fits), '5 backbones' 5 GPUs / 0 CPUs (does not fit) "
+        "(the sweep's engines serve them all at once): run '3 backbones', '4 backbones' as a "
+        "sweep of its own, the others with fewer replicas or on more GPUs")
+    assert resource_problems(shared_backbones(configs), [*four, {"GPU": 1.0}]) == []
+    two = [{"GPU": 2.0}]
+    assert alone_text(per_config, two).endswith("none fits alone: lower replicas or run on "
+                                                "more GPUs")
+    assert alone_text({"3 backbones": per_config["3 backbones"]}, two) == ""
+
+
 def test_an_embedded_backbone_needs_its_threads_on_one_node():
     emb = make_spec(kind="embedded", model="smollm2-135m-instruct", n_threads=4)
     (msg,) = resource_problems({"smol": emb}, [{"CPU": 2.0}, {"CPU": 2.0}])
@@ -77,3 +106,30 @@ def test_df_ray_run_refuses_a_vllm_backbone_without_gpus(ray_local, tmp_path, ca
     assert f"backbone 'b1' (vllm: {model}) asks for 1 GPUs" in err
     assert "the cluster has 0 GPUs" in err and "autoscaling: true" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_a_finished_sweep_replays_without_the_gpus_it_ran_on(ray_local, tmp_path, capsys):
+    """A sweep run on a node with a GPU (a local Ray of its own declaring one) replays on a
+    Ray without GPUs: every configuration is finished, so no engine starts and the cluster
+    is not checked for them; a configuration not run yet is still refused before its
+    engines start."""
+    src = write_mmlu_goa(tmp_path / "mmlu.json", 2)
+    base = base_config(tmp_path, src)
+    base["backbones"]["b1"]["num_gpus"] = 1
+    path = write_sweep(tmp_path / "sweep.yaml", base, [{"name": "df"}])
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_OVERRIDE_RESOURCES=json.dumps({"GPU": 1}),
+               PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-m", "df_ray.cli", "run", "--config", str(path)],
+                       env=env, capture_output=True, text=True, timeout=600, cwd=str(REPO))
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert main(["run", "--config", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "df: already finished" in err and "starting engines" not in err
+    more = write_sweep(tmp_path / "more.yaml", base,
+                       [{"name": "df"}, {"name": "df2", "method_args.disclosure": "permissive"}])
+    assert main(["run", "--config", str(more)]) == 2
+    err = capsys.readouterr().err
+    assert "backbone 'b1' (scripted: " in err and "asks for 1 GPUs" in err
+    assert "starting engines" not in err
