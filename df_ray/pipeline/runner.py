@@ -596,8 +596,10 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
     metric_names = method_metric_names(configs)
     results = []
     try:
-        ctx = tracker.sweep(sweep) if tracker is not None else _nullcontext()
+        ctx = tracker.sweep(sweep, head=ray_head()) if tracker is not None else _nullcontext()
         with ctx:
+            if getattr(tracker, "lost_head", None):
+                progress(lost_head_line(tracker.lost_head, configs))
             for group in pipeline_groups(plans, fuse=sweep.fuse):
                 results += runner.run_many(group, group[0].samples,
                                            sweep=sweep.name, metric_names=metric_names)
@@ -609,6 +611,32 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
         runner.shutdown()
     compact_caches(configs, progress)
     return results
+
+
+def ray_head() -> dict[str, str]:
+    """The Ray cluster this job runs on, as the sweep's run records it (its head's GCS
+    address and the cluster's session); empty when Ray does not say."""
+    import ray
+
+    from df_ray.tracking import HEAD_TAG, SESSION_TAG
+
+    try:
+        ctx = ray.get_runtime_context()
+        return {HEAD_TAG: str(ctx.gcs_address), SESSION_TAG: ctx.get_session_name()}
+    except Exception:
+        return {}
+
+
+def lost_head_line(lost: Mapping[str, str], configs: Sequence[RunConfig]) -> str:
+    """What a job says when its sweep's last run never ended on another Ray cluster (a head
+    lost with the job's driver): where it ran and what this run resumes from."""
+    from df_ray.tracking import HEAD_TAG, SESSION_TAG
+
+    roots = ", ".join(sorted({c.cache_root for c in configs}))
+    return (f"the sweep's previous run never ended: it ran on the Ray head at "
+            f"{lost.get(HEAD_TAG, '?')} (session {lost.get(SESSION_TAG, '?')}), lost with its "
+            f"head or killed; resuming: finished configurations are skipped and every call in "
+            f"the cache at {roots} is replayed, not made again")
 
 
 def resource_check(configs: Sequence[RunConfig]

@@ -35,6 +35,10 @@ from df_ray.tracking import locks
 
 FINGERPRINT_TAG = "df_ray.fingerprint"
 SWEEP_TAG = "df_ray.sweep"
+#: The Ray head a sweep's run was last started on (its GCS address) and that cluster's
+#: session: a parent run RUNNING under another session lost its driver with its head.
+HEAD_TAG = "df_ray.ray_head"
+SESSION_TAG = "df_ray.ray_session"
 PARENT_TAG = "mlflow.parentRunId"
 #: Why a configuration (or a sweep) FAILED: too many failed calls, an engine that died.
 FAILURE_TAG = "df_ray.failure_reason"
@@ -195,8 +199,13 @@ class Tracker:
         return n
 
     @contextmanager
-    def sweep(self, sweep: SweepConfig):
+    def sweep(self, sweep: SweepConfig, head: dict[str, str] | None = None):
+        """The sweep's parent run, RUNNING while the block runs. ``head``: the Ray cluster the
+        job runs on (`HEAD_TAG`, `SESSION_TAG`), tagged on the run; a parent run still
+        RUNNING from another cluster's session (its driver lost with its head) is left in
+        ``lost_head`` (its head's tags) for the job to say so."""
         fp = sweep_fingerprint(sweep)
+        self.lost_head: dict[str, str] | None = None
         # under the sweep's lock: two runs of one sweep share one parent run
         with locks.exclusive(self.lock_dir, [f"sweep-{fp}"]):
             found = self.client.search_runs(
@@ -204,12 +213,19 @@ class Tracker:
                 max_results=1, order_by=["attributes.start_time DESC"])
             if found:
                 run = found[0]
+                tags = run.data.tags
+                if (run.info.status == "RUNNING" and head and tags.get(SESSION_TAG)
+                        and tags[SESSION_TAG] != head.get(SESSION_TAG)):
+                    self.lost_head = {k: tags[k] for k in (HEAD_TAG, SESSION_TAG)
+                                      if k in tags}
                 self.client.update_run(run.info.run_id, status="RUNNING")
             else:
                 run = self.client.create_run(self.experiment_id, run_name=sweep.name,
                                              tags={SWEEP_TAG: fp, "df_ray.kind": "sweep"})
                 self.client.log_param(run.info.run_id, "n_configurations",
                                       len(sweep.expand()))
+            for k, v in (head or {}).items():
+                self.client.set_tag(run.info.run_id, k, v)
         self.parent_id = run.info.run_id
         self._sweep_failure: str | None = None
         self._progress_step = 0

@@ -74,6 +74,19 @@ def pids_matching(*needles: str) -> list[int]:
     return out
 
 
+def pids_working_under(prefix: str) -> list[int]:
+    """Processes (not this one) whose working directory is under ``prefix`` (a job's
+    driver: its command line names only its script, its working dir is in the session)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if os.readlink(d / "cwd").startswith(prefix):
+                out.append(int(d.name))
+    return out
+
+
 def kill_group(proc: subprocess.Popen | None, sig: int = signal.SIGKILL) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -160,7 +173,10 @@ class SimCluster:
         for attempt in range(1, 5):
             self.start_node(0)
             try:
-                self.wait(self.jobs_api_up, "the head's Job API")
+                # the Job API comes up before the head's raylet has registered, which a
+                # loaded machine can miss (`ray start` then exits): wait for the node too
+                self.wait(lambda: self.jobs_api_up() and len(self.alive_nodes()) >= 1,
+                          "the head's Job API and its node")
                 break
             except RuntimeError:
                 # `ray start` gives its node's processes fixed timeouts (the dashboard's, the
@@ -198,6 +214,16 @@ class SimCluster:
                 os.kill(pid, signal.SIGKILL)
         kill_group(self.procs.get(i))
         self._kill_node_processes(i)
+
+    def kill_head(self) -> None:
+        """Lose the head as a machine is lost: SIGKILL every process of its node (GCS,
+        raylet, dashboard, its workers: the stage actors) and the job drivers it runs. The
+        workers' nodes give up on the GCS on their own (Ray's reconnect timeout, 60 s)."""
+        session = f"{self.temp_dir}/session"
+        kill_group(self.procs.get(0))
+        for pid in {*pids_matching(session), *pids_working_under(session)}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def _kill_node_processes(self, i: int) -> None:
         for pid in pids_matching(f"{self.temp_dir}/n{i}"):
