@@ -18,6 +18,16 @@ and generated).
 
     .venv/bin/python jobs/perf/serve_sharing.py                     # embedded models (real RSS)
     .venv/bin/python jobs/perf/serve_sharing.py --engine scripted --samples 40
+
+With ``--nodes N`` it runs on a simulated multi-node cluster instead (`SimCluster`: a head for
+the jobs' drivers and stages, N worker nodes of 2 declared GPUs): the service's scripted
+backbones (``user_timed``: a fixed engine time per request) hold one GPU a replica, N replicas
+each, and two users submit their own sweeps (other seeds: no call in common) with `ray job
+submit` at once. Printed per user: the calls the engines made for it, its share of the
+engines' time over the whole run and while both users' calls were being served, its job's
+wall time, its results' rows and its MLflow runs (in its own experiment).
+
+    PYTHONPATH=$PWD .venv/bin/python jobs/perf/serve_sharing.py --nodes 2 --samples 40
 """
 
 from __future__ import annotations
@@ -287,18 +297,138 @@ def run_mode(mode: str, args, tmp: Path) -> dict:
         cluster.stop()
 
 
+#: Engine seconds per request of ``user_timed`` (``DF_RAY_SHARE_ENGINE_S``), and where it logs.
+SHARE_LOG_ENV = "DF_RAY_SHARE_LOG"
+
+
+def user_timed(request) -> str:
+    """A scripted backbone for the cluster mode: ``DF_RAY_SHARE_ENGINE_S`` seconds of engine
+    time per request (the scripted engine serves a batch's requests one after another), one
+    line ``<time> <user>`` per call in ``DF_RAY_SHARE_LOG``, the user read from the
+    ``[user <name>]`` of the request's system prompt; the answer is ``majority``'s."""
+    import re as _re
+
+    from df_ray.engines.scripted import majority
+
+    time.sleep(float(os.environ.get("DF_RAY_SHARE_ENGINE_S", "0.05")))
+    system = " ".join(m.content for m in request.messages if m.role == "system")
+    user = (_re.findall(r"\[user (\w+)\]", system) or ["?"])[0]
+    fd = os.open(os.environ[SHARE_LOG_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{time.time():.4f} {user}\n".encode())
+    finally:
+        os.close(fd)
+    return majority(request)
+
+
+def user_sweep(work: Path, home: Path, user: str, seed: int, n: int) -> Path:
+    """``user``'s sweep on the service's backbones: the rows of ``sweep``'s file, seeds of
+    its own, ``[user <name>]`` in every agent's system prompt."""
+    import yaml
+
+    rows = [{"problem": f"What is {i} + {2 * i + 3}?", "answer": str(3 * i + 3),
+             "subject": "Algebra", "level": 1, "unique_id": f"perf/{i}.json"} for i in range(n)]
+    src = work / "math.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    system = f"Solve the problem. [user {user}]"
+    agents = [{"id": f"a{i}", "backbone": b, "seed": seed + i, "system_prompt": system,
+               "max_tokens": 24} for i, b in ((1, "smol"), (2, "gemma"), (3, "smol"))]
+    path = work / f"sweep-{user}.yaml"
+    path.write_text(yaml.safe_dump({"name": "serve-sharing", "base": {
+        "benchmark": "math", "source": str(src),
+        "backbones": {b: {"kind": "serve", "model": m, "max_batch_size": 8}
+                      for b, m in (("smol", "sim-a"), ("gemma", "sim-b"))},
+        "agents": agents,
+        "coordinator": {"id": "coord", "backbone": "gemma", "seed": seed, "max_tokens": 24,
+                        "system_prompt": system},
+        "method_args": {"ablation": "no_calibration"}, "batch_size": 4, "concurrency": 1,
+        "tracking": {"uri": f"sqlite:///{home}/mlflow.db", "experiment": "serve-sharing"},
+        "results_dir": "results", "cache_root": "generations"}}, sort_keys=False))
+    return path
+
+
+def engine_shares(log: Path) -> dict[str, dict[str, float]]:
+    """Per user: calls, share of all calls (each costs the same engine time), and share of
+    the calls served while both users had calls being served (first to last call of each)."""
+    calls: dict[str, list[float]] = {}
+    for line in log.read_text().splitlines():
+        t, user = line.split()
+        calls.setdefault(user, []).append(float(t))
+    lo = max(min(ts) for ts in calls.values())
+    hi = min(max(ts) for ts in calls.values())
+    total = sum(len(ts) for ts in calls.values())
+    both = {u: sum(lo <= t <= hi for t in ts) for u, ts in calls.items()}
+    return {u: {"calls": len(ts), "share": len(ts) / total,
+                "share_both": both[u] / max(1, sum(both.values())), "window_s": hi - lo}
+            for u, ts in calls.items()}
+
+
+def run_cluster(args) -> None:
+    """Two users' sweeps at once through one service on a simulated multi-node cluster."""
+    import pyarrow.parquet as pq
+    from mlflow.tracking import MlflowClient
+
+    from jobs.perf.sim_cluster import sim_cluster
+
+    work = Path(tempfile.mkdtemp(prefix="serve-sharing-cluster-"))
+    home, log = work / "home", work / "share.log"
+    home.mkdir()
+    pool = work / "pool.yaml"
+    import yaml
+
+    pool.write_text(yaml.safe_dump({"backbones": {
+        b: {"kind": "scripted", "model": m, "script": "jobs.perf.serve_sharing:user_timed",
+            "max_batch_size": 8, "replicas": args.nodes}
+        for b, m in (("smol", "sim-a"), ("gemma", "sim-b"))},
+        "serve": {"num_cpus": 0, "num_gpus": 1}}))
+    env = {SHARE_LOG_ENV: str(log), "DF_RAY_SHARE_ENGINE_S": str(args.engine_s)}
+    with sim_cluster(work / "cluster", [0] + [2] * args.nodes, head_cpus=4, env=env) as c:
+        subprocess.run([PY, "-m", "df_ray.cli", "serve", "--config", str(pool), "--address",
+                        c.gcs_address, "--proxy-location", "Disabled"], env=c.env, check=True,
+                       cwd=str(ROOT), stdout=subprocess.DEVNULL, timeout=900)
+        jobs = {u: c.submit(user_sweep(work, home, u, seed, args.samples), u,
+                            {"DF_RAY_HOME": str(home), "USER": u})
+                for u, seed in (("alice", 10), ("bob", 50))}
+        ended = {u: c.wait_job(j, 1800)[0] for u, j in jobs.items()}
+        walls = {u: (c.client().get_job_info(j).end_time
+                     - c.client().get_job_info(j).start_time) / 1000 for u, j in jobs.items()}
+    shares = engine_shares(log)
+    client = MlflowClient(tracking_uri=f"sqlite:///{home}/mlflow.db")
+    for u in ("alice", "bob"):
+        exp = client.get_experiment_by_name(f"{u}/serve-sharing")
+        runs = client.search_runs([exp.experiment_id]) if exp else []
+        rows = sum(pq.ParquetFile(f).metadata.num_rows
+                   for f in (home / "users" / u / "results").rglob("samples.parquet"))
+        sh = shares.get(u, {"calls": 0, "share": 0.0, "share_both": 0.0, "window_s": 0.0})
+        print(f"{u:>5}: job {ended[u]} in {walls[u]:.1f} s; engines made {sh['calls']} calls "
+              f"for it: {sh['share']:.2f} of the engines' time, {sh['share_both']:.2f} while "
+              f"both were served ({sh['window_s']:.1f} s); {rows} result rows, "
+              f"{len(runs)} MLflow run(s) in experiment {u}/serve-sharing")
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engine", choices=("embedded", "scripted"), default=None)
     ap.add_argument("--samples", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--modes", default="owned,served")
+    ap.add_argument("--nodes", type=int, default=0,
+                    help="run two users' own sweeps through one service on a simulated "
+                         "cluster of this many GPU nodes instead")
+    ap.add_argument("--engine-s", type=float, default=0.05,
+                    help="--nodes: engine seconds per request")
     ap.add_argument("--user-proc", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.user_proc:
         return user_main(args)
+    if args.nodes:
+        header(f"serve_sharing: two users' own sweeps through one service, {args.nodes} GPU "
+               f"nodes ({args.samples} samples, 4 calls each)")
+        run_cluster(args)
+        return 0
     if args.engine is None:
         import importlib.util
 
