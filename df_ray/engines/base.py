@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -60,15 +60,21 @@ class ChatRequest:
     #: "Question: ... Answer:"), "chatml" (Graph-of-Agents' rendering); None: the engine's
     #: completion prompt. A model with a chat template ignores it. Part of the key when set.
     no_template: str | None = None
+    #: The key, once computed (:meth:`key`): a request is keyed by the planner, the driver,
+    #: the cache and the engine, and hashing its prompt is most of the stage's work per call.
+    _key: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["messages"] = [{"role": m.role, "content": m.content} for m in self.messages]
-        d["sampling"] = self.sampling.to_dict()
-        if d["backbone"] is None:
-            del d["backbone"]
-        if d["no_template"] is None:  # (requests without it keep their keys)
-            del d["no_template"]
+        """The JSON form: the fields in order, ``backbone`` and ``no_template`` only when
+        set (requests without them keep their keys)."""
+        d: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": m.role, "content": m.content} for m in self.messages],
+            "sampling": self.sampling.to_dict(), "seed": self.seed, "revision": self.revision}
+        if self.backbone is not None:
+            d["backbone"] = self.backbone
+        if self.no_template is not None:
+            d["no_template"] = self.no_template
         return d
 
     @classmethod
@@ -87,12 +93,16 @@ class ChatRequest:
         )
 
     def key(self) -> str:
-        """Content hash over everything that determines the output (not the backbone)."""
-        d = self.to_dict()
-        d.pop("backbone", None)
-        blob = json.dumps(d, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-        # surrogatepass: a prompt that quotes an unrepaired output still has one key
-        return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+        """Content hash over everything that determines the output (not the backbone);
+        computed once per request object."""
+        if self._key is None:
+            d = self.to_dict()
+            d.pop("backbone", None)
+            blob = json.dumps(d, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+            # surrogatepass: a prompt that quotes an unrepaired output still has one key
+            object.__setattr__(self, "_key", hashlib.sha256(
+                blob.encode("utf-8", "surrogatepass")).hexdigest())
+        return self._key
 
 
 #: The error every engine gives a request whose prompt exceeds its context length (the
