@@ -107,26 +107,6 @@ async def replica_answers(replica: Any, requests: list[dict]) -> list[dict]:
     return out
 
 
-async def replica_stream(replica: Any, requests: list[dict]):
-    """A replica's answers to a batch of requests, as they finish: yields lists of
-    ``(position, answer dict)``, whatever finished since the last yield (one Ray object per
-    yield, not per request), so the caller takes each answer when its engine ends it and a
-    continuous-batching engine keeps its own order. A request the engine raised on comes back
-    as ``{"failed": "Type: message"}`` alone."""
-    futs = replica.submit([ChatRequest.from_dict(r) for r in requests])
-    waiting = {asyncio.wrap_future(f): i for i, f in enumerate(futs)}
-    pending = set(waiting)
-    while pending:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        out: list[tuple[int, dict]] = []
-        for fut in done:
-            try:
-                out.append((waiting[fut], asdict(fut.result())))
-            except Exception as e:
-                out.append((waiting[fut], {"failed": first_line(e, typed=True)}))
-        yield out
-
-
 def smoke_test(engine: Any, spec: EngineSpec) -> None:
     """One greedy one-token generation; raises `EngineStartError` if it does not answer.
 

@@ -3,8 +3,9 @@ stage, round and configuration of that job.
 
 Each replica is a Ray actor that owns one engine (a vLLM engine pinned to one GPU with
 ``num_gpus``, an embedded model on CPU threads, an HTTP client, or a scripted engine).
-`EngineClient` is what stages hold: it spreads a batch over the replicas of a backbone (one
-actor call per replica, answers streamed back as they finish), keeps every backbone's
+`EngineClient` is what stages hold: it spreads a batch over the replicas of a backbone (the
+requests of all its threads go to a replica in one call per few milliseconds, and answers
+stream back a few engine steps' worth at a time: `df_ray.pipeline.engine_mux`), keeps every backbone's
 requests in flight together, and turns engine faults into bounded
 retries (a crashed replica is restarted by Ray; one that stops answering everything is killed
 and restarted) and, when retries run out, into per-request errors rather than a crashed job.
@@ -18,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import queue
 import threading
 import time
 import uuid
@@ -30,6 +32,7 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from df_ray.engines.base import ChatRequest, Completion, route, timed_out
 from df_ray.engines.spec import EngineSpec
+from df_ray.pipeline.engine_mux import Mux
 from df_ray.pipeline.error_text import first_line, last_line
 from df_ray.pipeline.placement import (  # noqa: F401 - the pool's public names too
     _actor_options,
@@ -100,6 +103,7 @@ class EngineActor:
         from df_ray.engines import make_engine, validate_spec
         from df_ray.engines.batching import Replica
         from df_ray.pipeline import engine_health, faults, lifeline
+        from df_ray.pipeline.answer_streams import AnswerStreams
         from df_ray.plugins import load_in_worker
 
         load_in_worker(*plugins)  # the driver's plugins (an engine kind's, a responder's)
@@ -119,6 +123,7 @@ class EngineActor:
             raise
         report.set("ready")
         self.replica = Replica(self.engine, self.spec.batch_size_cap)
+        self.streams = AnswerStreams(self.replica)
         self.capacity = engine_capacity(self.engine, self.spec)
 
     def __ray_shutdown__(self) -> None:
@@ -135,13 +140,15 @@ class EngineActor:
 
         return await engine_health.replica_answers(self.replica, requests)
 
-    async def generate_stream(self, requests: list[dict]):
-        """A batch of requests in one call; answers stream back as each finishes
-        (`engine_health.replica_stream`)."""
-        from df_ray.pipeline import engine_health
+    async def submit(self, session: str, items: list[tuple[int, dict]]) -> int:
+        """Requests in one call, tagged; their answers go to the session's stream."""
+        return self.streams.submit(session, items)
 
-        async for answers in engine_health.replica_stream(self.replica, requests):
-            yield answers
+    async def answers(self, session: str):
+        """A client's answer stream: ``(tag, answer dict)`` lists, a few engine steps'
+        worth each (`df_ray.pipeline.answer_streams`)."""
+        async for out in self.streams.stream(session):
+            yield out
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
         return await asyncio.wrap_future(self.replica.count_tokens(list(texts)))
@@ -402,7 +409,6 @@ class _Flight:
     left: set[int]
     sent: float
     deadline: float
-    stream: bool = True
 
     def take_all(self) -> list[int]:
         """The calls still unanswered (the flight is over for them)."""
@@ -416,10 +422,12 @@ class EngineClient:
 
     Each request is given to the replica of its backbone with the fewest requests
     outstanding from this client (ties in turn), so a slow or busy replica gets less and a
-    free one more; the requests of one ``generate`` that go to one replica travel in one
-    actor call (``EngineActor.generate_stream``), and each answer streams back as its engine
-    finishes it, so a continuous-batching engine keeps its own order and an actor call is
-    paid per batch, not per request. Every fault goes through one loop (`_serve`), for
+    free one more; the requests that go to one replica, from every thread of the process,
+    travel together (one ``EngineActor.submit`` per replica per few milliseconds, through
+    the process's `Mux`), and answers come back on one stream per replica as their engine
+    finishes them, a few engine steps' worth per Ray object, so a continuous-batching engine
+    keeps its own order and Ray's costs are paid per engine step, not per request or batch.
+    Every fault goes through one loop (`_serve`), for
     generations and token counts alike:
 
     - A replica that raised on a request: the request is retried at once on another replica,
@@ -457,9 +465,19 @@ class EngineClient:
         self._lock = threading.Lock()  # a stage actor's batches share one client
         self._killed_at: dict[tuple[str, int], float] = {}  # replica -> when this client killed it
         self._down: dict[tuple[str, int], float] = {}  # replica -> when it was found gone
+        self._mux: Mux | None = None
+
+    @property
+    def mux(self) -> Mux:
+        """This process's pump to the replicas (`df_ray.pipeline.engine_mux`), one for all
+        the threads of the client."""
+        with self._lock:
+            if self._mux is None:
+                self._mux = Mux(self.handles)
+            return self._mux
 
     def __getstate__(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_mux")}
         state["_load"] = {k: [0] * len(v) for k, v in self.handles.items()}
         state["_killed_at"] = {}
         state["_down"] = {}
@@ -468,6 +486,7 @@ class EngineClient:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._mux = None
 
     def backbone_of(self, request: ChatRequest) -> str:
         return route(request, self.specs)
@@ -569,12 +588,13 @@ class EngineClient:
     def _serve(self, calls: list[_Call], answered: Callable[[int, Any], str | None],
                gave_up: Callable[[int, Completion | None], None]) -> None:
         """Send every call and take each answer as it comes, through every fault (see the
-        class docstring). Generations bound for one replica go in one actor call
-        (``generate_stream``: answers stream back as each finishes). ``answered(i, value)``
+        class docstring). Generations bound for one replica go as one flight (through the
+        `Mux`: answers stream back as each finishes). ``answered(i, value)``
         returns an engine error for a value that is one (the call is retried), else None;
         ``gave_up(i, completion)`` ends a call whose retries ran out (``completion``: the
         client's own timeout answer, or None)."""
-        inflight: dict[Any, _Flight] = {}  # ref or stream -> what it carries
+        inflight: dict[int, _Flight] = {}  # the mux's flight id -> what it carries
+        inbox: queue.SimpleQueue = queue.SimpleQueue()  # the mux's messages for this loop
         outbox: dict[tuple[str, int], list[int]] = {}  # replica -> calls to send it
         parked: list[int] = []  # calls whose backbone has no replica up
         probes: dict[Any, tuple[str, int, float]] = {}  # stats ref -> replica, sent
@@ -603,52 +623,60 @@ class EngineClient:
         for i in range(len(calls)):
             send(i)
         while True:
-            self._flush(outbox, inflight, calls)
+            self._flush(outbox, inflight, calls, inbox)
             if not (inflight or parked):
                 return
-            self._take(inflight, calls, answered, failed, PARK_POLL_S if parked else 10.0)
+            self._take(inflight, inbox, calls, answered, failed,
+                       PARK_POLL_S if parked else 10.0)
             if inflight:
                 self._police(inflight, calls, killed, failed, gave_up)
             if parked:
                 self._unpark(parked, probes, calls, send, gave_up)
 
     def _flush(self, outbox: dict[tuple[str, int], list[int]], inflight: dict,
-               calls: list[_Call]) -> None:
-        """One actor call per replica for its generations (a stream of answers); a token
-        count goes on its own."""
+               calls: list[_Call], inbox: queue.SimpleQueue) -> None:
+        """A replica's generations as one flight (the mux sends them with the other
+        threads' in one submit, and their answers stream back); a token count on its own."""
         now = time.monotonic()
         for (name, k), idxs in outbox.items():
-            handle = self.handles[name][k]
             timeout_s = self.specs[name].request_timeout_s
             deadline = now + timeout_s + cancel_grace_s(timeout_s)
             gens = [i for i in idxs if calls[i].method == "generate"]
             if gens:
-                ref = handle.generate_stream.remote([calls[i].payload for i in gens])
-                inflight[ref] = _Flight(name, k, gens, set(range(len(gens))), now, deadline)
+                fid = self.mux.send(inbox, (name, k), "generate",
+                                    [calls[i].payload for i in gens])
+                inflight[fid] = _Flight(name, k, gens, set(range(len(gens))), now, deadline)
             for i in idxs:
                 if calls[i].method != "generate":
-                    ref = getattr(handle, calls[i].method).remote(calls[i].payload)
-                    inflight[ref] = _Flight(name, k, [i], {0}, now, deadline, stream=False)
+                    fid = self.mux.send(inbox, (name, k), calls[i].method, calls[i].payload)
+                    inflight[fid] = _Flight(name, k, [i], {0}, now, deadline)
         outbox.clear()
 
-    def _take(self, inflight: dict, calls: list[_Call], answered, failed,
-              most_s: float) -> None:
+    def _take(self, inflight: dict, inbox: queue.SimpleQueue, calls: list[_Call], answered,
+              failed, most_s: float) -> None:
         """Wait (at most until the nearest deadline, or ``most_s``) for answers, and handle
         each one that came."""
         if not inflight:
             time.sleep(PARK_POLL_S)
             return
         wait_s = min(f.deadline for f in inflight.values()) - time.monotonic()
-        refs = list(inflight)
-        ready, rest = ray.wait(refs, num_returns=1, timeout=max(0.0, min(wait_s, most_s)))
-        if ready and rest:
-            ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-        for ref in ready:
-            f = inflight[ref]
+        try:
+            messages = [inbox.get(timeout=max(0.0, min(wait_s, most_s)))]
+        except queue.Empty:
+            return
+        with contextlib.suppress(queue.Empty):
+            while True:
+                messages.append(inbox.get_nowait())
+        for kind, ref, value in messages:
+            f = inflight.get(ref)
+            if f is None:
+                continue  # over for this loop already (failed alone, or retried)
             try:
-                value = ray.get(next(ref) if f.stream else ref)
+                if kind == "error":
+                    raise value
             except RayActorError as e:
                 del inflight[ref]
+                self.mux.forget(ref)
                 unavailable = isinstance(e, ActorUnavailableError)
                 self._mark_down(f.name, f.k, type(e).__name__)
                 prefix = UNAVAILABLE if unavailable else "engine error"
@@ -660,13 +688,21 @@ class EngineClient:
                 continue
             except RayTaskError as e:
                 del inflight[ref]
+                self.mux.forget(ref)
                 log.warning("engine replica %s/%d failed (%s); retrying", f.name, f.k,
                             type(e).__name__)
                 for i in f.take_all():
                     self._release(f.name, f.k)
                     failed(i, f"engine error: {last_line(e)}", {(f.name, f.k)})
                 continue
-            for pos, v in (value if f.stream else [(0, value)]):
+            except Exception as e:  # anything else a call raised: a failed call, retried
+                del inflight[ref]
+                self.mux.forget(ref)
+                for i in f.take_all():
+                    self._release(f.name, f.k)
+                    failed(i, f"engine error: {first_line(e, typed=True)}", {(f.name, f.k)})
+                continue
+            for pos, v in value:
                 if pos not in f.left:
                     continue  # failed alone by the client meanwhile
                 f.left.discard(pos)
@@ -677,6 +713,7 @@ class EngineClient:
                     failed(i, error)
             if not f.left:
                 del inflight[ref]
+                self.mux.forget(ref)
 
     def _police(self, inflight: dict, calls: list[_Call], killed: set, failed,
                 gave_up) -> None:
@@ -702,13 +739,13 @@ class EngineClient:
                 log.warning("engine replica %s/%d left %d request(s) unanswered for %.0f s "
                             "while answering others; failing them alone", f.name, f.k,
                             len(f.left), now - f.sent)
-                with contextlib.suppress(Exception):
-                    ray.cancel(ref)
+                self.mux.forget(ref)  # its answers, should they come, are dropped
                 for i in f.take_all():
                     self._release(f.name, f.k)
                     calls[i].last_error = f"no answer in {now - f.sent:.0f} s"
                     gave_up(i, timed_out(timeout_s, engine="the engine client"))
                 continue
+            self.mux.forget(ref)
             if key not in killed:
                 killed.add(key)
                 # not when it is down already (restarting: killed by another client) or

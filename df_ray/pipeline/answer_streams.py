@@ -1,0 +1,100 @@
+"""A replica's answer streams: one long-lived stream per client process, fed by cheap
+``submit`` calls, so a busy replica sends one Ray object per engine step or so to each
+client (every answer finished meanwhile), not one per request or per batch of a thread.
+
+A client (``df_ray.pipeline.engine_mux.Mux``) opens a session (``EngineActor.answers``, a
+streaming actor call) and hands it requests in batches (``EngineActor.submit``: a list of
+``(tag, request dict)``); each request goes to the engine at once (``Replica.submit``:
+continuous batching keeps its own order) and its answer is yielded on the session's stream as
+``(tag, answer dict)``, with whatever else finished within `COALESCE_S`. A request the engine
+raised on is answered ``{"failed": "Type: message"}`` alone.
+
+A stream with nothing outstanding ends after `IDLE_S` (the client opens another when it has
+work again); a submit that finds its stream gone keeps its answers for the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from df_ray.engines.base import ChatRequest, Completion
+from df_ray.pipeline.error_text import first_line
+
+#: Seconds a stream gathers answers before it yields them (answers finish at engine steps:
+#: a GPU step is 15-25 ms): one Ray object carries every answer of a few steps.
+COALESCE_S = 0.03
+
+#: Seconds a stream with nothing outstanding and nothing to send waits before it ends.
+IDLE_S = 30.0
+
+
+def answer_dict(c: Completion) -> dict[str, Any]:
+    """An answer as it crosses to the client (``Completion(**d)`` there)."""
+    return {"text": c.text, "prompt_tokens": c.prompt_tokens,
+            "completion_tokens": c.completion_tokens, "error": c.error,
+            "finish_reason": c.finish_reason}
+
+
+def answer_of(f: Future) -> dict[str, Any]:
+    try:
+        return answer_dict(f.result())
+    except Exception as e:
+        return {"failed": first_line(e, typed=True)}
+
+
+@dataclass
+class _Session:
+    ready: list[tuple[int, dict]] = field(default_factory=list)
+    outstanding: int = 0
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class AnswerStreams:
+    """The sessions of one replica (used from its actor's event loop)."""
+
+    def __init__(self, replica: Any) -> None:
+        self.replica = replica
+        self.sessions: dict[str, _Session] = {}
+
+    def _session(self, sid: str) -> _Session:
+        s = self.sessions.get(sid)
+        if s is None:
+            s = self.sessions[sid] = _Session()
+        return s
+
+    def submit(self, sid: str, items: list[tuple[int, dict]]) -> int:
+        """Hand ``(tag, request dict)`` items to the engine; their answers go to ``sid``."""
+        s = self._session(sid)
+        loop = asyncio.get_running_loop()
+        futs = self.replica.submit([ChatRequest.from_dict(d) for _, d in items])
+        s.outstanding += len(futs)
+
+        def done(tag: int, f: Future) -> None:
+            s.ready.append((tag, answer_of(f)))
+            s.outstanding -= 1
+            s.event.set()
+
+        for (tag, _), f in zip(items, futs, strict=True):
+            f.add_done_callback(lambda f, tag=tag: loop.call_soon_threadsafe(done, tag, f))
+        return len(futs)
+
+    async def stream(self, sid: str, coalesce_s: float = COALESCE_S, idle_s: float = IDLE_S):
+        """Yield lists of ``(tag, answer dict)`` as they finish, until idle."""
+        s = self._session(sid)
+        while True:
+            if not s.ready:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(s.event.wait(), idle_s)
+                if not s.ready:
+                    if s.outstanding == 0:
+                        self.sessions.pop(sid, None)
+                        return
+                    continue
+            await asyncio.sleep(coalesce_s)
+            s.event.clear()
+            out, s.ready = s.ready, []
+            yield out
