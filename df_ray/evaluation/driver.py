@@ -259,8 +259,11 @@ class Driver:
         sink = None
         if cache is not None and getattr(self.engine, "answers_as_they_come", False):
             # cached as they come, not when the round's slowest call ends: a run killed
-            # mid-round, or stopped by an engine failure, keeps the answers it had
-            sink = _AnswerSink(cache, reqs, self.on_interrupt)
+            # mid-round, or stopped by an engine failure, keeps the answers it had (a cache
+            # that holds its writes, a stage's WriteBehind, takes them its own way)
+            own = getattr(cache, "sink", None)
+            sink = own(reqs) if own is not None else _AnswerSink(cache, reqs,
+                                                                 self.on_interrupt)
             try:
                 answers = self.engine.generate(reqs, on_answer=sink.add)
             finally:

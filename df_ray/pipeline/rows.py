@@ -23,6 +23,19 @@ def decode_sample(sample: str) -> Sample:
     return Sample(**json.loads(sample))
 
 
+def output_schema():
+    """The stage's output rows as Arrow types: the generic ``ResultRow`` columns,
+    ``method_columns``, ``config`` and ``busy_s``. The stage builds its output table with it
+    (Ray Data would infer each column's type from its Python values, most of the stage's CPU
+    per batch after the method's own work, and an all-None column's type differently)."""
+    import pyarrow as pa
+
+    from df_ray.evaluation.scoring import arrow_schema
+
+    return arrow_schema().append(pa.field(METHOD_COLUMNS, pa.string())).append(
+        pa.field("config", pa.int64())).append(pa.field("busy_s", pa.float64()))
+
+
 def encode_results(graded: Sequence[tuple[int, ResultRow]]) -> dict[str, list[Any]]:
     """(configuration index, graded row) pairs as output columns: the generic ``ResultRow``
     columns, ``method_columns`` and ``config``. Each configuration's method has columns of its

@@ -15,15 +15,18 @@ import logging
 import threading
 from typing import Any
 
+import pyarrow as pa
+
 from df_ray.config import RunConfig
 from df_ray.evaluation.driver import Driver, Member, record_to_dict
 from df_ray.evaluation.plan import RunPlan
 from df_ray.evaluation.scoring import spent_tokens
 from df_ray.pipeline import faults, lifeline, signals
 from df_ray.pipeline.cache import open_cache
+from df_ray.pipeline.cache.write_behind import WriteBehind
 from df_ray.pipeline.engine_pool import EngineClient, make_client
 from df_ray.pipeline.lifecycle import shared_backbones
-from df_ray.pipeline.rows import decode_sample, encode_results
+from df_ray.pipeline.rows import decode_sample, encode_results, output_schema
 
 #: How often the stage re-lists the cache root for other writers' parts (seconds).
 REFRESH_INTERVAL_S = 5.0
@@ -80,8 +83,12 @@ class EvaluationStage:
         self.members = [Member.from_plan(p, token_counter(p.cfg, self.client),
                                          for_calibration=for_calibration) for p in plans]
         self.for_calibration = for_calibration
+        self.schema = output_schema()
         cache = open_cache(self.members[0].ctx.settings)
-        self.driver = Driver(self.members, self.client, cache,
+        # every batch's answers held and written together when batches end (one part for
+        # the batches that end meanwhile), not a part per batch and round
+        self.cache = WriteBehind(cache, on_interrupt=signals.on_interrupt)
+        self.driver = Driver(self.members, self.client, self.cache,
                              refresh=lambda: cache.refresh(min_interval_s=REFRESH_INTERVAL_S),
                              on_interrupt=signals.on_interrupt)
         # The answer kinds' first-use imports (math-verify, sympy: seconds of CPU) while the
@@ -92,8 +99,11 @@ class EvaluationStage:
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         rows = self.driver.new_rows([decode_sample(s) for s in batch["sample"]])
         busy = [[0.0] * len(self.members) for _ in rows]
-        for r in range(self.driver.rounds):
-            self.driver.run_round(r, rows, busy=busy)
+        try:
+            for r in range(self.driver.rounds):
+                self.driver.run_round(r, rows, busy=busy)
+        finally:  # the batch's answers are in the cache before its rows leave the stage
+            self.cache.flush()
         if self.for_calibration:
             recs = self.driver.calibration_records(rows)
             states = [st for sts in rows for st in sts]  # calibration_records' order
@@ -106,4 +116,4 @@ class EvaluationStage:
         # The stage time each (sample, configuration) took, for its own wall-time share
         # (df_ray.pipeline.runner.own_wall_times); finish() yields rows in row-major order.
         cols["busy_s"] = [busy[i][m] for i in range(len(rows)) for m in range(len(self.members))]
-        return cols
+        return pa.Table.from_pydict(cols, schema=self.schema)

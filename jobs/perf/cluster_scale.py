@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from jobs.perf.common import header
-from jobs.perf.sim_cluster import RAY, SimCluster
+from jobs.perf.sim_cluster import RAY, ROOT, SimCluster
 
 ROLES = ("stage", "engine", "driver", "ray")
 GPU_RATE = 40.0  # requests/s one GPU serves at DarkForest's answer lengths
@@ -174,7 +174,7 @@ def sim_logs(logdir: Path, capacity: int, step_s: float) -> dict[str, float]:
             "requests": requests}
 
 
-def measure(gpus: int, a: argparse.Namespace, tmp: Path) -> dict:
+def measure(gpus: int, a: argparse.Namespace, tmp: Path, tree: Path = ROOT) -> dict:
     logdir = tmp / "simlog"
     logdir.mkdir(parents=True)
     source = Path(a.source) if a.source else write_source(tmp / "mmlu.json", a.samples)
@@ -186,7 +186,8 @@ def measure(gpus: int, a: argparse.Namespace, tmp: Path) -> dict:
         sampler = CpuSampler([p.pid for p in c.procs.values()]).start()
         t0 = time.time()
         job = c.submit(sweep, f"scale-{gpus}", {"DF_RAY_HOME": str(tmp / "home"),
-                                                 "DFPERF_SIM_LOG": str(logdir)})
+                                                 "DFPERF_SIM_LOG": str(logdir)},
+                       working_dir=tree)
         store = "n/a"
         while True:
             status = str(c.client().get_job_status(job)).split(".")[-1]
@@ -211,7 +212,7 @@ def measure(gpus: int, a: argparse.Namespace, tmp: Path) -> dict:
     steady["engine"] -= sim["loop_cpu"]
     ms_steady = {k: 1000.0 * v / n for k, v in steady.items()}
     bottleneck = max(ms_steady["stage"] / a.concurrency, ms_steady["driver"])
-    return {"gpus": gpus, "requests": sim["requests"], "wall": wall, "ms_steady": ms_steady,
+    return {"gpus": gpus, "tree": tree, "requests": sim["requests"], "wall": wall, "ms_steady": ms_steady,
             "window": sim["last"] - sim["first"], "bound": sim["bound"],
             "startup": sim["first"] - t0, "ms": ms, "loop_ms": 1000.0 * sim["loop_cpu"] / n,
             "driver_mb": sampler.driver_rss, "store": store,
@@ -221,7 +222,9 @@ def measure(gpus: int, a: argparse.Namespace, tmp: Path) -> dict:
 def report(r: dict) -> None:
     ms = r["ms"]
     total = sum(ms.values())
-    print(f"\n## {r['gpus']} declared GPUs: {r['requests']} engine requests, wall {r['wall']:.1f}s,"
+    tree = "" if r["tree"] == ROOT else f" [{r['tree']}]"
+    print(f"\n## {r['gpus']} declared GPUs{tree}: {r['requests']} engine requests, "
+          f"wall {r['wall']:.1f}s,"
           f" engines' window {r['window']:.1f}s, their own bound {r['bound']:.1f}s")
     print(f"bound/wall {r['bound'] / r['wall']:.2f}   bound/window "
           f"{r['bound'] / r['window']:.2f}   start-up (submit -> first engine step) "
@@ -250,15 +253,21 @@ def main() -> int:
     p.add_argument("--capacity", type=int, default=256)
     p.add_argument("--step-s", type=float, default=0.02)
     p.add_argument("--mean-tokens", type=float, default=70.0)
+    p.add_argument("--baseline", type=Path,
+                   help="a checkout of another commit (e.g. `git worktree add DIR <commit>`): "
+                        "each size runs its sweep too, just before this tree's, on a cluster "
+                        "of its own, so both are measured under the same load")
     p.add_argument("--store-at-s", type=float, default=10.0,
                    help="read the object store's use this long after submit, once the engines "
                         "have stepped")
     a = p.parse_args()
     header("DarkForest sweep on a simulated multi-node cluster (ray job submit)")
+    trees = [a.baseline.resolve(), ROOT] if a.baseline else [ROOT]
     for gpus in a.gpus:
-        with tempfile.TemporaryDirectory(prefix=f"dfscale{gpus}-") as tmp:
-            report(measure(gpus, a, Path(tmp)))
-            sys.stdout.flush()
+        for tree in trees:
+            with tempfile.TemporaryDirectory(prefix=f"dfscale{gpus}-") as tmp:
+                report(measure(gpus, a, Path(tmp), tree))
+                sys.stdout.flush()
     return 0
 
 

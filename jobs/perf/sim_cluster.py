@@ -301,8 +301,9 @@ class SimCluster:
 
     # -- jobs
     def submit(self, config: Path, submission_id: str, env_vars: dict[str, str] | None = None,
-               args: tuple[str, ...] = ()) -> str:
-        """`ray job submit --working-dir <repo> -- python jobs/sweep.py --config ...`."""
+               args: tuple[str, ...] = (), working_dir: Path = ROOT) -> str:
+        """`ray job submit --working-dir <repo> -- python jobs/sweep.py --config ...`
+        (``working_dir``: another checkout, e.g. an earlier commit to compare with)."""
         import yaml
 
         data = yaml.safe_load((ROOT / "cluster" / "runtime_env.yaml").read_text())
@@ -311,7 +312,7 @@ class SimCluster:
                                     "HF_DATASETS_OFFLINE": "1", **(env_vars or {})}}
         env_file = self.workdir / f"runtime_env-{submission_id}.json"
         env_file.write_text(json.dumps(runtime_env))
-        cmd = [RAY, "job", "submit", "--address", self.dash_address, "--working-dir", str(ROOT),
+        cmd = [RAY, "job", "submit", "--address", self.dash_address, "--working-dir", str(working_dir),
                "--runtime-env", str(env_file), "--submission-id", submission_id, "--no-wait",
                "--", "python", "jobs/sweep.py", "--config", str(config), *args]
         deadline = time.time() + 120

@@ -1,0 +1,64 @@
+"""A stage's held cache writes (WriteBehind): answers are served while held, written as one
+part when a batch ends, never a failed call, and what is held when the run is interrupted
+is written by the interrupt's flush."""
+
+from __future__ import annotations
+
+import threading
+
+from df_ray.engines import ChatRequest, Message
+from df_ray.engines.base import Completion
+from df_ray.pipeline.cache import GenerationCache
+from df_ray.pipeline.cache.write_behind import WriteBehind
+from tests.helpers import cache_parts
+
+
+def req(i: int) -> ChatRequest:
+    return ChatRequest(model="m", messages=(Message("user", f"q{i}"),), seed=i)
+
+
+def test_held_answers_are_served_and_written_as_one_part(tmp_path):
+    cache = GenerationCache(str(tmp_path / "c"))
+    wb = WriteBehind(cache)
+    sink = wb.sink([req(0), req(1), req(2)])
+    sink.add(0, Completion("a \ud800", 3, 2, finish_reason="stop"))
+    sink.add(1, Completion("", 0, 0, error="engine error: boom"))
+    sink.add(2, Completion("c", 1, 1))
+    sink.flush()  # the round's end: still held
+    assert cache_parts(tmp_path / "c") == []
+    assert req(0).key() in wb and req(1).key() not in wb
+    assert wb.get(req(0).key()) == Completion("a \ufffd", 3, 2, finish_reason="stop")
+    wb.flush()
+    assert len(cache_parts(tmp_path / "c")) == 1 and wb.pending == {}
+    again = GenerationCache(str(tmp_path / "c"))
+    assert again.get(req(0).key()) == wb.get(req(0).key())
+    assert again.get(req(2).key()) == Completion("c", 1, 1)
+    assert req(1).key() not in again
+
+
+def test_batches_ending_together_lose_nothing(tmp_path):
+    cache = GenerationCache(str(tmp_path / "c"))
+    wb = WriteBehind(cache)
+
+    def batch(b: int) -> None:
+        for i in range(20):
+            wb.put_many([(req(100 * b + i), Completion(f"t{b}-{i}", 1, 1))])
+        wb.flush()
+        assert all(req(100 * b + i).key() in cache for i in range(20))
+
+    threads = [threading.Thread(target=batch, args=(b,)) for b in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(GenerationCache(str(tmp_path / "c"))) == 160
+    assert 1 <= len(cache_parts(tmp_path / "c")) <= 8
+
+
+def test_an_interrupt_writes_what_is_held(tmp_path):
+    flushes = []
+    wb = WriteBehind(GenerationCache(str(tmp_path / "c")),
+                     on_interrupt=lambda owner, fn: flushes.append(fn))
+    wb.put_many([(req(1), Completion("x", 1, 1))])
+    flushes[0]()  # what df_ray.pipeline.signals does on SIGINT / SIGTERM
+    assert req(1).key() in GenerationCache(str(tmp_path / "c"))
