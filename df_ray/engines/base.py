@@ -78,7 +78,16 @@ class ChatRequest:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> ChatRequest:
+    def from_dict(cls, d: dict, key: str | None = None) -> ChatRequest:
+        """The request of a JSON form; ``key``: its key as the sender computed it (so the
+        receiver does not hash the prompt again)."""
+        r = cls._from_dict(d)
+        if key is not None:
+            object.__setattr__(r, "_key", key)
+        return r
+
+    @classmethod
+    def _from_dict(cls, d: dict) -> ChatRequest:
         s = dict(d.get("sampling") or {})
         s["stop"] = tuple(s.get("stop") or ())
         s["ignore_eos"] = bool(s.get("ignore_eos", False))

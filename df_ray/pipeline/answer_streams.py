@@ -4,7 +4,7 @@ client (every answer finished meanwhile), not one per request or per batch of a 
 
 A client (``df_ray.pipeline.engine_mux.Mux``) opens a session (``EngineActor.answers``, a
 streaming actor call) and hands it requests in batches (``EngineActor.submit``: a list of
-``(tag, request dict)``); each request goes to the engine at once (``Replica.submit``:
+``(tag, request dict, key)``); each request goes to the engine at once (``Replica.submit``:
 continuous batching keeps its own order) and its answer is yielded on the session's stream as
 ``(tag, answer dict)``, with whatever else finished within `COALESCE_S`. A request the engine
 raised on is answered ``{"failed": "Type: message"}`` alone.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,10 @@ class AnswerStreams:
     def __init__(self, replica: Any) -> None:
         self.replica = replica
         self.sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
+        self._done: list[tuple[_Session, int, Future]] = []
+        self._woken = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _session(self, sid: str) -> _Session:
         s = self.sessions.get(sid)
@@ -66,21 +71,34 @@ class AnswerStreams:
             s = self.sessions[sid] = _Session()
         return s
 
-    def submit(self, sid: str, items: list[tuple[int, dict]]) -> int:
-        """Hand ``(tag, request dict)`` items to the engine; their answers go to ``sid``."""
+    def submit(self, sid: str, items: list[tuple[int, dict, str]]) -> int:
+        """Hand ``(tag, request dict, key)`` items to the engine; their answers go to
+        ``sid``."""
         s = self._session(sid)
-        loop = asyncio.get_running_loop()
-        futs = self.replica.submit([ChatRequest.from_dict(d) for _, d in items])
+        self._loop = asyncio.get_running_loop()
+        futs = self.replica.submit([ChatRequest.from_dict(d, key) for _, d, key in items])
         s.outstanding += len(futs)
+        for (tag, _, _), f in zip(items, futs, strict=True):
+            f.add_done_callback(lambda f, tag=tag: self._finished(s, tag, f))
+        return len(futs)
 
-        def done(tag: int, f: Future) -> None:
+    def _finished(self, s: _Session, tag: int, f: Future) -> None:
+        """An answer (from the engine's thread): queued, and the loop woken once for every
+        answer queued meanwhile, not once per answer."""
+        with self._lock:
+            self._done.append((s, tag, f))
+            if self._woken:
+                return
+            self._woken = True
+        self._loop.call_soon_threadsafe(self._take_done)
+
+    def _take_done(self) -> None:
+        with self._lock:
+            done, self._done, self._woken = self._done, [], False
+        for s, tag, f in done:
             s.ready.append((tag, answer_of(f)))
             s.outstanding -= 1
             s.event.set()
-
-        for (tag, _), f in zip(items, futs, strict=True):
-            f.add_done_callback(lambda f, tag=tag: loop.call_soon_threadsafe(done, tag, f))
-        return len(futs)
 
     async def stream(self, sid: str, coalesce_s: float = COALESCE_S, idle_s: float = IDLE_S):
         """Yield lists of ``(tag, answer dict)`` as they finish, until idle."""

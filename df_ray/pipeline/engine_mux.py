@@ -68,8 +68,8 @@ class Mux:
 
     # -- the threads' side
     def send(self, inbox: queue.SimpleQueue, key: Key, method: str, payload: Any) -> int:
-        """Queue a flight: ``method`` "generate" with a list of request dicts, or a replica
-        method called once with ``payload``; returns its id."""
+        """Queue a flight: ``method`` "generate" with a list of (request dict, key), or a
+        replica method called once with ``payload``; returns its id."""
         with self._lock:
             fid = next(self._ids)
             self._flights[fid] = _Flight(inbox, key)
@@ -138,11 +138,11 @@ class Mux:
                 f = self._flights.get(fid)
                 if f is None:
                     continue
-                for pos, d in enumerate(payloads):
+                for pos, (d, key) in enumerate(payloads):
                     tag = next(self._ids)
                     s.tags[tag] = (fid, pos)
                     f.tags.append(tag)
-                    batch.append((tag, d))
+                    batch.append((tag, d, key))
         self._calls[handle.submit.remote(s.sid, batch)] = (-1, key)
 
     def _call_done(self, ref: Any) -> None:

@@ -140,7 +140,7 @@ class EngineActor:
 
         return await engine_health.replica_answers(self.replica, requests)
 
-    async def submit(self, session: str, items: list[tuple[int, dict]]) -> int:
+    async def submit(self, session: str, items: list[tuple[int, dict, str]]) -> int:
         """Requests in one call, tagged; their answers go to the session's stream."""
         return self.streams.submit(session, items)
 
@@ -546,7 +546,7 @@ class EngineClient:
                  ) -> list[Completion]:
         """Answer every request; all backbones and replicas work at once. ``on_answer(i,
         completion)`` is called, in this thread, for each request answered, as it is."""
-        calls = [_Call(self.backbone_of(r), "generate", r.to_dict()) for r in requests]
+        calls = [_Call(self.backbone_of(r), "generate", (r.to_dict(), r.key())) for r in requests]
         results: list[Completion | None] = [None] * len(requests)
 
         def answered(i: int, d: Any) -> str | None:
