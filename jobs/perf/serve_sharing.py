@@ -304,18 +304,18 @@ SHARE_LOG_ENV = "DF_RAY_SHARE_LOG"
 def user_timed(request) -> str:
     """A scripted backbone for the cluster mode: ``DF_RAY_SHARE_ENGINE_S`` seconds of engine
     time per request (the scripted engine serves a batch's requests one after another), one
-    line ``<time> <user>`` per call in ``DF_RAY_SHARE_LOG``, the user read from the
+    line ``<time> <user> <model>`` per call in ``DF_RAY_SHARE_LOG``, the user read from the
     ``[user <name>]`` of the request's system prompt; the answer is ``majority``'s."""
     import re as _re
 
     from df_ray.engines.scripted import majority
 
-    time.sleep(float(os.environ.get("DF_RAY_SHARE_ENGINE_S", "0.05")))
+    time.sleep(float(os.environ.get("DF_RAY_SHARE_ENGINE_S", "0.5")))
     system = " ".join(m.content for m in request.messages if m.role == "system")
     user = (_re.findall(r"\[user (\w+)\]", system) or ["?"])[0]
     fd = os.open(os.environ[SHARE_LOG_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, f"{time.time():.4f} {user}\n".encode())
+        os.write(fd, f"{time.time():.4f} {user} {request.model}\n".encode())
     finally:
         os.close(fd)
     return majority(request)
@@ -347,24 +347,36 @@ def user_sweep(work: Path, home: Path, user: str, seed: int, n: int) -> Path:
     return path
 
 
-def engine_shares(log: Path) -> dict[str, dict[str, float]]:
-    """Per user: calls, share of all calls (each costs the same engine time), and share of
-    the calls served while both users had calls being served (first to last call of each)."""
-    calls: dict[str, list[float]] = {}
+def engine_shares(log: Path, bin_s: float = 10.0) -> dict[str, dict]:
+    """Per user: calls, share of all calls (each costs the same engine time), and, while both
+    users had calls being served (from the later first call to the earlier last call): its
+    share of the calls, per backbone, and the smallest share in any ``bin_s`` bin."""
+    calls: dict[str, list[tuple[float, str]]] = {}
     for line in log.read_text().splitlines():
-        t, user = line.split()
-        calls.setdefault(user, []).append(float(t))
-    lo = max(min(ts) for ts in calls.values())
-    hi = min(max(ts) for ts in calls.values())
-    total = sum(len(ts) for ts in calls.values())
-    both = {u: sum(lo <= t <= hi for t in ts) for u, ts in calls.items()}
-    return {u: {"calls": len(ts), "share": len(ts) / total,
-                "share_both": both[u] / max(1, sum(both.values())), "window_s": hi - lo}
-            for u, ts in calls.items()}
+        t, user, model = line.split()
+        calls.setdefault(user, []).append((float(t), model))
+    lo = max(min(t for t, _ in cs) for cs in calls.values())
+    hi = min(max(t for t, _ in cs) for cs in calls.values())
+    total = sum(len(cs) for cs in calls.values())
+    both = [(t, u, m) for u, cs in calls.items() for t, m in cs if lo <= t <= hi]
+    out: dict[str, dict] = {}
+    for u, cs in calls.items():
+        per_model = {m: sum(1 for _, v, w in both if v == u and w == m)
+                     / max(1, sum(1 for _, _, w in both if w == m))
+                     for m in sorted({m for _, _, m in both})}
+        bins = [[v for t, v, _ in both if lo + k * bin_s <= t < lo + (k + 1) * bin_s]
+                for k in range(max(1, int((hi - lo) // bin_s)))]
+        out[u] = {"calls": len(cs), "share": len(cs) / total,
+                  "share_both": sum(1 for _, v, _ in both if v == u) / max(1, len(both)),
+                  "per_model": per_model, "window_s": hi - lo,
+                  "min_bin": min((b.count(u) / len(b) for b in bins if b), default=0.0)}
+    return out
 
 
 def run_cluster(args) -> None:
     """Two users' sweeps at once through one service on a simulated multi-node cluster."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import pyarrow.parquet as pq
     from mlflow.tracking import MlflowClient
 
@@ -386,9 +398,12 @@ def run_cluster(args) -> None:
         subprocess.run([PY, "-m", "df_ray.cli", "serve", "--config", str(pool), "--address",
                         c.gcs_address, "--proxy-location", "Disabled"], env=c.env, check=True,
                        cwd=str(ROOT), stdout=subprocess.DEVNULL, timeout=900)
-        jobs = {u: c.submit(user_sweep(work, home, u, seed, args.samples), u,
-                            {"DF_RAY_HOME": str(home), "USER": u})
-                for u, seed in (("alice", 10), ("bob", 50))}
+        sweeps = {u: user_sweep(work, home, u, seed, args.samples)
+                  for u, seed in (("alice", 10), ("bob", 50))}
+        with ThreadPoolExecutor(2) as pool:  # both submitted at once
+            futures = {u: pool.submit(c.submit, path, u, {"DF_RAY_HOME": str(home), "USER": u})
+                       for u, path in sweeps.items()}
+            jobs = {u: f.result() for u, f in futures.items()}
         ended = {u: c.wait_job(j, 1800)[0] for u, j in jobs.items()}
         walls = {u: (c.client().get_job_info(j).end_time
                      - c.client().get_job_info(j).start_time) / 1000 for u, j in jobs.items()}
@@ -399,11 +414,14 @@ def run_cluster(args) -> None:
         runs = client.search_runs([exp.experiment_id]) if exp else []
         rows = sum(pq.ParquetFile(f).metadata.num_rows
                    for f in (home / "users" / u / "results").rglob("samples.parquet"))
-        sh = shares.get(u, {"calls": 0, "share": 0.0, "share_both": 0.0, "window_s": 0.0})
+        sh = shares[u]
+        per_model = ", ".join(f"{m} {v:.2f}" for m, v in sh["per_model"].items())
         print(f"{u:>5}: job {ended[u]} in {walls[u]:.1f} s; engines made {sh['calls']} calls "
-              f"for it: {sh['share']:.2f} of the engines' time, {sh['share_both']:.2f} while "
-              f"both were served ({sh['window_s']:.1f} s); {rows} result rows, "
-              f"{len(runs)} MLflow run(s) in experiment {u}/serve-sharing")
+              f"for it: {sh['share']:.2f} of the engines' time; while both were served "
+              f"({sh['window_s']:.1f} s) {sh['share_both']:.2f} ({per_model}; at least "
+              f"{sh['min_bin']:.2f} in every 10 s); {rows} result rows, "
+              f"{len(runs)} MLflow runs (the sweep's and its configuration's) in experiment "
+              f"{u}/serve-sharing")
     shutil.rmtree(work, ignore_errors=True)
 
 
@@ -416,7 +434,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=0,
                     help="run two users' own sweeps through one service on a simulated "
                          "cluster of this many GPU nodes instead")
-    ap.add_argument("--engine-s", type=float, default=0.05,
+    ap.add_argument("--engine-s", type=float, default=0.5,
                     help="--nodes: engine seconds per request")
     ap.add_argument("--user-proc", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
