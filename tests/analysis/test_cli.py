@@ -22,6 +22,12 @@ def test_df_ray_analyze_prints_every_section_and_writes_the_files(tmp_path, caps
     for name in ("analysis.md", "mmlu_pro_frontier.png", "mmlu_pro_subsets.csv",
                  "mmlu_pro_thresholds.csv", "mmlu_pro_early_stop.csv"):
         assert (out / name).is_file(), name
+    assert "ties broken uniformly" in (out / "analysis.md").read_text()  # the default
+    first = tmp_path / "first"
+    assert main(["analyze", "--config", str(path), "--out", str(first), "--tie-rule",
+                 "first"]) == 0
+    assert "ties broken as the methods break them (`first`" in (
+        first / "analysis.md").read_text()
 
 
 def test_df_ray_analyze_without_a_cache_says_so_in_one_line(tmp_path, capsys):
