@@ -270,7 +270,7 @@ def test_the_committed_reproduction_cache_reads_whole(tmp_path):
     root = tmp_path / "generations"
     shutil.copytree(FIXTURE, root)
     c = GenerationCache(str(root), user="someone")
-    # every distinct key its parts hold, as pyarrow reads them (1,699 with its two parts)
+    # every distinct key its parts hold, as pyarrow reads them (1,938 in its three parts)
     keys = {k for part in root.glob("part-*.parquet")
             for k in pq.read_table(part, columns=["key"]).column(0).to_pylist()}
     assert len(keys) >= 1667
