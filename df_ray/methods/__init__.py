@@ -2,7 +2,8 @@
 
 Each method is one module and one line in ``REGISTRY`` (name -> "module:Class"); a config's
 ``method`` is checked against it and ``method_args`` against the method's ``Args``.
-``get_method(name, **method_args)`` builds one by name.
+``get_method(name, **method_args)`` builds one by name. The vocabulary a method is written in
+(``Method``, ``MethodArgs``, ``Call``, ``Outcome``, ...) is ``df_ray.methods.base``'s.
 """
 
 from __future__ import annotations
@@ -10,16 +11,7 @@ from __future__ import annotations
 import importlib
 
 from df_ray.errors import UnknownNameError, register_name
-from df_ray.methods.base import (
-    Call,
-    CallRecord,
-    Method,
-    MethodArgs,
-    MethodArgsError,
-    MethodContext,
-    Outcome,
-    SampleState,
-)
+from df_ray.methods.base import Method, MethodArgsError
 
 # name -> "module:Class"; modules are imported on demand. Adding a method: one module, one line.
 REGISTRY: dict[str, str] = {
@@ -61,6 +53,5 @@ def get_method(name: str, **args) -> Method:
     return method_class(name)(args)
 
 
-__all__ = ["REGISTRY", "Call", "CallRecord", "Method", "MethodArgs", "MethodArgsError",
-           "MethodContext", "Outcome", "SampleState", "UnknownMethodError", "get_method",
-           "method_class", "register_method"]
+__all__ = ["REGISTRY", "MethodArgsError", "UnknownMethodError", "get_method", "method_class",
+           "register_method"]
