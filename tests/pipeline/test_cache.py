@@ -105,18 +105,21 @@ def test_a_run_compacts_its_cache_root_above_cache_compact_parts(tmp_path, ray_l
     base = base_config(tmp_path, source, batch_size=1, concurrency=1)
     root = base["cache_root"]
 
-    def run(limit: int) -> tuple[object, list[str]]:
+    def run(limit: int, seed: int = 0) -> tuple[object, list[str]]:
         said: list[str] = []
-        sweep = SweepConfig.model_validate({"name": "compact", "runs": [{}],
+        sweep = SweepConfig.model_validate({"name": "compact", "runs": [{"seed": seed}],
                                             "base": {**base, "cache_compact_parts": limit}})
         (result,) = run_sweep(sweep, tracker=None, progress=said.append)
         return result, said
 
-    first, said = run(0)  # never compacted
-    calls = first.metrics["fresh_calls"]
+    # a stage writes the answers of the batches that end together as one part, so how many
+    # parts one run writes depends on timing: three runs of other seeds write at least three
+    for seed in (1, 2, 0):
+        first, said = run(0, seed)  # never compacted
+        assert first.metrics["fresh_calls"] > 0
+        assert not [m for m in said if "compacted" in m]
     parts = count_parts(root)
-    assert calls > 0 and parts > 3, (calls, parts)  # one sample per batch: several parts
-    assert not [m for m in said if "compacted" in m]
+    assert parts >= 3, parts
     entries = len(GenerationCache(root))
     second, said = run(parts - 1)
     assert second.metrics["fresh_calls"] == 0
