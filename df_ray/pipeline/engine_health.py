@@ -32,14 +32,14 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from df_ray.engines.base import ChatRequest, Message, SamplingParams
 from df_ray.engines.spec import EngineSpec
 from df_ray.errors import EngineFailure
 from df_ray.pipeline import faults
-from df_ray.pipeline.error_text import first_line
+from df_ray.pipeline.answer_streams import answer_of
 from df_ray.pipeline.placement import bundle_text, replica_bundle
 from df_ray.pipeline.ticker import Ticker
 
@@ -98,13 +98,10 @@ async def replica_answers(replica: Any, requests: list[dict]) -> list[dict]:
     actor or a Serve deployment to return: a request the engine raised on comes back as
     ``{"failed": "Type: message"}`` alone (the caller retries it)."""
     futs = replica.submit([ChatRequest.from_dict(r) for r in requests])
-    out: list[dict] = []
     for f in futs:
-        try:
-            out.append(asdict(await asyncio.wrap_future(f)))
-        except Exception as e:
-            out.append({"failed": first_line(e, typed=True)})
-    return out
+        with contextlib.suppress(Exception):  # answer_of says what it raised
+            await asyncio.wrap_future(f)
+    return [answer_of(f) for f in futs]
 
 
 def smoke_test(engine: Any, spec: EngineSpec) -> None:
