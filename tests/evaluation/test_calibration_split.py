@@ -78,9 +78,11 @@ def test_a_file_test_split_without_a_calibration_source_says_what_to_pass(tmp_pa
     assert str(GOA) in msg and "calibration_source=" in msg and "TIGER-Lab/MMLU-Pro" in msg
 
 
-def test_preflight_refuses_before_any_engine_and_the_cli_exits_2(tmp_path, capsys):
-    import ray
+def test_preflight_refuses_before_any_engine_and_the_cli_exits_2(tmp_path, capsys, monkeypatch):
+    from df_ray.pipeline import runner
 
+    started = []  # Ray may already be up in this process (another test's): count the joins
+    monkeypatch.setattr(runner, "init_ray", lambda *a, **k: started.append(a))
     with pytest.raises(CalibrationDataError):
         preflight([_cfg(tmp_path)])
     config = tmp_path / "run.yaml"
@@ -88,7 +90,7 @@ def test_preflight_refuses_before_any_engine_and_the_cli_exits_2(tmp_path, capsy
     assert cli_main(["run", "--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert "calibration error" in err and "calibration_source=" in err
-    assert not ray.is_initialized()  # stopped before Ray, so before any engine
+    assert started == []  # stopped before Ray, so before any engine
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
 
 
