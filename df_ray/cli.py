@@ -681,7 +681,8 @@ def cmd_cache_compact(args: argparse.Namespace) -> int:
         cache = GenerationCache(r)
         cache.compact()
         f = cache.compaction
-        print(f"{r}: {f['entries']} calls kept in one part (merged {f['parts']} parts; "
+        print(f"{r}: {f['entries']} calls kept in one part (merged {f['parts']} parts, "
+              f"{f['journals']} finished engine journals folded first; "
               f"{f['dropped']} corrupted entries dropped, {f['unreadable']} unreadable parts "
               f"left in place, {f['tmp_removed']} temporary files of dead writers removed; "
               f"{f['conflicts']} keys with conflicting copies kept (every copy), "

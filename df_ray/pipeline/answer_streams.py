@@ -9,6 +9,10 @@ continuous batching keeps its own order) and its answer is yielded on the sessio
 ``(tag, answer dict)``, with whatever else finished within `COALESCE_S`. A request the engine
 raised on is answered ``{"failed": "Type: message"}`` alone.
 
+A session may name a journal (``(cache root, user)``): its answers are journaled there
+(`df_ray.pipeline.cache.journal`), one write per batch of answers finished together, before
+they are yielded.
+
 A stream with nothing outstanding ends after `IDLE_S` (the client opens another when it has
 work again); a submit that finds its stream gone keeps its answers for the next one.
 """
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from df_ray.engines.base import ChatRequest, Completion
+from df_ray.pipeline.cache.journal import Journals, Target
 from df_ray.pipeline.error_text import first_line
 
 #: Seconds a stream gathers answers before it yields them (answers finish at engine steps:
@@ -52,6 +57,7 @@ class _Session:
     ready: list[tuple[int, dict]] = field(default_factory=list)
     outstanding: int = 0
     event: asyncio.Event = field(default_factory=asyncio.Event)
+    journal: Target | None = None
 
 
 class AnswerStreams:
@@ -61,9 +67,10 @@ class AnswerStreams:
         self.replica = replica
         self.sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
-        self._done: list[tuple[_Session, int, Future]] = []
+        self._done: list[tuple[_Session, int, ChatRequest, Future]] = []
         self._woken = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.journals = Journals()
 
     def _session(self, sid: str) -> _Session:
         s = self.sessions.get(sid)
@@ -71,22 +78,25 @@ class AnswerStreams:
             s = self.sessions[sid] = _Session()
         return s
 
-    def submit(self, sid: str, items: list[tuple[int, dict, str]]) -> int:
+    def submit(self, sid: str, items: list[tuple[int, dict, str]],
+               journal: Target | None = None) -> int:
         """Hand ``(tag, request dict, key)`` items to the engine; their answers go to
-        ``sid``."""
+        ``sid`` (journaled at ``journal`` first)."""
         s = self._session(sid)
+        s.journal = tuple(journal) if journal is not None else None
         self._loop = asyncio.get_running_loop()
-        futs = self.replica.submit([ChatRequest.from_dict(d, key) for _, d, key in items])
+        reqs = [ChatRequest.from_dict(d, key) for _, d, key in items]
+        futs = self.replica.submit(reqs)
         s.outstanding += len(futs)
-        for (tag, _, _), f in zip(items, futs, strict=True):
-            f.add_done_callback(lambda f, tag=tag: self._finished(s, tag, f))
+        for (tag, _, _), r, f in zip(items, reqs, futs, strict=True):
+            f.add_done_callback(lambda f, tag=tag, r=r: self._finished(s, tag, r, f))
         return len(futs)
 
-    def _finished(self, s: _Session, tag: int, f: Future) -> None:
+    def _finished(self, s: _Session, tag: int, r: ChatRequest, f: Future) -> None:
         """An answer (from the engine's thread): queued, and the loop woken once for every
         answer queued meanwhile, not once per answer."""
         with self._lock:
-            self._done.append((s, tag, f))
+            self._done.append((s, tag, r, f))
             if self._woken:
                 return
             self._woken = True
@@ -95,8 +105,13 @@ class AnswerStreams:
     def _take_done(self) -> None:
         with self._lock:
             done, self._done, self._woken = self._done, [], False
-        for s, tag, f in done:
-            s.ready.append((tag, answer_of(f)))
+        answers = [answer_of(f) for _, _, _, f in done]
+        journaled = [(s.journal, r, f.result()) for (s, _, r, f), a in zip(done, answers, strict=True)
+                     if s.journal is not None and "failed" not in a]
+        if journaled:  # on disk before the answers leave
+            self.journals.write(journaled)
+        for (s, tag, _, _), a in zip(done, answers, strict=True):
+            s.ready.append((tag, a))
             s.outstanding -= 1
             s.event.set()
 

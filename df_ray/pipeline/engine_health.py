@@ -93,14 +93,22 @@ def replica_label(backbone: str, replica: int) -> str:
 # --------------------------------------------------------------------------- in the replica
 
 
-async def replica_answers(replica: Any, requests: list[dict]) -> list[dict]:
+async def replica_answers(replica: Any, requests: list[dict],
+                          journal: tuple[str, str] | None = None,
+                          journals: Any = None) -> list[dict]:
     """A replica's answers to requests as dicts (``Replica.submit``), in order, for a Ray
     actor or a Serve deployment to return: a request the engine raised on comes back as
-    ``{"failed": "Type: message"}`` alone (the caller retries it)."""
-    futs = replica.submit([ChatRequest.from_dict(r) for r in requests])
+    ``{"failed": "Type: message"}`` alone (the caller retries it). With ``journal`` the
+    answers are journaled there first (``journals``: the replica's
+    `df_ray.pipeline.cache.journal.Journals`)."""
+    reqs = [ChatRequest.from_dict(r) for r in requests]
+    futs = replica.submit(reqs)
     for f in futs:
         with contextlib.suppress(Exception):  # answer_of says what it raised
             await asyncio.wrap_future(f)
+    if journal is not None and journals is not None:
+        journals.write([(tuple(journal), r, f.result()) for r, f in zip(reqs, futs, strict=True)
+                        if f.exception() is None])
     return [answer_of(f) for f in futs]
 
 

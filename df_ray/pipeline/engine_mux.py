@@ -55,8 +55,11 @@ class _Stream:
 class Mux:
     """The pump (see the module docstring); ``handles`` as the client's."""
 
-    def __init__(self, handles: Mapping[str, Sequence[Any]]) -> None:
+    def __init__(self, handles: Mapping[str, Sequence[Any]],
+                 journal: tuple[str, str] | None = None) -> None:
         self.handles = handles
+        #: where the replicas journal this process's answers (`df_ray.pipeline.cache.journal`)
+        self.journal = journal
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._ids = itertools.count()
@@ -143,7 +146,7 @@ class Mux:
                     s.tags[tag] = (fid, pos)
                     f.tags.append(tag)
                     batch.append((tag, d, key))
-        self._calls[handle.submit.remote(s.sid, batch)] = (-1, key)
+        self._calls[handle.submit.remote(s.sid, batch, self.journal)] = (-1, key)
 
     def _call_done(self, ref: Any) -> None:
         fid, key = self._calls.pop(ref)

@@ -77,6 +77,9 @@ REPLICA_WAIT_S = 120.0
 #: How often calls that wait for a replica look again (seconds).
 PARK_POLL_S = 0.5
 
+#: Seconds a job's end waits for its replicas to finish their journals.
+JOURNAL_CLOSE_S = 5.0
+
 #: How a request's last error starts when it met its replica restarting.
 UNAVAILABLE = "engine unavailable (replica restarting)"
 
@@ -135,14 +138,22 @@ class EngineActor:
             with contextlib.suppress(Exception):
                 close()
 
-    async def generate(self, requests: list[dict]) -> list[dict]:
+    async def generate(self, requests: list[dict],
+                       journal: tuple[str, str] | None = None) -> list[dict]:
         from df_ray.pipeline import engine_health
 
-        return await engine_health.replica_answers(self.replica, requests)
+        return await engine_health.replica_answers(self.replica, requests, journal,
+                                                   self.streams.journals)
 
-    async def submit(self, session: str, items: list[tuple[int, dict, str]]) -> int:
-        """Requests in one call, tagged; their answers go to the session's stream."""
-        return self.streams.submit(session, items)
+    async def submit(self, session: str, items: list[tuple[int, dict, str]],
+                     journal: tuple[str, str] | None = None) -> int:
+        """Requests in one call, tagged; their answers go to the session's stream (and to
+        the journal at ``journal``, `df_ray.pipeline.cache.journal`, before they are sent)."""
+        return self.streams.submit(session, items, journal)
+
+    async def close_journals(self) -> None:
+        """Finish this replica's journals (its run is ending): they can then be folded."""
+        self.streams.journals.close()
 
     async def answers(self, session: str):
         """A client's answer stream: ``(tag, answer dict)`` lists, a few engine steps'
@@ -335,6 +346,7 @@ class EnginePool:
     def shutdown(self) -> None:
         self.supervisor.stop()
         self.supervisor.cleanup()
+        self.close_journals()
         for hs in self.handles.values():
             for h in hs:
                 ray.kill(h)
@@ -345,6 +357,17 @@ class EnginePool:
             with contextlib.suppress(Exception):
                 remove_placement_group(pg)
         self.groups.clear()
+
+
+    def close_journals(self, timeout_s: float = JOURNAL_CLOSE_S) -> None:
+        """Have every replica finish its journals (so that the run's end folds them); a
+        replica that does not answer in time is left (its journals are finished when its
+        process ends)."""
+        refs = [h.close_journals.remote() for hs in self.handles.values() for h in hs]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        for ref in ready:
+            with contextlib.suppress(RayActorError, RayTaskError):
+                ray.get(ref)
 
 
 def worker_plugins() -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -466,6 +489,15 @@ class EngineClient:
         self._killed_at: dict[tuple[str, int], float] = {}  # replica -> when this client killed it
         self._down: dict[tuple[str, int], float] = {}  # replica -> when it was found gone
         self._mux: Mux | None = None
+        self.journal: tuple[str, str] | None = None
+
+    def journal_to(self, target: tuple[str, str] | None) -> None:
+        """Have the replicas journal this client's answers at ``target`` (``(cache root,
+        user)``: `df_ray.pipeline.cache.journal`) as they finish them."""
+        with self._lock:
+            self.journal = target
+            if self._mux is not None:
+                self._mux.journal = target
 
     @property
     def mux(self) -> Mux:
@@ -473,7 +505,7 @@ class EngineClient:
         the threads of the client."""
         with self._lock:
             if self._mux is None:
-                self._mux = Mux(self.handles)
+                self._mux = Mux(self.handles, self.journal)
             return self._mux
 
     def __getstate__(self) -> dict[str, Any]:

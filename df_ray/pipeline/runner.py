@@ -609,6 +609,7 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
                                           + ", ".join(failed))
     finally:
         runner.shutdown()
+    fold_journals(configs, progress)
     compact_caches(configs, progress)
     return results
 
@@ -662,6 +663,23 @@ def method_metric_names(configs: Sequence[RunConfig]) -> list[str]:
     for cfg in configs:
         names.update(dict.fromkeys(method_class(cfg.method).metrics))
     return list(names)
+
+
+def fold_journals(configs: Sequence[RunConfig], say: Callable[[str], None]) -> None:
+    """Fold the engines' finished journals of every cache root of the run into its parts
+    (`df_ray.pipeline.cache.journal`): after a clean end they hold only answers the stages
+    wrote too. A fold that fails loses nothing: the journals stay, and are read."""
+    import pyarrow as pa
+
+    from df_ray.pipeline.cache import fold_root
+
+    for root, user in sorted({(c.cache_root, getattr(c, "cache_user", None)) for c in configs},
+                             key=str):
+        try:
+            fold_root(root, user)
+        except (OSError, pa.ArrowException) as e:
+            say(f"cache {root}: engine journals not folded ({type(e).__name__}: {e}); they "
+                "are read as they are, and the next run or `df-ray cache compact` folds them")
 
 
 def compact_caches(configs: Sequence[RunConfig], say: Callable[[str], None]) -> None:

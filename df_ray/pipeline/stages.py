@@ -23,6 +23,7 @@ from df_ray.evaluation.plan import RunPlan
 from df_ray.evaluation.scoring import spent_tokens
 from df_ray.pipeline import faults, lifeline, signals
 from df_ray.pipeline.cache import open_cache
+from df_ray.pipeline.cache.journal import target_of
 from df_ray.pipeline.cache.write_behind import WriteBehind
 from df_ray.pipeline.engine_pool import EngineClient, make_client
 from df_ray.pipeline.lifecycle import shared_backbones
@@ -88,6 +89,11 @@ class EvaluationStage:
         # every batch's answers held and written together when batches end (one part for
         # the batches that end meanwhile), not a part per batch and round
         self.cache = WriteBehind(cache, on_interrupt=signals.on_interrupt)
+        # ... and every answer journaled by its replica as it finishes, in case this process
+        # (or its head) is lost before it writes them
+        journal_to = getattr(self.client, "journal_to", None)
+        if journal_to is not None:
+            journal_to(target_of(cache.root, cache.user))
         self.driver = Driver(self.members, self.client, self.cache,
                              refresh=lambda: cache.refresh(min_interval_s=REFRESH_INTERVAL_S),
                              on_interrupt=signals.on_interrupt)

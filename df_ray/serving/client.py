@@ -174,6 +174,13 @@ class ServeClient:
         self.specs = {n: specs[n] for n in self.served}
         self.retries = retries
         self._handles: dict[str, Any] = {}
+        self.journal: tuple[str, str] | None = None
+
+    def journal_to(self, target: tuple[str, str] | None) -> None:
+        """Have the service journal this client's answers at ``target`` (``(cache root,
+        user)``) as its replicas finish them (engine protocol only: ``ray.serve.llm`` has
+        no journal)."""
+        self.journal = target
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_handles"}
@@ -245,7 +252,8 @@ class ServeClient:
                 size = self.specs[name].batch_size_cap
                 for j in range(0, len(members), size):
                     chunk = members[j:j + size]
-                    resp = h.generate.remote([requests[i].to_dict() for i in chunk])
+                    resp = h.generate.remote([requests[i].to_dict() for i in chunk],
+                                             self.journal)
                     inflight.append((name, chunk, resp))
             else:  # vLLM through ray.serve.llm: one chat request each, batched by vLLM
                 hs = h.options(stream=True)
@@ -310,6 +318,11 @@ class MixedClient:
 
     def backbone_of(self, request: ChatRequest) -> str:
         return route(request, self.specs)
+
+    def journal_to(self, target: tuple[str, str] | None) -> None:
+        for c in (self.owned, self.served):
+            if c is not None:
+                c.journal_to(target)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         names = [self.backbone_of(r) for r in requests]

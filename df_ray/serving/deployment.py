@@ -51,15 +51,22 @@ class EngineServer:
         engine_health.smoke_test(self.engine, self.spec)
         self.started_at = time.time()
         self.batcher = Replica(self.engine, self.spec.batch_size_cap)
+        from df_ray.pipeline.cache.journal import Journals
+
+        self.journals = Journals()  # each caller's answers, in that caller's cache root
         log.info("df_ray engine %s (%s: %s) loaded in %.1fs", backbone, self.spec.kind,
                  self.spec.model, self.load_s)
 
-    async def generate(self, requests: list[dict]) -> list[dict]:
+    async def generate(self, requests: list[dict],
+                       journal: tuple[str, str] | None = None) -> list[dict]:
         """One answer per request, in order; a request the engine raised on comes back as
-        ``{"failed": "Type: message"}`` alone (the caller retries it)."""
+        ``{"failed": "Type: message"}`` alone (the caller retries it). ``journal``: the
+        caller's cache root and user, where its answers are journaled first
+        (`df_ray.pipeline.cache.journal`)."""
         from df_ray.pipeline import engine_health
 
-        return await engine_health.replica_answers(self.batcher, requests)
+        return await engine_health.replica_answers(self.batcher, requests, journal,
+                                                   self.journals)
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
         return await asyncio.wrap_future(self.batcher.count_tokens(texts))

@@ -13,6 +13,8 @@ Its modules, by what they hold:
 - :mod:`~df_ray.pipeline.cache.readers`: readers across users (whose parts a cache trusts,
   which copy of a key it serves when copies differ);
 - :mod:`~df_ray.pipeline.cache.store`: :class:`GenerationCache`, the index over them;
+- :mod:`~df_ray.pipeline.cache.journal`: the engines' crash journals (every answer on disk
+  as its replica finishes it, read beside the parts, folded into a part at a run's end);
 - :mod:`~df_ray.pipeline.cache.seed`: seeding a root from a folder of parts (``df-ray cache
   seed``).
 """
@@ -35,9 +37,9 @@ from df_ray.pipeline.cache.readers import (
     is_root,
     read_from_env,
 )
-from df_ray.pipeline.cache.store import GenerationCache, compact_above, open_cache
+from df_ray.pipeline.cache.store import GenerationCache, compact_above, fold_root, open_cache
 
 __all__ = ["GROUP_TARGET_BYTES", "MAX_ENTRY_BYTES", "MAX_FOOTER_BYTES", "MAX_GROUP_BYTES",
            "MAX_KEYS_BYTES", "READ_FROM_ENV", "SCHEMA", "CacheEntry", "Conflict",
            "GenerationCache", "Provenance", "check_read_from", "compact_above", "count_parts",
-           "entry_checksum", "is_root", "open_cache", "part_provenance", "read_from_env"]
+           "entry_checksum", "fold_root", "is_root", "open_cache", "part_provenance", "read_from_env"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -14,6 +15,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from df_ray.engines.base import ChatRequest, Completion
+from df_ray.pipeline.cache import journal as J
 from df_ray.pipeline.cache import parts as P
 from df_ray.pipeline.cache import readers
 from df_ray.pipeline.cache.entries import (
@@ -82,12 +84,17 @@ class GenerationCache:
         #: Parts of other writers that were not read (no opt-in): path -> provenance.
         self.foreign_skipped: dict[str, Provenance] = {}
         self.legacy_parts = 0
+        #: Journals read (`df_ray.pipeline.cache.journal`) and their lines skipped (not
+        #: whole, not JSON, or not matching their checksum).
+        self.journals: dict[str, Part | None] = {}
+        self.journal_lines_skipped = 0
         self._listed_at = float("-inf")
         self._lock = threading.RLock()
         # a writer killed before its rename left a temporary part: the next opener removes it
         with contextlib.suppress(OSError):
             self.remove_stale_tmp()
         self.refresh()
+        self.read_journals()
         readers.warn_foreign(root, self.foreign_skipped)
 
     def __getstate__(self) -> dict:
@@ -180,6 +187,10 @@ class GenerationCache:
         if not p.with_sum:
             self.legacy_parts += 1
         self._part_of[part] = p
+        return self._add_keys(p)
+
+    def _add_keys(self, p: Part) -> int:
+        """Index a part's keys; how many were new."""
         added = 0
         for g, group_keys in enumerate(p.keys):
             for r, k in enumerate(group_keys):
@@ -192,6 +203,93 @@ class GenerationCache:
                 else:
                     slot.locs.append((p, g, r))
         return added
+
+    def read_journals(self) -> int:
+        """Index the journals (`df_ray.pipeline.cache.journal`) of the root, and of local
+        roots read on opt-in, not read yet, finished or still written: their entries are
+        read whole (a journal is small) and verified line by line. How many keys they
+        brought."""
+        with self._lock:
+            added = 0
+            for fs, root, own_root in [(self.fs, self.path, True),
+                                       *((fs, p, False) for fs, p in self.read_roots)]:
+                if not isinstance(fs, pafs.LocalFileSystem):
+                    continue  # an object store holds no journal
+                for path in J.journal_paths(root):
+                    if path not in self.journals:
+                        added += self._index_journal(path, own_root)
+            return added
+
+    def _index_journal(self, path: str, in_own_root: bool) -> int:
+        try:
+            j = J.read_journal(path, self.max_entry_bytes, self.max_group_bytes)
+        except FileNotFoundError:
+            return 0  # folded meanwhile: the part it became is listed by the next refresh
+        except Oversized as e:
+            self.journals[path] = None
+            self.oversized.append((path, str(e)))
+            log.warning("generation cache: journal %s not read: %s (more than a read may "
+                        "take); its calls will be made again", path, e)
+            return 0
+        except (OSError, ValueError) as e:
+            self.journals[path] = None
+            self.bad_parts.append(path)
+            log.warning("generation cache: skipping unreadable journal %s (%s)", path, e)
+            return 0
+        self.journal_lines_skipped += j.skipped
+        trust = readers.trust(j.provenance, in_own_root, self.user, self.read_users)
+        if trust is None:
+            self.journals[path] = None
+            self.foreign_skipped[path] = j.provenance
+            return 0
+        p = Part(pafs.LocalFileSystem(), path, trust, j.provenance, (len(j.keys),), True,
+                 [list(j.keys)], loaded={0: list(j.entries)})
+        self.journals[path] = p
+        return self._add_keys(p)
+
+    def _in_parts(self, key: str) -> bool:
+        """Whether one of the root's own parts (not a journal) holds a verified entry of
+        ``key``."""
+        slot = self._entries.get(key)
+        for part, g, r in slot.locs if slot is not None else ():
+            if part.own and not part.gone and part.path not in self.journals:
+                group = self._group(part, g)
+                if group is not None and group[r] is not None:
+                    return True
+        return False
+
+    def fold_journals(self) -> int:
+        """Fold every finished journal of this user in the root into one part (the entries
+        its parts do not hold yet) and delete them; a journal still written is left. How
+        many journals were folded."""
+        paths = J.journal_paths(self.path) if isinstance(self.fs, pafs.LocalFileSystem) else []
+        if not paths:
+            return 0
+        with self._lock, contextlib.ExitStack() as held:
+            self._refresh(0.0)
+            folded, rows = [], {}
+            for path in paths:
+                if not held.enter_context(J.finished(path)):
+                    continue
+                try:
+                    j = J.read_journal(path, self.max_entry_bytes, self.max_group_bytes)
+                except (OSError, ValueError, Oversized):
+                    continue  # left where it is (said when it was read)
+                if readers.trust(j.provenance, True, self.user, ()) is not True:
+                    continue
+                folded.append(path)
+                for key, row in zip(j.keys, j.rows, strict=True):
+                    if key not in rows and not self._in_parts(key):
+                        rows[key] = row
+            if rows:
+                part, _ = self._write(list(rows.values()))
+                self._add_keys(part)
+            for path in folded:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                if self.journals.get(path) is not None:
+                    self.journals[path].gone = True
+            return len(folded)
 
     def _read_group(self, part: Part, g: int) -> dict[str, list]:
         """Row group ``g``'s read columns, refused (Oversized) before it is read when its
@@ -328,7 +426,8 @@ class GenerationCache:
     def compact(self) -> int:
         """Merge this user's verified parts of the root into one; safe beside running writers
         (:mod:`df_ray.pipeline.cache.parts`). Returns the keys kept; ``self.compaction`` holds
-        the figures: ``entries`` kept, ``parts`` merged, ``dropped`` entries (bad checksum),
+        the figures: ``entries`` kept, ``parts`` merged, ``journals`` folded first (finished
+        ones: `fold_journals`), ``dropped`` entries (bad checksum),
         ``unreadable`` parts (left where they are), ``conflicts`` keys whose different
         contents are all kept, ``foreign`` parts of other writers and ``oversized`` parts
         (both left where they are) and ``tmp_removed`` temporary files of dead writers."""
@@ -361,6 +460,7 @@ class GenerationCache:
 
     def _compact(self) -> dict[str, int]:
         tmp_removed = self.remove_stale_tmp()
+        journals = self.fold_journals()
         self._refresh(0.0)
         dropped_before, unreadable_before = len(self.bad_entries), len(self.bad_parts)
         read = self._whole_own_parts()
@@ -368,7 +468,7 @@ class GenerationCache:
         keys = {k for k, _ in merged}
         figures = {"parts": len(read), "dropped": len(self.bad_entries) - dropped_before,
                    "unreadable": len(self.bad_parts) - unreadable_before,
-                   "tmp_removed": tmp_removed, "conflicts": len(merged) - len(keys),
+                   "tmp_removed": tmp_removed, "journals": journals, "conflicts": len(merged) - len(keys),
                    **self._left_alone(), "entries": len(keys)}
         if len(read) <= 1 and figures["dropped"] == 0:
             return figures
@@ -397,6 +497,14 @@ def open_cache(cfg) -> GenerationCache:
     ``cache_user``, reading other writers as its ``cache_read_from`` allows."""
     return GenerationCache(cfg.cache_root, user=getattr(cfg, "cache_user", None),
                            read_from=getattr(cfg, "cache_read_from", ()) or ())
+
+
+def fold_root(root: str, user: str | None = None) -> int:
+    """Fold the finished journals of ``root`` (`GenerationCache.fold_journals`), when it
+    holds any; how many were folded."""
+    if "://" in root or not J.journal_paths(os.path.abspath(os.path.expanduser(root))):
+        return 0
+    return GenerationCache(root, user=user).fold_journals()
 
 
 def compact_above(root: str, max_parts: int) -> dict[str, int] | None:
