@@ -9,6 +9,7 @@ SIGKILLed (a line is written when the call is answered, before it reaches the ca
 from __future__ import annotations
 
 import os
+import time
 
 from df_ray.engines.base import ChatRequest
 from df_ray.engines.scripted import majority
@@ -57,3 +58,16 @@ def surrogate_on_q2(request: ChatRequest) -> str:
 
     text = majority(request)
     return text + " \ud800" if "[q2]" in last_user_content(request) else text
+
+
+#: A file whose existence holds the coordinator's calls of ``logged_majority_held`` back.
+HOLD_ENV = "DF_RAY_HOLD_WHILE"
+
+
+def logged_majority_held(request: ChatRequest) -> str:
+    """``logged_majority``, held back while the file named by ``DF_RAY_HOLD_WHILE`` exists:
+    a run's agents answer while its coordinator round cannot end."""
+    path = os.environ.get(HOLD_ENV)
+    while path and os.path.exists(path):
+        time.sleep(0.05)
+    return logged_majority(request)
