@@ -60,6 +60,11 @@ class CallRecord:
     #: Lone surrogates in the engine's text replaced by U+FFFD at the engine boundary.
     repaired: int = 0
 
+    @property
+    def reply(self) -> str:
+        """The call's text, empty when the call failed."""
+        return "" if self.error else self.text
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -79,9 +84,13 @@ class SampleState:
     #: (``plan round 0: ValueError: ...``); the sample then becomes an error row.
     error: str | None = None
 
-    def records(self, *, round: int | None = None, role: str | None = None) -> list[CallRecord]:
+    def records(self, *, round: int | None = None, role: str | tuple[str, ...] | None = None
+                ) -> list[CallRecord]:
+        """The calls of ``round`` (None: every round) made under ``role`` (or one of several
+        roles; None: any role), in the order they were made."""
+        roles = (role,) if isinstance(role, str) else role
         return [c for c in self.calls
-                if (round is None or c.round == round) and (role is None or c.role == role)]
+                if (round is None or c.round == round) and (roles is None or c.role in roles)]
 
     def to_dict(self, *, with_sample: bool = True) -> dict:
         """The JSON form; without the sample when a row carries it once for every state."""
@@ -162,9 +171,13 @@ class MethodContext:
         if temperature is not None:
             sampling = dataclasses.replace(sampling, temperature=temperature)
         return ChatRequest(model=agent.model, revision=agent.revision, messages=tuple(msgs),
-                           sampling=sampling,
-                           seed=derive_seed(agent.seed, sample.id, slot, self.run_seed),
+                           sampling=sampling, seed=self.seed(agent, sample, slot),
                            backbone=agent.backbone)
+
+    def seed(self, agent: AgentView, sample: Sample, slot: str) -> int:
+        """The seed of ``agent``'s request for ``sample`` in ``slot`` (what :meth:`request`
+        gives it): a method that draws a fallback from its request's seed asks here."""
+        return derive_seed(agent.seed, sample.id, slot, self.run_seed)
 
 
 def derive_seed(agent_seed: int, sample_id: str, slot: str, run_seed: int = 0) -> int:

@@ -60,8 +60,7 @@ class Debate(Method):
     rounds = from_args("rounds")
 
     def _texts(self, state: SampleState, round: int) -> dict[str, str]:
-        return {a: (r.text if not r.error else "")
-                for a, r in records_by_agent(state, round=round).items()}
+        return {a: r.reply for a, r in records_by_agent(state, round=round).items()}
 
     def plan(self, round: int, state: SampleState, ctx: MethodContext) -> list[Call]:
         if round == 0:

@@ -306,7 +306,7 @@ class GraphOfAgents(Method):
 
     def _text(self, state: SampleState, key: str | None) -> str:
         rec = self._by_key(state).get(key) if key else None
-        return rec.text if rec is not None and not rec.error else ""
+        return rec.reply if rec is not None else ""
 
     @staticmethod
     def _instruction(ctx: MethodContext, state: SampleState) -> str:

@@ -71,8 +71,8 @@ class MixtureOfAgents(Method):
 
     def _references(self, state: SampleState, ctx: MethodContext, round: int) -> list[str]:
         recs = records_by_agent(state, round=round)
-        return [recs[a.id].text for a in ctx.agents
-                if a.id in recs and not recs[a.id].error and recs[a.id].text.strip()]
+        return [recs[a.id].reply for a in ctx.agents
+                if a.id in recs and recs[a.id].reply.strip()]
 
     def plan(self, round: int, state: SampleState, ctx: MethodContext) -> list[Call]:
         if round == 0:

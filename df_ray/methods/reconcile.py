@@ -53,6 +53,7 @@ Calls per sample: at most n x (rounds + 1).
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import Field
@@ -67,7 +68,6 @@ from df_ray.methods.base import (
     MethodContext,
     Outcome,
     SampleState,
-    derive_seed,
 )
 from df_ray.methods.common import (
     from_args,
@@ -129,19 +129,14 @@ class ReConcile(Method):
         """(observation, reasoning) of one reply; under ``json`` an invalid reply becomes the
         fallback answer drawn from the request's seed."""
         if not self.json:
-            return parse_record(rec, ctx, state), rec.text if not rec.error else ""
+            return parse_record(rec, ctx, state), rec.reply
         spec = ctx.task.parse_spec(state.sample)
-        obs, reasoning = reconcile_json("" if rec.error else rec.text, spec, agent=rec.agent)
+        obs, reasoning = reconcile_json(rec.reply, spec, agent=rec.agent)
         if obs.valid:
             return obs, reasoning
-        seed = derive_seed(ctx.agent(rec.agent).seed, state.sample.id, slot(rec.round),
-                           ctx.run_seed)
+        seed = ctx.seed(ctx.agent(rec.agent), state.sample, slot(rec.round))
         fb = fallback_answer(spec, seed, agent=rec.agent)
-        if fb is None:
-            return obs, ""
-        return Observation(agent=fb.agent, answer=fb.answer, confidence=0.0, valid=True,
-                           quality=0.0, raw=obs.raw, extracted=fb.extracted, rule=fb.rule,
-                           reason=fb.reason), ""
+        return (obs, "") if fb is None else (replace(fb, raw=obs.raw), "")
 
     def _round(self, state: SampleState, ctx: MethodContext, round: int
                ) -> list[tuple[Observation, str]]:
@@ -208,7 +203,7 @@ class ReConcile(Method):
             key = o.answer if o.valid else None
             shown = (o.extracted or o.answer or "") if o.valid else NO_ANSWER
             rec = recs.get(o.agent)
-            text = rec.text if rec is not None and not rec.error else ""
+            text = rec.reply if rec is not None else ""
             groups.setdefault(key, (shown, []))[1].append((text, o.confidence))
         ordered = [v for k, v in groups.items() if k is not None]
         if None in groups:

@@ -56,20 +56,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from df_ray.core.parsing import parse
-from df_ray.methods.base import (
-    Call,
-    CallRecord,
-    Method,
-    MethodArgs,
-    MethodContext,
-    Outcome,
-    SampleState,
-)
+from df_ray.core.types import Observation
+from df_ray.methods.base import Call, Method, MethodArgs, MethodContext, Outcome, SampleState
 from df_ray.methods.common import (
     AGENT_ROLE,
     AgentId,
@@ -86,6 +79,8 @@ from df_ray.tasks.base import problem_statement
 FEEDBACK_ROLE = "feedback"
 REFINE_ROLE = "refine"
 INIT_ROLE = "refine_init"
+#: The df_ray protocol's attempts: the independent first answer, then each refine call.
+ATTEMPT_ROLES = (AGENT_ROLE, REFINE_ROLE)
 STOP = ("### END",)
 #: ``GSMFeedback(max_tokens=600)``: the feedback-and-rewrite call's budget.
 FEEDBACK_MAX_TOKENS = 600
@@ -135,10 +130,6 @@ class SelfRefine(Method):
     def rounds(self) -> int:
         return 1 + (self.iterations if self.few_shot else 2 * self.iterations)
 
-    @staticmethod
-    def _attempts(state: SampleState) -> list[CallRecord]:
-        return [r for r in state.calls if r.role in (AGENT_ROLE, REFINE_ROLE)]
-
     def plan(self, round: int, state: SampleState, ctx: MethodContext) -> list[Call]:
         if self.few_shot:
             return self._plan_few_shot(round, state, ctx)
@@ -148,22 +139,21 @@ class SelfRefine(Method):
         if round >= self.rounds or state.done:
             return []
         sample = state.sample
-        attempts = self._attempts(state)
+        attempts = state.records(role=ATTEMPT_ROLES)
         feedbacks = state.records(role=FEEDBACK_ROLE)
         t = (round + 1) // 2
         if round % 2 == 1:  # critique the latest attempt
-            latest = attempts[-1].text if attempts and not attempts[-1].error else ""
+            latest = attempts[-1].reply if attempts else ""
             user = self_refine_feedback_prompt(problem_statement(ctx.task, sample), latest,
                                                kind=getattr(ctx.task, "kind", ""))
             return [Call(FEEDBACK_ROLE, agent.id,
                          ctx.request(agent, user, sample=sample, slot=f"refine-fb{t}"))]
         last_fb = feedbacks[-1] if feedbacks else None
-        if last_fb is not None and not last_fb.error and feedback_says_correct(last_fb.text):
+        if last_fb is not None and feedback_says_correct(last_fb.reply):
             state.data["stopped_after_feedback"] = len(feedbacks)
             state.done = True
             return []
-        pairs = [(a.text if not a.error else "", f.text if not f.error else "")
-                 for a, f in zip(attempts, feedbacks, strict=False)]
+        pairs = [(a.reply, f.reply) for a, f in zip(attempts, feedbacks, strict=False)]
         user = self_refine_refine_prompt(problem_statement(ctx.task, sample), pairs,
                                          ctx.task.answer_instructions())
         return [Call(REFINE_ROLE, agent.id,
@@ -178,7 +168,7 @@ class SelfRefine(Method):
         sols: list[str] = []
         for r in state.calls:
             if r.role == INIT_ROLE:
-                sols.append("" if r.error else r.text)
+                sols.append(r.reply)
             elif r.role == FEEDBACK_ROLE:
                 fixed = None if r.error else split_feedback(r.text)[1]
                 sols.append(fixed if fixed is not None else (sols[-1] if sols else ""))
@@ -201,8 +191,7 @@ class SelfRefine(Method):
             state.done = True
             return []
         solutions = self._solutions(state)
-        history = [(sol, "" if fb.error else fb.text)
-                   for sol, fb in zip(solutions, feedbacks, strict=False)]
+        history = [(sol, fb.reply) for sol, fb in zip(solutions, feedbacks, strict=False)]
         user = feedback_prompt(getattr(ctx.task, "kind", ""), problem_statement(ctx.task, sample),
                                solutions[-1], ctx.task.answer_instructions(), history)
         req = ctx.request(agent, user, sample=sample, slot=f"refine-fb{round}",
@@ -218,24 +207,23 @@ class SelfRefine(Method):
         attempts = [parse(text, spec, agent=agent) for text in self._solutions(state)]
         valid = [o for o in attempts if o.valid]
         final = attempts[-1] if attempts and attempts[-1].valid else (valid[-1] if valid else None)
-        first = attempts[:1]
-        return Outcome(final=final, agent_observations=first,
-                       extra={"attempts": len(attempts),
-                              "feedbacks": len(state.records(role=FEEDBACK_ROLE)),
-                              "stopped_early": "stopped_after_feedback" in state.data,
-                              "attempt_answers": [o.answer for o in attempts]})
+        return Outcome(final=final, agent_observations=attempts[:1],
+                       extra=self._extra(state, attempts))
 
     def finish(self, state: SampleState, ctx: MethodContext) -> Outcome:
         if self.few_shot:
             return self._finish_few_shot(state, ctx)
-        attempts = [parse_record(r, ctx, state) for r in self._attempts(state)]
+        attempts = [parse_record(r, ctx, state) for r in state.records(role=ATTEMPT_ROLES)]
         valid = [o for o in attempts if o.valid]
         return Outcome(final=valid[-1] if valid else None,
                        agent_observations=independent_observations(state, ctx),
-                       extra={"attempts": len(attempts),
-                              "feedbacks": len(state.records(role=FEEDBACK_ROLE)),
-                              "stopped_early": "stopped_after_feedback" in state.data,
-                              "attempt_answers": [o.answer for o in attempts]})
+                       extra=self._extra(state, attempts))
+
+    @staticmethod
+    def _extra(state: SampleState, attempts: list[Observation]) -> dict[str, Any]:
+        return {"attempts": len(attempts), "feedbacks": len(state.records(role=FEEDBACK_ROLE)),
+                "stopped_early": "stopped_after_feedback" in state.data,
+                "attempt_answers": [o.answer for o in attempts]}
 
     def max_calls_per_sample(self, ctx: MethodContext) -> int:
-        return 1 + (self.iterations if self.few_shot else 2 * self.iterations)
+        return self.rounds  # one call a round at most
