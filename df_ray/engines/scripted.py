@@ -27,7 +27,6 @@ Builtin responders, selectable by name from a YAML config (``ScriptedSpec.script
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -46,6 +45,7 @@ from df_ray.engines.base import (
     unsupported_sampling,
 )
 from df_ray.engines.spec import EngineSpec
+from df_ray.targets import import_target
 
 Responder = Callable[[ChatRequest], str]
 
@@ -161,9 +161,8 @@ def resolve_responder(name: str) -> Responder:
     if name.startswith("from_file:"):
         return from_file(name.removeprefix("from_file:"))
     if ":" in name:
-        mod_name, _, attr = name.partition(":")
         try:
-            obj = getattr(importlib.import_module(mod_name), attr)
+            obj = import_target(name)
         except (ImportError, AttributeError) as e:
             raise ValueError(f"cannot load scripted responder {name!r}: {e}") from e
         if isinstance(obj, type):

@@ -8,10 +8,9 @@ Each method is one module and one line in ``REGISTRY`` (name -> "module:Class");
 
 from __future__ import annotations
 
-import importlib
-
 from df_ray.errors import UnknownNameError, register_name
 from df_ray.methods.base import Method, MethodArgsError
+from df_ray.targets import import_target
 
 # name -> "module:Class"; modules are imported on demand. Adding a method: one module, one line.
 REGISTRY: dict[str, str] = {
@@ -44,8 +43,7 @@ def method_class(name: str) -> type[Method]:
     except (KeyError, TypeError):
         raise UnknownMethodError(f"unknown method {name!r}; available: "
                                  f"{', '.join(REGISTRY)}") from None
-    mod, cls = target.split(":")
-    return getattr(importlib.import_module(mod), cls)
+    return import_target(target)
 
 
 def get_method(name: str, **args) -> Method:
