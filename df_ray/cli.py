@@ -23,11 +23,7 @@ from df_ray.config import (
     load_config,
 )
 from df_ray.methods import MethodArgsError
-from df_ray.plugins import load_plugins
-
-PLUGIN_HELP = ("import MODULE before the config is validated, in the driver and in every Ray "
-               "worker (a plugin registering benchmarks, answer kinds, methods or engine "
-               "kinds); repeatable")
+from df_ray.plugins import PLUGIN_HELP, load_plugins
 
 
 def demo_config_path() -> Path:

@@ -29,6 +29,11 @@ from typing import Any
 
 from df_ray.errors import ConfigError
 
+#: The help of every command's ``--plugin MODULE``.
+PLUGIN_HELP = ("import MODULE before the config is validated, in the driver and in every Ray "
+               "worker (a plugin registering benchmarks, answer kinds, methods or engine "
+               "kinds); repeatable")
+
 #: The entry-point group an installed package names its plugin module in.
 ENTRY_POINT_GROUP = "df_ray.plugins"
 
@@ -94,6 +99,12 @@ def load_plugins(names: Iterable[str] = ()) -> tuple[str, ...]:
 def loaded() -> tuple[str, ...]:
     """The plugins this process imported, in order."""
     return tuple(_loaded)
+
+
+def worker_plugins() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The plugins this driver imported and the folders they came from: what an engine
+    actor or a Serve replica is given, for :func:`load_in_worker`."""
+    return loaded(), import_roots(loaded())
 
 
 def import_roots(names: Iterable[str]) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ union on ``kind``, open to kinds registered at run time), and
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any, ClassVar, Literal
 
@@ -73,6 +73,15 @@ def engine_target(kind: str) -> str:
     if kind not in ENGINE_KINDS:
         raise ValueError(f"unknown engine kind {kind!r}; allowed: {one_of(ENGINE_KINDS)}")
     return ENGINE_KINDS[kind]
+
+
+def engine_targets(specs: Iterable[EngineSpec], known: Mapping[str, str] | None = None
+                   ) -> dict[str, str]:
+    """Each engine kind of ``specs`` -> its ``"module:Class"``: ``known``'s (a run plan's)
+    where it names the kind, else the registry's, read here in the driver. Workers (a job's
+    engine actors, a Serve deployment's replicas) build from these, never from a registry."""
+    known = known or {}
+    return {s.kind: known.get(s.kind) or engine_target(s.kind) for s in specs}
 
 
 def engine_class(kind: str, target: str | None = None) -> type:

@@ -62,7 +62,7 @@ class RunPlan:
         """The plan of a validated RunConfig: its method (``cfg.build_method()``: the one
         its validation built), fingerprint and targets, resolved here once."""
         from df_ray.core.parsing import KINDS
-        from df_ray.engines.spec import engine_target
+        from df_ray.engines.spec import engine_targets
         from df_ray.plugins import import_roots, load_plugins
         from df_ray.tasks import REGISTRY
 
@@ -70,7 +70,7 @@ class RunPlan:
         return cls(cfg=cfg, method=cfg.build_method(), fingerprint=cfg.fingerprint(),
                    samples=samples, task_target=REGISTRY.get(cfg.benchmark, ""),
                    kinds=dict(KINDS),
-                   engines={s.kind: engine_target(s.kind) for s in cfg.backbones.values()},
+                   engines=engine_targets(cfg.backbones.values()),
                    plugins=plugins, plugin_roots=import_roots(plugins))
 
     @property

@@ -217,12 +217,12 @@ class EnginePool:
 
     def __init__(self, backbones: Mapping[str, EngineSpec],
                  engines: Mapping[str, str] | None = None) -> None:
-        from df_ray.engines.spec import engine_target
+        from df_ray.engines.spec import engine_targets
         from df_ray.pipeline.engine_health import EngineSupervisor
+        from df_ray.plugins import worker_plugins
 
         self.specs = dict(backbones)
-        targets = {s.kind: (engines or {}).get(s.kind) or engine_target(s.kind)
-                   for s in self.specs.values()}
+        targets = engine_targets(self.specs.values(), engines)
         self.handles: dict[str, list[Any]] = {}
         self.groups: dict[str, Any] = {}  # backbone -> its placement group
         self.token = uuid.uuid4().hex[:16]
@@ -368,13 +368,6 @@ class EnginePool:
         for ref in ready:
             with contextlib.suppress(RayActorError, RayTaskError):
                 ray.get(ref)
-
-
-def worker_plugins() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The plugins this driver imported and the folders they came from, for an actor."""
-    from df_ray.plugins import import_roots, loaded
-
-    return loaded(), import_roots(loaded())
 
 
 def _provider(specs: Mapping[str, EngineSpec]):

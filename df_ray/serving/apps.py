@@ -9,14 +9,21 @@ One Serve application per backbone, named after it, at route ``/<name>``:
   df_ray's own engine (OpenAI chat route at ``/<name>/v1/chat/completions`` too).
 
 What to serve comes from a run or sweep config (the union of its backbones) or a *pool file*:
-a YAML file with ``backbones:`` (name -> engine spec, as in a config) and optional ``serve:``
-placement settings (:class:`ServeOptions`), global and per backbone.
+a YAML file with ``backbones:`` (name -> engine spec, as in a config), optional ``serve:``
+placement settings (:class:`ServeOptions`), global and per backbone, and optional
+``plugins:`` (modules to import first, as a config's: ``df_ray.plugins``).
+
+As with ``df-ray run``'s engine actors, the driver resolves each engine kind to its
+``"module:Class"`` target once (``df_ray.engines.spec.engine_targets``) and hands every
+:class:`EngineServer` replica its target and the driver's plugins: the replica imports the
+plugins, then builds from the target, reading no registry of its own.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +70,13 @@ class ServeOptions(ReplicaOptions):
         return ReplicaOptions.model_validate(base)
 
 
-def load_pool(path: str | Path) -> tuple[dict[str, EngineSpec], ServeOptions]:
-    """Backbones and serve options from a pool file, or the backbones of a run/sweep config."""
+def load_pool(path: str | Path, plugins: Iterable[str] = ()
+              ) -> tuple[dict[str, EngineSpec], ServeOptions]:
+    """Backbones and serve options from a pool file, or the backbones of a run/sweep config.
+    ``plugins`` (``--plugin``) and those the file names are imported before anything is
+    validated (a ``PluginError`` when one fails)."""
+    from df_ray.plugins import load_plugins, plugin_names
+
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"file not found: {p}")
@@ -74,6 +86,7 @@ def load_pool(path: str | Path) -> tuple[dict[str, EngineSpec], ServeOptions]:
         raise ConfigError(f"{p}: not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping")
+    load_plugins([*plugins, *plugin_names(data)])
     opts_raw = data.get("serve") or {}
     try:
         opts = ServeOptions.model_validate(opts_raw)
@@ -149,13 +162,15 @@ def deployment_options(name: str, spec: EngineSpec, opts: ReplicaOptions) -> dic
 
 
 def engine_app(name: str, spec: EngineSpec, opts: ReplicaOptions,
-               token_sha256: str | None = None):
+               token_sha256: str | None = None, target: str | None = None,
+               plugins: tuple = ((), ())):
+    """An :class:`EngineServer` application: ``target`` and ``plugins`` as it takes them."""
     from ray import serve
 
     from df_ray.serving.deployment import EngineServer
 
     dep = serve.deployment(EngineServer, **deployment_options(name, spec, opts))
-    return dep.bind(spec.model_dump(mode="json"), name, token_sha256)
+    return dep.bind(spec.model_dump(mode="json"), name, token_sha256, target, plugins)
 
 
 #: Accelerators on which vLLM's own default is 1024 sequences at once (256 elsewhere).
@@ -221,9 +236,10 @@ def llm_deployment_name(model: str) -> str:
 
 
 def build_app(name: str, spec: EngineSpec, opts: ReplicaOptions,
-              token_sha256: str | None = None):
+              token_sha256: str | None = None, target: str | None = None,
+              plugins: tuple = ((), ())):
     return (vllm_app(name, spec, opts) if spec.serve_llm
-            else engine_app(name, spec, opts, token_sha256))
+            else engine_app(name, spec, opts, token_sha256, target, plugins))
 
 
 # --------------------------------------------------------------------------- operating
@@ -262,19 +278,28 @@ def deploy(backbones: dict[str, EngineSpec], opts: ServeOptions, *, http_host: s
     ``token_sha256``: the SHA-256 of the bearer token df_ray's HTTP route requires
     (:mod:`df_ray.serving.auth`; None: the route refuses every request). A vLLM backbone's
     ``ray.serve.llm`` app has no such check, so it gets no HTTP route (jobs call it through
-    DeploymentHandles) unless ``vllm_http``."""
+    DeploymentHandles) unless ``vllm_http``.
+
+    Each engine kind's target and the plugins this process imported are resolved here, once,
+    and given to the replicas (see the module docstring)."""
     from ray import serve
+
+    from df_ray.engines.spec import engine_targets
+    from df_ray.plugins import worker_plugins
 
     http: dict[str, Any] = {}
     if http_host:
         http["host"] = http_host
     if http_port:
         http["port"] = http_port
+    targets = engine_targets(backbones.values())
+    plugins = worker_plugins()
     serve.start(proxy_location=proxy_location, http_options=http or None)
     routes = {}
     for name, spec in backbones.items():
         t = time.time()
-        app = build_app(name, spec, opts.for_backbone(name), token_sha256)
+        app = build_app(name, spec, opts.for_backbone(name), token_sha256,
+                        targets[spec.kind], plugins)
         prefix = None if spec.serve_llm and not vllm_http else f"/{name}"
         try:
             serve.run(app, name=name, route_prefix=prefix, blocking=False)
@@ -302,7 +327,8 @@ def _start_failure(app: str) -> str | None:
         return None
     for d in deps.values():
         lines = [ln.strip() for ln in (d.message or "").splitlines() if ln.strip()]
-        causes = [ln for ln in lines if not ln.startswith(("File ", "Traceback", "raise "))]
+        causes = [ln for ln in lines if not ln.startswith(
+            ("File ", "Traceback", "raise ", "For further information visit"))]
         if causes:
             return causes[-1]
     return None

@@ -2,8 +2,12 @@
 
     df-ray serve --config jobs/configs/table1_math.yaml      # every backbone of a sweep
     df-ray serve --config cluster/serve_pool.yaml --only qwen25-7b
+    df-ray serve --config pool.yaml --plugin my_engines   # an engine kind of a plugin
     df-ray serve status [--json]
     df-ray serve stop [--apps a,b]
+
+``--plugin MODULE`` (repeatable) and a file's ``plugins:`` list are imported before the file
+is validated, and on every replica before it builds its engine (``df_ray.plugins``).
 
 ``--address`` (or RAY_ADDRESS) names the cluster; without either the command joins the
 cluster started on this machine (``ray start --head``) and fails if there is none, because a
@@ -24,6 +28,7 @@ import sys
 import time
 
 from df_ray.config import ConfigError
+from df_ray.plugins import PLUGIN_HELP
 
 
 def add_serve_parser(sub) -> None:
@@ -51,6 +56,7 @@ def add_serve_parser(sub) -> None:
                                         "bearer token (default: DF_RAY_SERVE_TOKEN, "
                                         "DF_RAY_SERVE_TOKEN_FILE, else a new token written "
                                         "to ~/.config/df_ray/serve-token)")
+    s.add_argument("--plugin", action="append", metavar="MODULE", help=PLUGIN_HELP)
     s.add_argument("--vllm-http", action="store_true",
                    help="give vLLM backbones ray.serve.llm's HTTP route too (it checks no "
                         "token: only behind a proxy that does)")
@@ -68,7 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not args.config:
             raise ConfigError("df-ray serve: --config FILE is required (a run/sweep config or "
                               "a pool file)")
-        backbones, opts = apps.load_pool(args.config)
+        backbones, opts = apps.load_pool(args.config, args.plugin or ())
         only = _names(args.only)
         if only:
             missing = sorted(set(only) - set(backbones))

@@ -29,21 +29,26 @@ from df_ray.engines.batching import Replica
 log = logging.getLogger(__name__)
 
 class EngineServer:
-    """The Serve deployment class (see the module docstring). ``spec`` is an EngineSpec dict."""
+    """The Serve deployment class (see the module docstring). ``spec`` is an EngineSpec dict;
+    ``target`` the ``"module:Class"`` of its engine kind and ``plugins`` the driver's plugins
+    and their folders (:func:`df_ray.plugins.worker_plugins`), both resolved by the driver
+    that deploys it: a replica imports the plugins, then builds from the target, and reads
+    no registry (an engine kind a plugin registers in the driver alone builds here too)."""
 
-    def __init__(self, spec: dict[str, Any], backbone: str,
-                 token_sha256: str | None = None) -> None:
-        from df_ray.engines import make_engine
-        from df_ray.engines.spec import EngineSpec
+    def __init__(self, spec: dict[str, Any], backbone: str, token_sha256: str | None = None,
+                 target: str | None = None, plugins: tuple = ((), ())) -> None:
+        from df_ray.engines import make_engine, validate_spec
         from df_ray.pipeline import engine_health, faults
+        from df_ray.plugins import load_in_worker
 
+        load_in_worker(*plugins)
         faults.install(f"serve-{backbone}")  # a fatal signal is reported, by name
-        self.spec = EngineSpec.model_validate(spec)
+        self.spec = validate_spec(spec, target)
         self.backbone = backbone
         #: the SHA-256 of the HTTP route's token (None: the route refuses every request)
         self.token_sha256 = token_sha256
         t = time.time()
-        self.engine = make_engine(self.spec)
+        self.engine = make_engine(self.spec, target)
         self.load_s = time.time() - t
         # As a job-owned replica: one greedy token before taking traffic, so an engine that
         # cannot generate (a corrupt model file, a build this CPU cannot run) fails the

@@ -147,6 +147,53 @@ def test_pool_file_and_config_file(tmp_path):
         load_pool(bad)
 
 
+@pytest.fixture
+def oracle_kind_plugin(tmp_path, monkeypatch):
+    """``served_oracle``: tests/engines/test_engine_plugin.py's oracle engine kind in a module
+    of its own that registers the kind when imported (no registry line before that)."""
+    import sys
+
+    import df_ray.plugins
+    from df_ray.engines.spec import ENGINE_KINDS
+    from tests.engines.test_engine_plugin import ORACLE_PLUGIN
+
+    (tmp_path / "served_oracle.py").write_text(
+        ORACLE_PLUGIN + "\n\nfrom df_ray.engines.spec import register_engine_kind\n\n"
+        'register_engine_kind("oracle", "served_oracle:OracleEngine")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(df_ray.plugins, "_loaded", {})
+    kinds = dict(ENGINE_KINDS)
+    sys.modules.pop("served_oracle", None)
+    assert "oracle" not in ENGINE_KINDS
+    yield tmp_path
+    sys.modules.pop("served_oracle", None)
+    ENGINE_KINDS.clear()
+    ENGINE_KINDS.update(kinds)
+
+
+def test_a_pool_file_s_plugins_are_imported_before_it_is_validated(oracle_kind_plugin):
+    """A plugin engine kind in a pool file: its ``plugins:`` list, or ``--plugin``
+    (``load_pool``'s ``plugins``), is imported first, so the backbone validates with the
+    kind's own spec; one that cannot be imported is one line naming it."""
+    from df_ray.plugins import PluginError, loaded
+
+    tmp = oracle_kind_plugin
+    backbones = {"o": {"kind": "oracle", "model": "oracle-a", "workers": 2}}
+    listed = tmp / "listed.yaml"
+    listed.write_text(yaml.safe_dump({"plugins": ["served_oracle"], "backbones": backbones}))
+    (spec,) = load_pool(listed)[0].values()
+    assert type(spec).__name__ == "OracleSpec" and spec.workers == 2
+    assert loaded() == ("served_oracle",)
+    unlisted = tmp / "unlisted.yaml"
+    unlisted.write_text(yaml.safe_dump({"backbones": backbones}))
+    assert type(load_pool(unlisted, ["served_oracle"])[0]["o"]).__name__ == "OracleSpec"
+    unlisted.write_text(yaml.safe_dump({"plugins": ["no_such_engines"], "backbones": backbones}))
+    with pytest.raises(PluginError, match="plugin 'no_such_engines' failed to import: "
+                                          "ModuleNotFoundError") as e:
+        load_pool(unlisted)
+    assert "\n" not in str(e.value)
+
+
 def test_every_paper_sweep_file_is_a_valid_pool():
     from pathlib import Path
 

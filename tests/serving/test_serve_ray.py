@@ -126,3 +126,41 @@ def test_a_replica_that_dies_in_its_smoke_generation_is_named_by_its_signal(serv
         assert status()["crashy"]["status"] == "RUNNING"
     finally:
         stop(list(crashy), say=lambda m: None)
+
+
+def test_an_engine_kind_registered_in_the_driver_alone_builds_in_a_deployment(
+        service, tmp_path, monkeypatch, capsys):
+    """``df-ray serve --plugin`` of a pool of an engine kind whose registry line ran in this
+    process alone (as a plugin's line does): the replica imports the plugin and builds from
+    the target the driver resolved, with the kind's own spec, and answers."""
+    import sys
+
+    import yaml
+    from ray import serve
+
+    import df_ray.plugins
+    from df_ray.cli import main
+    from df_ray.engines.base import ChatRequest, Message
+    from df_ray.engines.spec import ENGINE_KINDS
+    from tests.engines.test_engine_plugin import PARITY_ENGINE
+
+    (tmp_path / "parity_engine.py").write_text(PARITY_ENGINE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(df_ray.plugins, "_loaded", {})  # this test's plugin alone
+    monkeypatch.setitem(ENGINE_KINDS, "parity_engine", "parity_engine:ParityEngine")
+    sys.modules.pop("parity_engine", None)
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(yaml.safe_dump({"backbones": {"parity": {
+        "kind": "parity_engine", "model": "mp", "confidence": 0.7}}}))
+    try:
+        rc = main(["serve", "--config", str(pool), "--plugin", "parity_engine",
+                   "--num-cpus", "0", "--proxy-location", "Disabled"])
+        assert rc == 0, capsys.readouterr().err
+        handle = serve.get_deployment_handle("EngineServer", "parity")
+        assert handle.info.remote().result(timeout_s=60)["spec"]["confidence"] == 0.7
+        asked = ChatRequest(model="mp", messages=(Message("user", "Is 4 even?"),))
+        (answer,) = handle.generate.remote([asked.to_dict()]).result(timeout_s=60)
+        assert answer["text"] == "Verdict: yes\nConfidence: 0.7", answer
+    finally:
+        stop(["parity"], say=lambda m: None)
+        sys.modules.pop("parity_engine", None)
