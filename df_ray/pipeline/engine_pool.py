@@ -358,7 +358,6 @@ class EnginePool:
                 remove_placement_group(pg)
         self.groups.clear()
 
-
     def close_journals(self, timeout_s: float = JOURNAL_CLOSE_S) -> None:
         """Have every replica finish its journals (so that the run's end folds them); a
         replica that does not answer in time is left (its journals are finished when its
