@@ -49,18 +49,22 @@ def run_tests(program: str, *, tests: str, entry_point: str, prelude: str = "",
               call: str | None = None, timeout_s: float = 10.0, memory_mb: int = 1024,
               cpu_s: int | None = None, file_size_mb: int = 16,
               max_output_bytes: int = 64 * 1024, nofile: int = 64, nproc: int | None = None,
-              isolation: str | None = None, python: str | None = None) -> SandboxResult:
+              isolation: str | None = None, python: str | None = None,
+              seed: int | None = None) -> SandboxResult:
     """Grade ``program`` (untrusted) by ``tests`` (trusted source defining e.g. ``check``).
 
     The tests run after ``prelude`` (trusted helpers, e.g. a HumanEval prompt) with
     ``entry_point`` bound to a proxy of the program's function; ``call`` (default
-    ``check(<entry_point>)``) runs last. ``passed`` only when it raises nothing."""
+    ``check(<entry_point>)``) runs last. ``passed`` only when it raises nothing.
+    ``seed``: for runs whose outputs must repeat (behaviour keys): the program's process
+    seeds ``random`` with it before the program loads, and str hashing (set order) is fixed
+    by ``PYTHONHASHSEED``; None (default) leaves both random, as a grader does."""
     harness = {"entry_point": entry_point, "prelude": prelude, "tests": tests,
                "call": call if call is not None else f"check({entry_point})"}
     p = plan(check_level(isolation), python)
     return execute(p, "tests", program, harness,
                    _limits(timeout_s, memory_mb, cpu_s, file_size_mb, max_output_bytes,
-                           nofile, nproc))
+                           nofile, nproc), seed=seed)
 
 
 __all__ = ["LEVELS", "Limits", "SandboxResult", "SandboxStatus", "SandboxUnavailable",

@@ -517,6 +517,10 @@ def run_program(source: str, cfg: dict, req_r: int | None, resp_w: int | None) -
     status = 1
     code = _compile(source, cfg)
     del source
+    if cfg.get("seed") is not None:  # a run whose outputs must repeat (behaviour keys)
+        import random
+
+        random.seed(int(cfg["seed"]))
     # As the reference harness runs it: not as ``__main__`` (its ``exec(program, {})`` sees
     # ``__name__ == "builtins"``), so an ``if __name__ == "__main__":`` block does not run.
     # Here the program is a module named ``solution`` in ``sys.modules``, so its functions

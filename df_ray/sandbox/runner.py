@@ -190,8 +190,24 @@ def has_sys_resource() -> bool:
 
 
 
+def _python_flags(seed: int | None) -> list[str]:
+    """The launcher's interpreter flags: isolated mode (``-I``: no ``PYTHON*`` variable, no
+    user site, no script directory on the path); with a seed, the same less ``-E``, so that
+    the ``PYTHONHASHSEED`` of the environment this module sets takes effect (that
+    environment is the whole of it: no other ``PYTHON*`` variable is in it)."""
+    return ["-I", "-S", "-B"] if seed is None else ["-P", "-s", "-S", "-B"]
+
+
+def _launcher_env(seed: int | None) -> dict[str, str]:
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+           "MALLOC_ARENA_MAX": str(policy.MALLOC_ARENA_MAX)}
+    if seed is not None:
+        env["PYTHONHASHSEED"] = str(seed)
+    return env
+
+
 def _bwrap_argv(plan: Plan, limits: Limits, launcher_fd: int, result_fd: int,
-                seccomp_fd: int = -1) -> list[str]:
+                seccomp_fd: int = -1, seed: int | None = None) -> list[str]:
     assert plan.bwrap and plan.interpreter
     a = [plan.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
          "--unshare-cgroup-try", "--as-pid-1", "--die-with-parent", "--new-session",
@@ -249,7 +265,7 @@ def _bwrap_argv(plan: Plan, limits: Limits, launcher_fd: int, result_fd: int,
           "--size", size, "--perms", "1777", "--tmpfs", policy.WORKDIR,
           "--perms", "0444", "--ro-bind-data", str(launcher_fd), policy.LAUNCHER_PATH,
           "--chdir", policy.WORKDIR,
-          "--", interp.executable, "-I", "-S", "-B", policy.LAUNCHER_PATH, str(result_fd)]
+          "--", interp.executable, *_python_flags(seed), policy.LAUNCHER_PATH, str(result_fd)]
     return a
 
 
@@ -633,8 +649,9 @@ def _clean_up(proc: subprocess.Popen | None, fds: Sequence[int], cg: cgroup.Cgro
 
 
 def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
-            harness: dict | None, limits: Limits) -> SandboxResult:
-    """Run one program under ``plan`` (see :func:`df_ray.sandbox.run_untrusted`)."""
+            harness: dict | None, limits: Limits, seed: int | None = None) -> SandboxResult:
+    """Run one program under ``plan`` (see :func:`df_ray.sandbox.run_untrusted`); ``seed``:
+    see :func:`df_ray.sandbox.run_tests`."""
     start = time.monotonic()
     if plan.error:
         return SandboxResult("error", None, "", "", 0.0, plan.error, (), plan.level)
@@ -655,6 +672,7 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
                                      plan.layers, plan.level)
         workdir, site = _workdir_and_site(plan, root, slot)
         cfg = _launcher_config(plan, mode, limits, workdir, site, slot, cg, harness)
+        cfg["seed"] = seed
         payload = _frame(json.dumps(cfg).encode()) + _frame(program.encode("utf-8"))
         if mode == "tests":
             payload += _frame(json.dumps(harness).encode())
@@ -665,11 +683,11 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
             if "seccomp" in plan.layers:
                 seccomp_fd = _seccomp_fd(cg)
                 pass_fds.append(seccomp_fd)
-            argv = _bwrap_argv(plan, limits, launcher_fd, w_fd, seccomp_fd)
+            argv = _bwrap_argv(plan, limits, launcher_fd, w_fd, seccomp_fd, seed)
             cwd = "/"
         else:
-            argv = [*(plan.unshare or ()), plan.interpreter.executable, "-I", "-S", "-B",
-                    str(LAUNCHER), str(w_fd)]
+            argv = [*(plan.unshare or ()), plan.interpreter.executable,
+                    *_python_flags(seed), str(LAUNCHER), str(w_fd)]
             cwd = workdir
         if cg is not None:
             argv = _in_cgroup(cg, argv)
@@ -678,8 +696,7 @@ def execute(plan: Plan, mode: Literal["program", "tests"], program: str,
         try:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=out_w, stderr=err_w, cwd=cwd,
-                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
-                     "MALLOC_ARENA_MAX": str(policy.MALLOC_ARENA_MAX)},
+                env=_launcher_env(seed),
                 pass_fds=tuple(pass_fds), start_new_session=True, close_fds=True)
         except OSError as e:
             for fd in (out_r, err_r):

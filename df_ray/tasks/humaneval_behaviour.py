@@ -43,9 +43,13 @@ __all__ = ["KEY_PREFIX", "Behaviour", "BehaviourCache", "BehaviourKeyer", "canon
            "harness_source"]
 
 KEY_PREFIX = "beh:"
-#: Bumped when what a key means changes (the harness, the canonical form): old entries of
-#: the cache are then not reused.
-VERSION = 1
+#: Bumped when what a key means changes (the harness, the canonical form, the seed): old
+#: entries of the cache are then not reused.
+VERSION = 2
+#: The program's ``random`` and str hashing are seeded with this in every behaviour run, so a
+#: program whose outputs are random (``sorted(x, key=lambda _: random.randint(0, 1))``) gets
+#: the same key in every computation.
+SEED = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +226,7 @@ class BehaviourKeyer:
         res = run_tests(program, tests=harness_source(inputs, entry, nonce), entry_point=entry,
                         prelude=sample.meta["prompt"], call="_df_ray_behaviour()",
                         timeout_s=self.timeout_s, memory_mb=self.memory_mb,
-                        max_output_bytes=1 << 20, isolation=self.isolation)
+                        max_output_bytes=1 << 20, isolation=self.isolation, seed=SEED)
         seconds = time.perf_counter() - t
         with self._lock:
             self.spent_s += seconds

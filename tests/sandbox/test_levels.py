@@ -157,3 +157,43 @@ def test_nothing_outlives_the_sandbox():
     if os.geteuid() == 0:
         time.sleep(0.5)
         assert _pool_processes() == []
+
+
+_SEEDED = ("import os, random, sys\n"
+           "def f(x):\n"
+           "    return [random.randint(0, 1000) for _ in range(x)], hash('abc'), "
+           "sys.flags.ignore_environment, sys.flags.no_user_site, sys.flags.safe_path, "
+           "sorted(k for k in os.environ if k.startswith('PYTHON'))\n")
+_PRINT = "def check(c):\n    print(c(3))\n"
+
+
+def _expected_seeded(seed: int) -> str:
+    """What the seeded program prints, computed by a plain interpreter with the same seed
+    (the program's own environment holds no PYTHON* variable: the launcher's is not passed
+    on, only its hash seed, which a forked process inherits)."""
+    import subprocess
+
+    code = (f"import random; random.seed({seed}); "
+            "print(([random.randint(0, 1000) for _ in range(3)], hash('abc'), 0, 1, True, "
+            "[]))")
+    return subprocess.run([sys.executable, "-s", "-P", "-c", code],
+                          env={"PYTHONHASHSEED": str(seed), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, check=True).stdout
+
+
+def _seeded_run(seed, **kw):
+    res = run_tests(_SEEDED, tests=_PRINT, entry_point="f", seed=seed, timeout_s=60, **kw)
+    assert res.status == "passed", res
+    return res.stdout
+
+
+@strict_only
+def test_a_seed_fixes_random_and_str_hashing_in_the_program():
+    assert _seeded_run(7) == _seeded_run(7) == _expected_seeded(7)
+    # without a seed the launcher keeps isolated mode: no PYTHON* variable is read
+    out = _seeded_run(None)
+    assert out.rstrip().endswith("1, 1, True, [])")
+
+
+def test_a_seed_holds_without_bubblewrap_too(no_bwrap):
+    assert _seeded_run(3, isolation="best_effort") == _expected_seeded(3)

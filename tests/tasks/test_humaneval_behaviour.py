@@ -87,3 +87,18 @@ def test_canonical_repr_ignores_order_free_containers_and_float_noise():
     assert canonical_repr(0.1 + 0.2) == canonical_repr(0.3)
     assert canonical_repr([1, (2,), "x"]) == "[1, (2,), 'x']"
     assert canonical_repr(-0.0) == "0.0" and canonical_repr(float("nan")) == "nan"
+
+
+RANDOM_ORDER = ("```python\nimport random\n\ndef concatenate(strings):\n"
+                "    return ''.join(sorted(strings, key=lambda s: random.randint(0, 1)))\n```")
+
+
+def test_a_program_with_random_outputs_gets_one_key(sample):
+    # HumanEval/70 at seed 0: `sorted(lst, key=lambda x: random.randint(0, 1))`. The
+    # behaviour run seeds the program's random, so every computation (no cache: each runs
+    # in the sandbox) gives the same outputs and key.
+    task = HumanEvalTask(candidates="behaviour")
+    obs = _obs(task, sample, [RANDOM_ORDER])
+    keys = {task.rekey(sample, obs)[0][0].answer for _ in range(3)}
+    assert task.behaviour_keyer().runs == 3
+    assert len(keys) == 1 and next(iter(keys)).startswith("beh:")
