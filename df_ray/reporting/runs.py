@@ -37,7 +37,9 @@ def _client(tracking_uri: str):
 
 
 def collect_runs(tracking_uri: str, experiment: str, *, latest_only: bool = True) -> pd.DataFrame:
-    """One row per FINISHED configuration run of ``experiment``, in the order they were run.
+    """One row per FINISHED configuration run of ``experiment``, ordered by benchmark, run
+    seed, configuration name and fingerprint (:func:`stable_order`), never by when a run was
+    logged, so that two stores holding the same runs give the same tables.
 
     Columns: ``run_id``, ``name`` (the configuration name), ``method``, ``benchmark``,
     ``fingerprint``, ``parent_run_id``, ``sweep`` (the parent run's name), ``start_time``,
@@ -99,7 +101,20 @@ def collect_runs(tracking_uri: str, experiment: str, *, latest_only: bool = True
     if latest_only:
         key = df["fingerprint"].fillna(df["run_id"])
         df = df[~key.duplicated(keep="last")]
-    return df.reset_index(drop=True)
+    return stable_order(df)
+
+
+def stable_order(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` sorted by benchmark, run seed (``params.seed``, 0 when not logged),
+    configuration name, fingerprint and then start time (only runs of one configuration
+    logged twice keep their log order)."""
+    seed = pd.to_numeric(runs["params.seed"], errors="coerce") if "params.seed" in runs \
+        else pd.Series(0, index=runs.index)
+    keyed = runs.assign(_seed=seed.fillna(0), _name=runs["name"].astype(str),
+                        _fp=runs["fingerprint"].fillna("").astype(str))
+    keyed = keyed.sort_values(["benchmark", "_seed", "_name", "_fp", "start_time"],
+                              kind="mergesort")
+    return keyed.drop(columns=["_seed", "_name", "_fp"]).reset_index(drop=True)
 
 
 @lru_cache(maxsize=256)

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from df_ray.reporting import build_report, collect_runs, load_samples, main, sample_detail
+from df_ray.reporting.runs import stable_order
 from tests.reporting.logged_sweep import CORRECT, P_MAJORITY, P_SINGLE, N, make_logged_sweep
 
 
@@ -20,9 +21,11 @@ def logged(tmp_path_factory):
 def test_collect_runs(logged):
     _, uri, exp, sweep = logged
     runs = collect_runs(uri, exp)
-    assert list(runs["name"]) == [c.name for c in sweep.expand()]  # run order kept
+    # ordered by name (one benchmark, one seed), not by the order they were logged
+    assert list(runs["name"]) == sorted(c.name for c in sweep.expand())
+    assert list(runs["name"]) != [c.name for c in sweep.expand()]
     assert set(runs["sweep"]) == {"report-test-sweep"}
-    assert list(runs["n_agents"]) == [3, 3, 3, 3, 3, 4, 3, 3]
+    assert list(runs["n_agents"]) == [3, 4, 3, 3, 3, 3, 3, 3]
     row = runs.set_index("name").loc["df tau_p=0.8"]
     assert row["params.method_args.guardrail.tau_p"] == 0.8
     assert row["params.method_args.guardrail.k"] == 2
@@ -34,6 +37,16 @@ def test_collect_runs(logged):
     assert sample_detail(samples.iloc[0])["extra"]["belief"]["top"] == "A"
     with pytest.raises(KeyError):
         collect_runs(uri, "no-such-experiment")
+
+
+def test_run_order_does_not_depend_on_log_order(logged):
+    _, uri, exp, _ = logged
+    runs = collect_runs(uri, exp)
+    backwards = runs.iloc[::-1].assign(start_time=runs["start_time"].iloc[::-1].to_numpy())
+    again = stable_order(backwards)
+    assert list(again["run_id"]) == list(runs["run_id"])
+    seeded = runs.assign(**{"params.seed": [1, 0] * (len(runs) // 2)})
+    assert list(stable_order(seeded)["params.seed"]) == [0] * 4 + [1] * 4
 
 
 def test_rerun_of_the_same_sweep_is_not_counted_twice(tmp_path):
@@ -60,7 +73,7 @@ def test_build_report(logged):
         assert img.shape[0] > 100 and img.shape[1] > 100
 
     table = pd.read_csv(tmp / "report" / f"{exp}_table.csv").set_index("configuration")
-    assert list(table.index) == list(CORRECT)
+    assert list(table.index) == sorted(CORRECT)  # by name, as collect_runs orders them
     for name, correct in CORRECT.items():
         assert table.loc[name, "accuracy"] == pytest.approx(100 * len(correct) / N)
         assert table.loc[name, "ci_lo"] <= table.loc[name, "accuracy"] <= table.loc[name, "ci_hi"]
