@@ -4,10 +4,16 @@ A stage actor runs many batches at once, each in its own thread with its own
 `EngineClient._serve` loop. Were each to make its own actor calls, every batch would cost
 an actor call per replica and a streamed Ray object per answer or two (each answer of a
 batch finishes at its own engine step): most of the stage's and the engines' CPU per
-request. Instead one pump thread per client holds, per replica, one answer stream
+request. Instead one pump per client holds, per replica, one answer stream
 (``EngineActor.answers``, `df_ray.pipeline.answer_streams`) and sends every thread's
-requests for that replica in one ``submit`` per pump turn (`TURN_S`); answers come back a
-few engine steps' worth per Ray object and are handed to each thread's inbox.
+requests for that replica in one ``submit``; answers come back a few engine steps' worth per
+Ray object and are handed to each thread's inbox.
+
+The pump is an asyncio event loop in a thread of its own, woken only by work: a thread's
+``send`` schedules one pass over what every thread queued meanwhile (one submit per replica
+per pass), and each stream's next item, each submit and each single call are awaited as Ray
+objects. It never polls: an idle pump costs nothing, a busy one only what it moves (the
+earlier pump woke every 10 ms to ``ray.wait`` on every stream).
 
 A thread sees what it saw before, per flight (the requests it sent one replica at once):
 ``("answers", fid, [(position, value), ...])`` as they come, or ``("error", fid,
@@ -18,22 +24,17 @@ flight still unanswered. Token counts go through the pump too, one actor call ea
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import queue
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
-
 log = logging.getLogger(__name__)
-
-#: Seconds the pump waits for answers in one turn, and so at most before it sends what the
-#: threads gave it meanwhile (one submit per replica per turn).
-TURN_S = 0.01
 
 Key = tuple[str, int]  # (backbone, replica)
 
@@ -61,13 +62,14 @@ class Mux:
         #: where the replicas journal this process's answers (`df_ray.pipeline.cache.journal`)
         self.journal = journal
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._ids = itertools.count()
         self._outbox: dict[Key, list[tuple[int, str, Any]]] = {}  # key -> (fid, method, payload)
         self._flights: dict[int, _Flight] = {}
         self._streams: dict[Key, _Stream] = {}
-        self._calls: dict[Any, tuple[int, Key]] = {}  # submit or single-call ref -> fid / key
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._kicked = False  # a pass over the outbox is scheduled
+        self._tasks: set[asyncio.Task] = set()  # the loop keeps only weak references
 
     # -- the threads' side
     def send(self, inbox: queue.SimpleQueue, key: Key, method: str, payload: Any) -> int:
@@ -77,11 +79,10 @@ class Mux:
             fid = next(self._ids)
             self._flights[fid] = _Flight(inbox, key)
             self._outbox.setdefault(key, []).append((fid, method, payload))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="df-ray-engine-mux",
-                                                daemon=True)
-                self._thread.start()
-        self._wake.set()
+            loop = self._running_loop()
+            kick, self._kicked = not self._kicked, True
+        if kick:  # one pass for every flight queued before it runs
+            loop.call_soon_threadsafe(self._send_outbox)
         return fid
 
     def forget(self, fid: int) -> None:
@@ -93,42 +94,39 @@ class Mux:
                 for t in f.tags:
                     s.tags.pop(t, None)
 
-    # -- the pump
-    def _run(self) -> None:
-        while True:
-            try:
-                self._turn()
-            except Exception:  # a bug here must not strand every thread: say it, go on
-                log.exception("engine mux: a turn failed")
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The pump's loop, started with its thread on first use (under ``_lock``)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever,
+                                            name="df-ray-engine-mux", daemon=True)
+            self._thread.start()
+        assert self._loop is not None
+        return self._loop
 
-    def _turn(self) -> None:
-        self._send_outbox()
-        with self._lock:
-            waits = [s.gen for s in self._streams.values()] + list(self._calls)
-        if not waits:
-            self._wake.wait(1.0)
-            self._wake.clear()
-            return
-        ready, rest = ray.wait(waits, num_returns=1, timeout=TURN_S)
-        if ready and rest:
-            ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-        for w in ready:
-            if w in self._calls:
-                self._call_done(w)
-            else:
-                self._stream_item(w)
+    # -- the pump (every method below runs in the loop's thread)
+    def _spawn(self, coro: Coroutine) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _send_outbox(self) -> None:
         with self._lock:
-            outbox, self._outbox = self._outbox, {}
+            outbox, self._outbox, self._kicked = self._outbox, {}, False
         for key, items in outbox.items():
-            handle = self.handles[key[0]][key[1]]
-            gens = [(fid, p) for fid, m, p in items if m == "generate"]
-            for fid, method, payload in items:
-                if method != "generate":
-                    self._calls[getattr(handle, method).remote(payload)] = (fid, key)
-            if gens:
-                self._submit(key, handle, gens)
+            try:
+                handle = self.handles[key[0]][key[1]]
+                gens = [(fid, p) for fid, m, p in items if m == "generate"]
+                for fid, method, payload in items:
+                    if method != "generate":
+                        self._spawn(self._call(getattr(handle, method).remote(payload), fid))
+                if gens:
+                    self._submit(key, handle, gens)
+            except Exception as e:  # a bug or a handle that cannot be called: each flight
+                log.exception("engine mux: sending to %s/%d failed", *key)  # says so
+                for fid, _, _ in items:
+                    self._post(fid, ("error", fid, e))
 
     def _submit(self, key: Key, handle: Any, gens: list[tuple[int, list[dict]]]) -> None:
         with self._lock:
@@ -136,52 +134,56 @@ class Mux:
             if s is None:
                 sid = uuid.uuid4().hex
                 s = self._streams[key] = _Stream(handle.answers.remote(sid), sid)
+                self._spawn(self._drain(key, s))
             batch = []
             for fid, payloads in gens:
                 f = self._flights.get(fid)
                 if f is None:
                     continue
-                for pos, (d, key) in enumerate(payloads):
+                for pos, (d, rkey) in enumerate(payloads):
                     tag = next(self._ids)
                     s.tags[tag] = (fid, pos)
                     f.tags.append(tag)
-                    batch.append((tag, d, key))
-        self._calls[handle.submit.remote(s.sid, batch, self.journal)] = (-1, key)
+                    batch.append((tag, d, rkey))
+        self._spawn(self._submitted(handle.submit.remote(s.sid, batch, self.journal), key, s))
 
-    def _call_done(self, ref: Any) -> None:
-        fid, key = self._calls.pop(ref)
+    async def _submitted(self, ref: Any, key: Key, s: _Stream) -> None:
         try:
-            value = ray.get(ref)
-        except Exception as e:
-            if fid < 0:  # a submit: the replica's stream fails with it
-                self._fail_stream(key, e)
-            else:
-                self._post(fid, ("error", fid, e))
-            return
-        if fid >= 0:
-            self._post(fid, ("answers", fid, [(0, value)]))
-            with self._lock:
-                self._flights.pop(fid, None)
+            await ref
+        except Exception as e:  # the replica's stream fails with it
+            self._fail_stream(key, s, e)
 
-    def _stream_item(self, gen: Any) -> None:
-        key = next((k for k, s in self._streams.items() if s.gen is gen), None)
-        if key is None:
-            return  # failed meanwhile (its submit raised)
+    async def _call(self, ref: Any, fid: int) -> None:
         try:
-            answers = ray.get(next(gen))
-        except StopIteration:  # it ended idle: reopen it if answers are still due
-            with self._lock:
-                s = self._streams.pop(key)
-                if s.tags:
-                    self._streams[key] = _Stream(
-                        self.handles[key[0]][key[1]].answers.remote(s.sid), s.sid, s.tags)
-            return
+            value = await ref
         except Exception as e:
-            self._fail_stream(key, e)
+            self._post(fid, ("error", fid, e))
             return
+        self._post(fid, ("answers", fid, [(0, value)]))
+        with self._lock:
+            self._flights.pop(fid, None)
+
+    async def _drain(self, key: Key, s: _Stream) -> None:
+        """Hand each item of the replica's stream to its flights; when the stream ends idle,
+        reopen it (same session) if answers are still due."""
+        while True:
+            try:
+                async for ref in s.gen:
+                    self._deliver(s, await ref)
+            except Exception as e:
+                self._fail_stream(key, s, e)
+                return
+            with self._lock:
+                if self._streams.get(key) is not s:
+                    return  # failed meanwhile (a submit raised)
+                if not s.tags:
+                    del self._streams[key]
+                    return
+                s.gen = self.handles[key[0]][key[1]].answers.remote(s.sid)
+
+    def _deliver(self, s: _Stream, answers: list[tuple[int, Any]]) -> None:
         out: dict[int, list[tuple[int, Any]]] = {}
         with self._lock:
-            s = self._streams[key]
             for tag, value in answers:
                 where = s.tags.pop(tag, None)
                 if where is not None:
@@ -189,12 +191,14 @@ class Mux:
         for fid, vals in out.items():
             self._post(fid, ("answers", fid, vals))
 
-    def _fail_stream(self, key: Key, e: Exception) -> None:
+    def _fail_stream(self, key: Key, s: _Stream, e: Exception) -> None:
         """The replica's stream (or a submit to it) raised: every flight it still owes
         answers gets the error; the next submit opens a new stream."""
         with self._lock:
-            s = self._streams.pop(key, None)
-            fids = {fid for fid, _ in s.tags.values()} if s is not None else set()
+            if self._streams.get(key) is s:
+                del self._streams[key]
+            fids = {fid for fid, _ in s.tags.values()}
+            s.tags.clear()
         for fid in fids:
             self._post(fid, ("error", fid, e))
 

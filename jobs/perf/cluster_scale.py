@@ -3,7 +3,7 @@ simulated multi-node cluster (`jobs/perf/sim_cluster.py`: a head without GPUs an
 nodes declaring GPUs), every backbone ``kind: simulated`` at H100-like timing (capacity 256,
 20 ms steps, 70-token mean answers: about 180 requests/s per replica), one replica per GPU.
 
-    PYTHONPATH=$PWD .venv/bin/python jobs/perf/cluster_scale.py --gpus 4 8 16 --samples 2000
+    PYTHONPATH=$PWD .venv/bin/python jobs/perf/cluster_scale.py --gpus 4 8 16 --samples 1000 2000
 
 For each size it prints: the engines' own bound (each replica's offline time over the very
 requests it served, `df_ray.engines.simulated.offline_time`; the slowest replica's) over the
@@ -11,13 +11,23 @@ job's wall time (submit to end) and over the engines' window (first step to last
 CPU-ms per engine request by role, from every process of the cluster (sampled from /proc):
 the Ray Data stage actors, the engine actors less the simulated engine's own loop (it stands
 for the GPU), the job's driver, and Ray's own processes (raylets, GCS, dashboard, agents,
-idle workers, the job supervisor); the driver's peak RSS; the object store's use (`ray
-memory --stats-only`, sampled once mid-run); start-up (submit to the first engine step); and
-the GPUs one head can feed at 40 requests/s per GPU: 1000 / (the busiest single head process's
-CPU-ms per request while the engines ran: one stage actor's share or the driver) / 40. CPU per
-request is printed twice: over the whole job (fixed costs included: imports, engine and stage
-starts) and over the engines' window only (the steady state, closer to each extra request's
-cost).
+idle workers, the job supervisor; the head's and the worker nodes' apart); the driver's peak
+RSS; the object store's use (`ray memory --stats-only`, sampled once mid-run); start-up
+(submit to the first engine step); and the GPUs one head can feed at 40 requests/s per GPU.
+
+CPU per request is printed over the whole job (submit to end: fixed costs included, imports,
+engine and stage starts) and over the engines' window only, each the CPU over the requests
+made: costs per second (Ray's daemons, idle replicas) are then charged to requests at the
+rate this machine served them. With two sample counts (``--samples 1000 2000``) each size
+runs both, and what each EXTRA request costs is printed too: the two whole jobs' CPU
+differenced by role (fixed costs cancel), and that less the idle cluster's own CPU per second
+(sampled for ``--idle-s`` before the job) over the extra wall time.
+
+Head capacity, two figures, labelled: ``[old figure]`` 1000 / (the busiest single head
+process's CPU-ms per request while the engines ran: a stage actor's share or the driver) /
+40; ``[new figure]`` (with two sample counts) a head of ``--head-cores`` cores running as
+many stage actors as it needs: min(cores x 1000 / (the head's CPU-ms per extra request:
+stage, driver and the head's Ray processes), 1000 / the driver's) / 40.
 """
 
 from __future__ import annotations
@@ -40,6 +50,9 @@ from jobs.perf.common import header
 from jobs.perf.sim_cluster import RAY, ROOT, SimCluster
 
 ROLES = ("stage", "engine", "driver", "ray")
+#: Ray's processes split by node: the head's (GCS, dashboard, the head's raylet and agents,
+#: the job supervisor, idle workers) and the worker nodes'.
+RAY_NODES = ("ray_head", "ray_workers")
 GPU_RATE = 40.0  # requests/s one GPU serves at DarkForest's answer lengths
 
 
@@ -52,14 +65,15 @@ def write_source(path: Path, n: int) -> Path:
     return path
 
 
-def write_sweep(tmp: Path, source: Path, gpus: int, a: argparse.Namespace) -> Path:
+def write_sweep(tmp: Path, source: Path, gpus: int, samples: int,
+                a: argparse.Namespace) -> Path:
     import yaml
 
     engine = {"capacity": a.capacity, "step_s": a.step_s, "mean_tokens": a.mean_tokens,
               "sigma": 1.0}
     names = ["b1", "b2", "b3", "bc"]
     base = {
-        "name": "df", "benchmark": "mmlu_pro", "source": str(source), "limit": a.samples,
+        "name": "df", "benchmark": "mmlu_pro", "source": str(source), "limit": samples,
         "backbones": {n: {"kind": "simulated", "model": f"sim-{n}", "num_gpus": 1,
                           "replicas": gpus // len(names), "engine_args": engine}
                       for n in names},
@@ -81,8 +95,8 @@ class CpuSampler:
     """CPU seconds and peak RSS of every process of the cluster, by role, sampled from /proc
     every ``every_s`` (a process keeps its last sample after it exits)."""
 
-    def __init__(self, roots: list[int], every_s: float = 0.5) -> None:
-        self.roots, self.every_s = roots, every_s
+    def __init__(self, roots: dict[int, int], every_s: float = 0.5) -> None:
+        self.roots, self.every_s = roots, every_s  # node index (0: the head) -> its pid
         self.cpu: dict[int, tuple[str, float]] = {}
         self.history: list[tuple[float, dict[str, float]]] = []  # (time, CPU-s by role)
         self.driver_rss = 0.0
@@ -102,7 +116,7 @@ class CpuSampler:
     def sample(self) -> None:
         import psutil
 
-        for root in self.roots:
+        for node, root in self.roots.items():
             try:
                 procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
             except psutil.Error:
@@ -111,23 +125,26 @@ class CpuSampler:
                 with contextlib.suppress(psutil.Error):
                     t = p.cpu_times()
                     role = self.role(" ".join(p.cmdline()))
+                    if role == "ray":
+                        role = RAY_NODES[node > 0]
                     self.cpu[p.pid] = (role, t.user + t.system)
                     if role == "driver":
                         self.driver_rss = max(self.driver_rss, p.memory_info().rss / 1e6)
         self.history.append((time.time(), self.totals()))
 
     def totals(self) -> dict[str, float]:
-        out = dict.fromkeys(ROLES, 0.0)
+        out = dict.fromkeys(ROLES + RAY_NODES, 0.0)
         for role, s in self.cpu.values():
             out[role] += s
+        out["ray"] = out["ray_head"] + out["ray_workers"]
         return out
 
     def between(self, t0: float, t1: float) -> dict[str, float]:
         """CPU-s by role from the last sample at or before ``t0`` to the first at or after
         ``t1`` (a process that started between counts from zero)."""
-        before = [h for t, h in self.history if t <= t0] or [dict.fromkeys(ROLES, 0.0)]
+        before = [h for t, h in self.history if t <= t0] or [dict.fromkeys(ROLES + RAY_NODES, 0.0)]
         after = [h for t, h in self.history if t >= t1] or [self.history[-1][1]]
-        return {k: after[0][k] - before[-1][k] for k in ROLES}
+        return {k: after[0][k] - before[-1][k] for k in ROLES + RAY_NODES}
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
@@ -174,19 +191,21 @@ def sim_logs(logdir: Path, capacity: int, step_s: float) -> dict[str, float]:
             "requests": requests}
 
 
-def measure(gpus: int, a: argparse.Namespace, tmp: Path, tree: Path = ROOT) -> dict:
+def measure(gpus: int, samples: int, a: argparse.Namespace, tmp: Path, tree: Path = ROOT) -> dict:
     logdir = tmp / "simlog"
     logdir.mkdir(parents=True)
-    source = Path(a.source) if a.source else write_source(tmp / "mmlu.json", a.samples)
-    sweep = write_sweep(tmp, source, gpus, a)
+    source = Path(a.source) if a.source else write_source(tmp / "mmlu.json", samples)
+    sweep = write_sweep(tmp, source, gpus, samples, a)
     per_node = [gpus // a.nodes] * a.nodes
     c = SimCluster(tmp / "cluster", [0, *per_node], head_cpus=a.head_cpus, worker_cpus=0)
     try:
         c.start()
-        sampler = CpuSampler([p.pid for p in c.procs.values()]).start()
+        sampler = CpuSampler({i: p.pid for i, p in c.procs.items()}).start()
+        time.sleep(a.idle_s)  # the idle cluster's own CPU per second, before any job
         t0 = time.time()
-        job = c.submit(sweep, f"scale-{gpus}", {"DF_RAY_HOME": str(tmp / "home"),
-                                                 "DFPERF_SIM_LOG": str(logdir)},
+        idle = {k: v / a.idle_s for k, v in sampler.between(t0 - a.idle_s, t0).items()}
+        job = c.submit(sweep, f"scale-{gpus}-{samples}", {"DF_RAY_HOME": str(tmp / "home"),
+                                                          "DFPERF_SIM_LOG": str(logdir)},
                        working_dir=tree)
         store = "n/a"
         while True:
@@ -197,31 +216,33 @@ def measure(gpus: int, a: argparse.Namespace, tmp: Path, tree: Path = ROOT) -> d
                 store = object_store_bytes(c)
             time.sleep(2.0)  # each poll is a call to the dashboard (Ray's CPU)
         wall = time.time() - t0
-        cpu = sampler.stop()
+        sampler.stop()
         if status != "SUCCEEDED":
             raise RuntimeError(f"job {status}:\n{c.job_logs(job)[-4000:]}")
     finally:
         c.stop()
     sim = sim_logs(logdir, a.capacity, a.step_s)
     n = max(1, sim["requests"])
-    cpu["engine"] -= sim["loop_cpu"]
-    ms = {k: 1000.0 * v / n for k, v in cpu.items()}
+    job_cpu = sampler.between(t0, t0 + wall)  # submit to end, the idle minute before left out
+    job_cpu["engine"] -= sim["loop_cpu"]
     # In steady state: the CPU spent while the engines ran, over the requests they served
-    # (the engines' loop taken out in proportion: it runs only then).
+    # (the engines' loop taken out: it runs only then).
     steady = sampler.between(sim["first"], sim["last"])
     steady["engine"] -= sim["loop_cpu"]
     ms_steady = {k: 1000.0 * v / n for k, v in steady.items()}
     bottleneck = max(ms_steady["stage"] / a.concurrency, ms_steady["driver"])
-    return {"gpus": gpus, "tree": tree, "requests": sim["requests"], "wall": wall, "ms_steady": ms_steady,
+    return {"gpus": gpus, "samples": samples, "tree": tree, "requests": sim["requests"],
+            "wall": wall, "ms_steady": ms_steady, "cpu": job_cpu, "idle": idle,
             "window": sim["last"] - sim["first"], "bound": sim["bound"],
-            "startup": sim["first"] - t0, "ms": ms, "loop_ms": 1000.0 * sim["loop_cpu"] / n,
+            "startup": sim["first"] - t0,
+            "ms": {k: 1000.0 * v / n for k, v in job_cpu.items()},
+            "loop_ms": 1000.0 * sim["loop_cpu"] / n,
             "driver_mb": sampler.driver_rss, "store": store,
             "head_gpus": 1000.0 / bottleneck / GPU_RATE if bottleneck else float("inf")}
 
 
 def report(r: dict) -> None:
     ms = r["ms"]
-    total = sum(ms.values())
     tree = "" if r["tree"] == ROOT else f" [{r['tree']}]"
     print(f"\n## {r['gpus']} declared GPUs{tree}: {r['requests']} engine requests, "
           f"wall {r['wall']:.1f}s,"
@@ -230,25 +251,66 @@ def report(r: dict) -> None:
           f"{r['bound'] / r['window']:.2f}   start-up (submit -> first engine step) "
           f"{r['startup']:.1f}s")
     print("CPU-ms per request, whole job: " + ", ".join(f"{k} {ms[k]:.2f}" for k in ROLES)
-          + f"; all but the simulated engines' loop {total:.2f} (the loop itself "
-            f"{r['loop_ms']:.2f})")
+          + f"; all but the simulated engines' loop {sum(ms[k] for k in ROLES):.2f} (the loop "
+            f"itself {r['loop_ms']:.2f})")
     st = r["ms_steady"]
     print("CPU-ms per request while the engines ran: "
           + ", ".join(f"{k} {st[k]:.2f}" for k in ROLES)
-          + f"; all but the simulated engines' loop {sum(st.values()):.2f}")
+          + f"; all but the simulated engines' loop {sum(st[k] for k in ROLES):.2f}")
+    print("the idle cluster's CPU-ms per second before the job: "
+          + ", ".join(f"{k} {1000 * r['idle'][k]:.0f}" for k in RAY_NODES))
     print(f"driver peak RSS {r['driver_mb']:.0f} MB; object store mid-run {r['store']}")
-    print(f"one head feeds {r['head_gpus']:.0f} GPUs at {GPU_RATE:.0f} requests/s per GPU "
-          "(busiest single head process: a stage actor's share or the driver)")
+    print(f"[old figure] one head feeds {r['head_gpus']:.0f} GPUs at {GPU_RATE:.0f} requests/s "
+          "per GPU (busiest single head process while the engines ran: a stage actor's share "
+          "or the driver)")
+
+
+def marginal(small: dict, big: dict, a: argparse.Namespace) -> None:
+    """What each extra request costs: the whole jobs' CPU of two sample counts, differenced
+    (fixed costs, the same in both, cancel), by role; then less the idle cluster's own CPU per
+    second over the extra wall time (Ray's daemons, a cost per second, not per request); and
+    the GPUs a head of ``--head-cores`` cores feeds at that cost (its processes: stage
+    actors, driver, the head's Ray processes; enough stage actors that no one is above a
+    core, the driver being one process)."""
+    dn = big["requests"] - small["requests"]
+    if dn <= 0:
+        return
+    slope = {k: 1000.0 * (big["cpu"][k] - small["cpu"][k]) / dn for k in ROLES + RAY_NODES}
+    extra_s = big["wall"] - small["wall"]
+    net = {k: slope[k] - 1000.0 * big["idle"].get(k, 0.0) * extra_s / dn
+           for k in ROLES + RAY_NODES}
+    net["ray"] = net["ray_head"] + net["ray_workers"]
+    print(f"\n## {big['gpus']} declared GPUs, each extra request ({small['requests']} -> "
+          f"{big['requests']} requests, whole jobs differenced)")
+    for label, d in (("CPU-ms per extra request", slope),
+                     ("less the idle cluster's CPU per second over the extra wall", net)):
+        print(f"{label}: " + ", ".join(f"{k} {d[k]:.2f}" for k in ROLES)
+              + f" (Ray on the head {d['ray_head']:.2f}, on the workers "
+                f"{d['ray_workers']:.2f}); all but the simulated engines' loop "
+                f"{sum(d[k] for k in ROLES):.2f}")
+    head = max(1e-6, net["stage"] + net["driver"] + net["ray_head"])
+    rate = min(a.head_cores * 1000.0 / head, 1000.0 / max(1e-6, net["driver"]))
+    actors = -(-rate * max(0.0, net["stage"]) // 1000.0)
+    print(f"[new figure] one head of {a.head_cores} cores feeds {rate / GPU_RATE:.0f} GPUs at "
+          f"{GPU_RATE:.0f} requests/s per GPU ({head:.2f} head CPU-ms per extra request: "
+          f"stage, driver and the head's Ray processes; {actors:.0f} stage actor(s) at one "
+          "core each)")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpus", type=int, nargs="+", default=[4, 8, 16])
-    p.add_argument("--samples", type=int, default=2000)
+    p.add_argument("--samples", type=int, nargs="+", default=[2000],
+                   help="one count, or two (each size runs both and prints what each extra "
+                        "request costs)")
     p.add_argument("--source", help="an MMLU-Pro file in GoA's schema (default: synthetic)")
     p.add_argument("--nodes", type=int, default=2, help="worker nodes (the head has no GPU)")
     p.add_argument("--head-cpus", type=int, default=8)
     p.add_argument("--concurrency", type=int, default=1, help="stage actors")
+    p.add_argument("--head-cores", type=int, default=16,
+                   help="the cores of the head node the new head-capacity figure assumes")
+    p.add_argument("--idle-s", type=float, default=10.0,
+                   help="seconds the started cluster is sampled idle before the job")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--capacity", type=int, default=256)
     p.add_argument("--step-s", type=float, default=0.02)
@@ -265,8 +327,14 @@ def main() -> int:
     trees = [a.baseline.resolve(), ROOT] if a.baseline else [ROOT]
     for gpus in a.gpus:
         for tree in trees:
-            with tempfile.TemporaryDirectory(prefix=f"dfscale{gpus}-") as tmp:
-                report(measure(gpus, a, Path(tmp), tree))
+            runs = []
+            for samples in sorted(a.samples):
+                with tempfile.TemporaryDirectory(prefix=f"dfscale{gpus}-") as tmp:
+                    runs.append(measure(gpus, samples, a, Path(tmp), tree))
+                    report(runs[-1])
+                    sys.stdout.flush()
+            if len(runs) > 1:
+                marginal(runs[0], runs[-1], a)
                 sys.stdout.flush()
     return 0
 
