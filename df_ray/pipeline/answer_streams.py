@@ -6,7 +6,8 @@ A client (``df_ray.pipeline.engine_mux.Mux``) opens a session (``EngineActor.ans
 streaming actor call) and hands it requests in batches (``EngineActor.submit``: a list of
 ``(tag, request dict, key)``); each request goes to the engine at once (``Replica.submit``:
 continuous batching keeps its own order) and its answer is yielded on the session's stream as
-``(tag, answer dict)``, with whatever else finished within `COALESCE_S`. A request the engine
+``(tag, answer dict)``, with whatever else finished within `COALESCE_S` (at once when the
+session has nothing else outstanding: the last answers of a flight do not wait). A request the engine
 raised on is answered ``{"failed": "Type: message"}`` alone.
 
 A session may name a journal (``(cache root, user)``): its answers are journaled there
@@ -31,8 +32,10 @@ from df_ray.pipeline.cache.journal import Journals, Target
 from df_ray.pipeline.error_text import first_line
 
 #: Seconds a stream gathers answers before it yields them (answers finish at engine steps:
-#: a GPU step is 15-25 ms): one Ray object carries every answer of a few steps.
-COALESCE_S = 0.03
+#: a GPU step is 15-25 ms): one Ray object carries every answer of a few steps. A yield costs
+#: the replica about 0.5 CPU-ms whatever it carries (Ray's report of a streamed object), so
+#: fewer, fuller yields are what an answer costs; 50 ms is little beside an answer's seconds.
+COALESCE_S = 0.05
 
 #: Seconds a stream with nothing outstanding and nothing to send waits before it ends.
 IDLE_S = 30.0
@@ -57,6 +60,7 @@ class _Session:
     ready: list[tuple[int, dict]] = field(default_factory=list)
     outstanding: int = 0
     event: asyncio.Event = field(default_factory=asyncio.Event)
+    drained: asyncio.Event = field(default_factory=asyncio.Event)  # nothing outstanding
     journal: Target | None = None
 
 
@@ -88,6 +92,8 @@ class AnswerStreams:
         reqs = [ChatRequest.from_dict(d, key) for _, d, key in items]
         futs = self.replica.submit(reqs)
         s.outstanding += len(futs)
+        if s.outstanding:
+            s.drained.clear()
         for (tag, _, _), r, f in zip(items, reqs, futs, strict=True):
             f.add_done_callback(lambda f, tag=tag, r=r: self._finished(s, tag, r, f))
         return len(futs)
@@ -114,6 +120,8 @@ class AnswerStreams:
             s.ready.append((tag, a))
             s.outstanding -= 1
             s.event.set()
+            if s.outstanding == 0:
+                s.drained.set()
 
     async def stream(self, sid: str, coalesce_s: float = COALESCE_S, idle_s: float = IDLE_S):
         """Yield lists of ``(tag, answer dict)`` as they finish, until idle."""
@@ -127,7 +135,9 @@ class AnswerStreams:
                         self.sessions.pop(sid, None)
                         return
                     continue
-            await asyncio.sleep(coalesce_s)
+            if s.outstanding:  # more to come: gather what finishes meanwhile
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(s.drained.wait(), coalesce_s)
             s.event.clear()
             out, s.ready = s.ready, []
             yield out

@@ -97,9 +97,6 @@ def install(label: str) -> Path | None:
         _files.append(f)
         faulthandler.enable(file=f, all_threads=True)
         _installed = path
-    from df_ray.pipeline import signals
-
-    signals.watch()  # writes held answers when the run is interrupted (SIGINT, SIGTERM)
     return path
 
 

@@ -5,8 +5,9 @@ first signal,
 
 1. asks every stage actor of the job to write the answers it holds but has not written yet
    (a stage writes a cache part at most every 30 s): a key in Ray's KV store that the
-   workers' watch thread (:func:`watch`, started in every df_ray worker) reads within half a
-   second; the handler waits (at most :data:`FLUSH_WAIT_S`) until the stages have said so;
+   workers' watch thread (:func:`watch`, started in every worker that registers something
+   to write, :func:`on_interrupt`: the stage actors, not the engine replicas, whose answers
+   are journaled as they finish) reads within half a second; the handler waits (at most :data:`FLUSH_WAIT_S`) until the stages have said so;
 2. raises :class:`Interrupted` (a ``KeyboardInterrupt``) in the main thread: the run unwinds,
    its MLflow sweep run ends KILLED with the reason, the command stops the Ray it started and
    prints one line, and exits 130 (SIGINT) or 143 (SIGTERM).
@@ -200,6 +201,7 @@ def on_interrupt(owner: Any, fn: Callable[[], None]) -> None:
         owner.__dict__.setdefault("_df_ray_on_interrupt", []).append(f)
     except AttributeError:  # no __dict__: kept until the process ends
         _keep.append(f)
+    watch()
 
 
 _keep: list[_Flusher] = []

@@ -10,10 +10,12 @@ again.
 Every backbone is a scripted engine (``latency_s`` seconds a request, one GPU a replica) that
 logs each call it makes (``DF_RAY_CALL_LOG``), so the calls of both jobs are counted where
 they are made. Printed: what the client sees when the head is gone; how long the worker's
-engines went on working without their head, and the calls they made then (lost: nobody
-receives them); the calls in the cache at the loss; the resubmit's calls: made again though
-cached (the goal: 0), made again though answered before the loss but not cached (lost in
-flight), never made before; the results' rows; and the resubmit's line about the lost run.
+engines went on working without their head, and the calls they made then (nobody receives
+them; their replicas journal them); the calls in the cache after the loss (its parts and the
+engines' journals); the resubmit's calls: made again though cached, made again though answered
+but not cached (lost), never made before; the calls answered before the loss that the
+resubmit made again (the goal: 0); the results' rows; and the resubmit's line about the lost
+run.
 """
 
 from __future__ import annotations
@@ -106,11 +108,16 @@ def main() -> int:
     print(f"without their head the worker's engines made {len(lost['made']) - lost['at_loss']}"
           f" more calls for {lost['calls_after_s']:.1f} s (nobody received them); the worker "
           f"node gave up after {lost['worker_gone_s']:.0f} s")
-    print(f"cache at the loss: {len(cached)} calls of {len(made1)} distinct calls made")
+    print(f"cache after the loss (parts and engine journals): {len(cached)} calls of "
+          f"{len(made1)} distinct calls made")
     print(f"resubmit on a new head: {status} in {time.time() - t:.0f} s (new cluster "
           f"included), {len(made2)} calls: {len(set(made2) & cached)} of them cached "
           f"(made again), {len((set(made2) & made1) - cached)} answered before the loss "
           f"but not cached (lost in flight), {len(set(made2) - made1)} never made before")
+    before = set(lost["made"][:lost["at_loss"]])
+    print(f"calls answered before the loss made again: {len(set(made2) & before)} of "
+          f"{len(before)} (and of every call the first job made: {len(set(made2) & made1)} "
+          f"of {len(made1)})")
     print(f"results: {len(rows)} rows, {len(set(rows))} distinct samples of {a.samples}")
     print(f"the resubmit said: {said[0].strip() if said else '(nothing)'}")
     return 0 if status == "SUCCEEDED" and not set(made2) & cached else 1
