@@ -328,6 +328,7 @@ class Runner:
         self.engines = EngineLifecycle(backbones, say=progress, engines=engines,
                                        before_start=before_start)
         self._capacities: dict[str, int] | None = None  # what the running engines hold
+        self._roots: set[tuple[str, str | None]] = set()  # cache roots run, with their users
         # Workers that died before this runner started are not its to report.
         self._faults_seen: set = set()
         self._new_faults()
@@ -337,7 +338,10 @@ class Runner:
         return self.engines.pool
 
     def shutdown(self) -> None:
+        """Stop the engines, then fold their journals of every cache root run into parts."""
         self.engines.shutdown()
+        fold_journals(sorted(self._roots, key=str), self.say)
+        self._roots.clear()
 
     # ------------------------------------------------------------------ calibration
     def calibration_for(self, plan: RunPlan) -> Calibration | None:
@@ -433,6 +437,7 @@ class Runner:
         cfgs = [p.cfg for p in plans]
         if len({c.cache_root for c in cfgs}) > 1:
             raise ValueError("run_many: the configurations must share one cache root")
+        self._roots.update((c.cache_root, getattr(c, "cache_user", None)) for c in cfgs)
         claim = getattr(self.tracker, "claim", None)
         with (claim(cfgs, say=self.say) if claim is not None else _nullcontext()):
             return self._run_many(plans, samples, sweep, metric_names)
@@ -609,7 +614,6 @@ def run_sweep(sweep: SweepConfig, *, address: str | None = None, tracker: Any = 
                                           + ", ".join(failed))
     finally:
         runner.shutdown()
-    fold_journals(configs, progress)
     compact_caches(configs, progress)
     return results
 
@@ -665,16 +669,16 @@ def method_metric_names(configs: Sequence[RunConfig]) -> list[str]:
     return list(names)
 
 
-def fold_journals(configs: Sequence[RunConfig], say: Callable[[str], None]) -> None:
-    """Fold the engines' finished journals of every cache root of the run into its parts
-    (`df_ray.pipeline.cache.journal`): after a clean end they hold only answers the stages
-    wrote too. A fold that fails loses nothing: the journals stay, and are read."""
+def fold_journals(roots: Sequence[tuple[str, str | None]], say: Callable[[str], None]) -> None:
+    """Fold the engines' finished journals of cache roots (with the user each is written
+    as) into their parts (`df_ray.pipeline.cache.journal`): after a clean end they hold only
+    answers the stages wrote too. A fold that fails loses nothing: the journals stay, and are
+    read."""
     import pyarrow as pa
 
     from df_ray.pipeline.cache import fold_root
 
-    for root, user in sorted({(c.cache_root, getattr(c, "cache_user", None)) for c in configs},
-                             key=str):
+    for root, user in roots:
         try:
             fold_root(root, user)
         except (OSError, pa.ArrowException) as e:
