@@ -32,10 +32,11 @@ from df_ray.pipeline.cache.journal import Journals, Target
 from df_ray.pipeline.error_text import first_line
 
 #: Seconds a stream gathers answers before it yields them (answers finish at engine steps:
-#: a GPU step is 15-25 ms): one Ray object carries every answer of a few steps. A yield costs
-#: the replica about 0.5 CPU-ms whatever it carries (Ray's report of a streamed object), so
-#: fewer, fuller yields are what an answer costs; 50 ms is little beside an answer's seconds.
-COALESCE_S = 0.05
+#: a GPU step is 15-25 ms): one Ray object carries every answer of several steps. A yield
+#: costs the replica about 0.5 CPU-ms whatever it carries (Ray's report of a streamed object:
+#: `jobs/perf/engine_costs.py`), so fewer, fuller yields are what an answer costs; 100 ms is
+#: little beside an answer's seconds of generation, and the stage keeps enough in flight.
+COALESCE_S = 0.1
 
 #: Seconds a stream with nothing outstanding and nothing to send waits before it ends.
 IDLE_S = 30.0
