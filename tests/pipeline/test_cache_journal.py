@@ -118,3 +118,36 @@ def test_a_replicas_streams_journal_every_answer_before_it_is_sent(tmp_path):
     assert sorted(got) == list(range(20))
     streams.journals.close()
     assert GenerationCache(str(tmp_path), user="ann").fold_journals() == 1
+
+
+def test_a_served_replica_journals_each_callers_answers_in_its_own_root(tmp_path):
+    """The per-call path of the actor and the Serve deployment (``replica_answers``): each
+    caller's answers go to the journal its call names, under its user; a call without one
+    is not journaled."""
+    from df_ray.pipeline.engine_health import replica_answers
+
+    engine = make_engine({"kind": "simulated", "model": "sim", "engine_args": {
+        "capacity": 8, "step_s": 0.001, "mean_tokens": 5}})
+    replica, journals = Replica(engine, 8), J.Journals()
+    ann, bob = tmp_path / "ann", tmp_path / "bob"
+    ann.mkdir()
+    bob.mkdir()
+    reqs = [ChatRequest(model="sim", messages=(Message("user", f"Q{i}?"),), seed=i)
+            for i in range(6)]
+
+    async def run():
+        return await asyncio.gather(
+            replica_answers(replica, [r.to_dict() for r in reqs[:3]], (str(ann), "ann"),
+                            journals),
+            replica_answers(replica, [r.to_dict() for r in reqs[3:5]], (str(bob), "bob"),
+                            journals),
+            replica_answers(replica, [reqs[5].to_dict()], None, journals))
+
+    a, b, _ = asyncio.run(run())
+    journals.close()
+    got_ann = GenerationCache(str(ann), user="ann")
+    got_bob = GenerationCache(str(bob), user="bob")
+    assert [got_ann.get(r.key()) for r in reqs[:3]] == [Completion(**d) for d in a]
+    assert [got_bob.get(r.key()) for r in reqs[3:5]] == [Completion(**d) for d in b]
+    assert len(got_ann) == 3 and len(got_bob) == 2  # nobody's answer in the other's root
+    assert GenerationCache(str(bob), user="ann").get(reqs[3].key()) is None  # bob's name
