@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     cc = cache_sub.add_parser(
         "compact", help="merge a cache root's parts into one (safe beside running writers): "
                         "every call kept, corrupted entries dropped, dead writers' "
-                        "temporary files removed")
+                        "temporary files removed, finished engine journals folded in")
     cc.add_argument("root", nargs="?", help="the cache root (default: the config's cache_root)")
     cc.add_argument("--config", help="take cache_root from this config")
     cc.set_defaults(fn=cmd_cache_compact)
