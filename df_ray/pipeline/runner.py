@@ -109,6 +109,27 @@ def _ray_init(ray, address: str | None, **kwargs: Any) -> None:
         raise RayStartError(f"could not start a local Ray: {first_line(e)}") from e
 
 
+@contextlib.contextmanager
+def _workers_path():
+    """This process's ``sys.path`` as the PYTHONPATH of the local Ray it starts meanwhile
+    (its processes inherit it: the workers import df_ray, the plugins and the scripts' own
+    modules from where this process does), restored after.
+
+    Inherited, not a job ``runtime_env``: the idle workers Ray starts ahead with its node
+    then fit the job's actors, which take them instead of a new process each (a worker's
+    start, importing Ray, is seconds of CPU); with a job runtime_env they stay idle beside
+    the job's own workers."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
 def init_ray(address: str | None = None) -> None:
     """Join a cluster (``address`` or RAY_ADDRESS, as under ``ray job submit``) or start an
     embedded local Ray. Failing, a `RayStartError`."""
@@ -122,9 +143,6 @@ def init_ray(address: str | None = None) -> None:
     # (tpp.c: __pthread_tpp_change_priority); df_ray changes no thread or process priority.
     # The system allocator has no such state; df_ray's tables are small.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-                                "ARROW_DEFAULT_MEMORY_POOL":
-                                    os.environ["ARROW_DEFAULT_MEMORY_POOL"]}}
     if address:
         _ray_init(ray, address, log_to_driver=True)
     else:
@@ -135,8 +153,9 @@ def init_ray(address: str | None = None) -> None:
         # Logical CPUs: stage actors mostly wait on engines, so allow more than the cores.
         # address="local": always a new Ray of our own, never a cluster someone started on
         # this machine with `ray start` (which a bare ray.init() would join silently).
-        _ray_init(ray, "local", num_cpus=max(8, os.cpu_count() or 1), include_dashboard=False,
-                  runtime_env=runtime_env, log_to_driver=True)
+        with _workers_path():
+            _ray_init(ray, "local", num_cpus=max(8, os.cpu_count() or 1),
+                      include_dashboard=False, log_to_driver=True)
     from df_ray.pipeline import signals
 
     signals.rearm()  # ray.init set its own SIGTERM handler (sys.exit)
