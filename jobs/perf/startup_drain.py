@@ -1,19 +1,20 @@
 """A run's fixed costs on the embedded local Ray: where the time goes from the job's start to
-the first engine step, and from the last answer to the job's end, for a small DarkForest run
-over three scripted backbones (the engines answer at once, so what is left is df_ray's and
-Ray's own start and end).
+the first engine step, and from the last answer to the job's end, for a small sweep run as
+``df-ray run`` runs it (`run_sweep`: preflight, MLflow, a local Ray, the engines, the Ray Data
+pipeline, the results and the MLflow runs, the engines stopped, the cache's journals folded)
+over DarkForest on four scripted backbones, which answer at once: what is left is df_ray's and
+Ray's own start and end.
 
     PYTHONPATH=$PWD .venv/bin/python jobs/perf/startup_drain.py --samples 32 --repeat 2
     PYTHONPATH=$PWD .venv/bin/python jobs/perf/startup_drain.py --baseline <other checkout>
 
-Each run is a fresh process (its own local Ray) and prints, in seconds from its start: Ray
-up (``init_ray``), engines ready (their replicas started and smoke-tested), the first engine
-step, the last answer and the run's end; then start-up (process start to the first engine
-step), the stage's start (the run's start to the first engine step: Ray Data's stage actor,
-a worker process of its own), the engines' window and the drain (last answer to the run's
-end: the last batch's grading, Ray Data's end, the results file). ``--baseline``: the same
-runs in another checkout, alternated with this one's in one invocation, so that both see the
-same load.
+Each run is a fresh process and prints, in seconds from its start: Ray up, engines ready
+(started and smoke-tested), the first engine step, the last answer, every configuration
+graded and logged, the sweep's end and Ray shut down; then start-up (process start to the
+first engine step), the engines' start (Ray up to engines ready), the stage's start (engines
+ready to the first engine step: Ray Data's stage actor, a worker process of its own), the
+engines' window, the drain (last answer to the sweep's end) and Ray's shutdown. ``--baseline``: the same runs in another checkout,
+alternated with this one's in one invocation, so that both see the same load.
 """
 
 from __future__ import annotations
@@ -33,41 +34,63 @@ T0 = time.time()  # the process's start, before anything is imported
 TREE = os.environ.get("DF_RAY_PERF_TREE") or str(Path(__file__).resolve().parents[2])
 sys.path.insert(0, TREE)
 
-from jobs.perf.common import header, math_samples, scripted_config, start_ray  # noqa: E402
+from jobs.perf.common import header  # noqa: E402
 
-PHASES = ("ray_up", "engines_ready", "first_step", "last_answer", "end")
+PHASES = ("ray_up", "engines_ready", "first_step", "last_answer", "graded", "sweep_end",
+          "ray_down")
 
 
 def one_run(samples: int) -> dict[str, float]:
-    """One small run in this process: each phase's time since the process started."""
-    from df_ray.pipeline.runner import Runner, shared_backbones
+    """One small sweep in this process, as ``df-ray run`` runs it (`run_sweep`: preflight,
+    MLflow, a local Ray, the engines, the pipeline, the end): each phase's time since the
+    process started."""
+    import ray
+
+    from df_ray.config import SweepConfig
+    from df_ray.pipeline import runner
+    from tests.helpers import base_config, write_mmlu_goa
 
     at: dict[str, float] = {}
+    stats: list[dict] = []
+
+    def mark(name: str) -> None:
+        at.setdefault(name, time.time() - T0)
+
+    init_ray, shutdown = runner.init_ray, runner.Runner.shutdown
+
+    def timed_init(*a, **k):
+        init_ray(*a, **k)
+        mark("ray_up")
+
+    def timed_shutdown(self):  # the configurations are done: the engines' own figures first
+        mark("graded")
+        if self.engines._pool is not None:
+            stats.extend(self.pool.stats())
+        shutdown(self)
+
+    runner.init_ray, runner.Runner.shutdown = timed_init, timed_shutdown
     with tempfile.TemporaryDirectory(prefix="dfperf-startup-") as tmp:
-        cfg = scripted_config(tmp, batch_size=8)
-        start_ray()
-        at["ray_up"] = time.time() - T0
-        runner = Runner(shared_backbones([cfg]), tracker=None, progress=lambda m: None)
-        try:
-            pool = runner.pool
-            at["engines_ready"] = time.time() - T0
-            t = time.time()
-            res = runner.run(cfg, math_samples(samples))
-            at["end"] = time.time() - T0
-            stats = pool.stats()
-        finally:
-            runner.shutdown()
-    assert res.metrics["n_samples"] == samples
+        base = base_config(Path(tmp), write_mmlu_goa(Path(tmp) / "mmlu.json", samples),
+                           batch_size=8, concurrency=1)
+        sweep = SweepConfig(name="startup", base=base, runs=[{"name": "df"}])
+        results = runner.run_sweep(sweep, progress=lambda m: m.startswith("engines ready")
+                                   and mark("engines_ready"))
+        mark("sweep_end")
+        ray.shutdown()
+        mark("ray_down")
+    assert [r.metrics["n_samples"] for r in results] == [samples]
     at["first_step"] = min(s["first_at"] for s in stats if s["first_at"]) - T0
     at["last_answer"] = max(s["last_at"] for s in stats if s["last_at"]) - T0
-    at["run_start"] = t - T0
     return at
 
 
 def figures(at: dict[str, float]) -> dict[str, float]:
-    return {"start-up": at["first_step"], "stage start": at["first_step"] - at["run_start"],
+    return {"start-up": at["first_step"],
+            "engines' start": at["engines_ready"] - at["ray_up"],
+            "stage start": at["first_step"] - at["engines_ready"],
             "window": at["last_answer"] - at["first_step"],
-            "drain": at["end"] - at["last_answer"]}
+            "drain": at["sweep_end"] - at["last_answer"],
+            "Ray shutdown": at["ray_down"] - at["sweep_end"]}
 
 
 def in_process(tree: Path, samples: int) -> dict[str, float]:
@@ -93,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.child:
         print(json.dumps(one_run(a.samples)))
         return 0
-    header("start-up and drain of a small local run (three scripted backbones)")
+    header("start-up and drain of a small local sweep (DarkForest, four scripted backbones)")
     here = Path(__file__).resolve().parents[2]
     trees = [("baseline", a.baseline.resolve()), ("this", here)] if a.baseline \
         else [("this", here)]
