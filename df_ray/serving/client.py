@@ -40,6 +40,9 @@ class ServedBackbone:
     app: str
     deployment: str
     protocol: str  # "engine" (df_ray's EngineServer) or "vllm" (ray.serve.llm LLMServer)
+    #: the service journals a caller's answers (a service deployed by an earlier df_ray does
+    #: not: its calls carry no journal)
+    journals: bool = False
 
 
 def is_served(handles: Any) -> bool:
@@ -66,9 +69,9 @@ def resolve_served(name: str, spec: EngineSpec) -> ServedBackbone:
             "config file>` on the cluster, or use a job-owned engine kind")
     kind = is_df_ray_app(apps[app].deployments)
     if kind == "engine":
-        served = ServedBackbone(app, ENGINE_DEPLOYMENT, "engine")
         handle = serve.get_deployment_handle(ENGINE_DEPLOYMENT, app)
         info = handle.info.remote().result(timeout_s=120)
+        served = ServedBackbone(app, ENGINE_DEPLOYMENT, "engine", bool(info.get("journals")))
         model, kind = info["spec"]["model"], info["spec"]["kind"]
         if model != spec.model:
             raise ConfigError(f"backbone {name!r}: application {app!r} serves model {model!r}, "
@@ -252,8 +255,9 @@ class ServeClient:
                 size = self.specs[name].batch_size_cap
                 for j in range(0, len(members), size):
                     chunk = members[j:j + size]
-                    resp = h.generate.remote([requests[i].to_dict() for i in chunk],
-                                             self.journal)
+                    dicts = [requests[i].to_dict() for i in chunk]
+                    resp = (h.generate.remote(dicts, self.journal) if sb.journals
+                            else h.generate.remote(dicts))
                     inflight.append((name, chunk, resp))
             else:  # vLLM through ray.serve.llm: one chat request each, batched by vLLM
                 hs = h.options(stream=True)

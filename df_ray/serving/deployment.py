@@ -78,7 +78,8 @@ class EngineServer:
 
     def info(self) -> dict[str, Any]:
         """What this backbone is: the job checks its config against it before starting."""
-        return {"backbone": self.backbone, "spec": self.spec.model_dump(mode="json")}
+        return {"backbone": self.backbone, "spec": self.spec.model_dump(mode="json"),
+                "journals": True}  # generate takes a caller's journal
 
     def stats(self) -> dict[str, Any]:
         import ray
