@@ -21,7 +21,7 @@ made: costs per second (Ray's daemons, idle replicas) are then charged to reques
 rate this machine served them. With two sample counts (``--samples 1000 2000``) each size
 runs both, and what each EXTRA request costs is printed too: the two whole jobs' CPU
 differenced by role (fixed costs cancel), and that less the idle cluster's own CPU per second
-(sampled for ``--idle-s`` before the job) over the extra wall time.
+(sampled for ``--idle-s`` after the job) over the extra wall time.
 
 Head capacity, two figures, labelled: ``[old figure]`` 1000 / (the busiest single head
 process's CPU-ms per request while the engines ran: a stage actor's share or the driver) /
@@ -201,9 +201,7 @@ def measure(gpus: int, samples: int, a: argparse.Namespace, tmp: Path, tree: Pat
     try:
         c.start()
         sampler = CpuSampler({i: p.pid for i, p in c.procs.items()}).start()
-        time.sleep(a.idle_s)  # the idle cluster's own CPU per second, before any job
         t0 = time.time()
-        idle = {k: v / a.idle_s for k, v in sampler.between(t0 - a.idle_s, t0).items()}
         job = c.submit(sweep, f"scale-{gpus}-{samples}", {"DF_RAY_HOME": str(tmp / "home"),
                                                           "DFPERF_SIM_LOG": str(logdir)},
                        working_dir=tree)
@@ -216,6 +214,11 @@ def measure(gpus: int, samples: int, a: argparse.Namespace, tmp: Path, tree: Pat
                 store = object_store_bytes(c)
             time.sleep(2.0)  # each poll is a call to the dashboard (Ray's CPU)
         wall = time.time() - t0
+        # the cluster's own CPU per second with no job (after it: a cluster just started is
+        # still settling, its dashboard and agents starting)
+        time.sleep(a.idle_s)
+        idle = {k: v / a.idle_s for k, v in sampler.between(time.time() - a.idle_s,
+                                                            time.time()).items()}
         sampler.stop()
         if status != "SUCCEEDED":
             raise RuntimeError(f"job {status}:\n{c.job_logs(job)[-4000:]}")
@@ -223,7 +226,7 @@ def measure(gpus: int, samples: int, a: argparse.Namespace, tmp: Path, tree: Pat
         c.stop()
     sim = sim_logs(logdir, a.capacity, a.step_s)
     n = max(1, sim["requests"])
-    job_cpu = sampler.between(t0, t0 + wall)  # submit to end, the idle minute before left out
+    job_cpu = sampler.between(t0, t0 + wall)  # submit to end: the cluster's start left out
     job_cpu["engine"] -= sim["loop_cpu"]
     # In steady state: the CPU spent while the engines ran, over the requests they served
     # (the engines' loop taken out: it runs only then).
@@ -257,7 +260,7 @@ def report(r: dict) -> None:
     print("CPU-ms per request while the engines ran: "
           + ", ".join(f"{k} {st[k]:.2f}" for k in ROLES)
           + f"; all but the simulated engines' loop {sum(st[k] for k in ROLES):.2f}")
-    print("the idle cluster's CPU-ms per second before the job: "
+    print("the idle cluster's CPU-ms per second after the job: "
           + ", ".join(f"{k} {1000 * r['idle'][k]:.0f}" for k in RAY_NODES))
     print(f"driver peak RSS {r['driver_mb']:.0f} MB; object store mid-run {r['store']}")
     print(f"[old figure] one head feeds {r['head_gpus']:.0f} GPUs at {GPU_RATE:.0f} requests/s "
@@ -310,7 +313,7 @@ def main() -> int:
     p.add_argument("--head-cores", type=int, default=16,
                    help="the cores of the head node the new head-capacity figure assumes")
     p.add_argument("--idle-s", type=float, default=10.0,
-                   help="seconds the started cluster is sampled idle before the job")
+                   help="seconds the cluster is sampled idle after the job")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--capacity", type=int, default=256)
     p.add_argument("--step-s", type=float, default=0.02)
