@@ -27,7 +27,7 @@ Head capacity, two figures, labelled: ``[old figure]`` 1000 / (the busiest singl
 process's CPU-ms per request while the engines ran: a stage actor's share or the driver) /
 40; ``[new figure]`` (with two sample counts) a head of ``--head-cores`` cores running as
 many stage actors as it needs: min(cores x 1000 / (the head's CPU-ms per extra request:
-stage, driver and the head's Ray processes), 1000 / the driver's) / 40.
+stage, driver and the head's Ray processes, each at least 0), 1000 / the driver's) / 40.
 """
 
 from __future__ import annotations
@@ -270,11 +270,11 @@ def report(r: dict) -> None:
 
 def marginal(small: dict, big: dict, a: argparse.Namespace) -> None:
     """What each extra request costs: the whole jobs' CPU of two sample counts, differenced
-    (fixed costs, the same in both, cancel), by role; then less the idle cluster's own CPU per
-    second over the extra wall time (Ray's daemons, a cost per second, not per request); and
-    the GPUs a head of ``--head-cores`` cores feeds at that cost (its processes: stage
-    actors, driver, the head's Ray processes; enough stage actors that no one is above a
-    core, the driver being one process)."""
+    (fixed costs, the same in both, cancel), by role; then that less the idle cluster's own
+    CPU per second over the extra wall time (Ray's daemons, a cost per second, not per
+    request); and the GPUs a head of ``--head-cores`` cores feeds at the first (its
+    processes: stage actors, driver, the head's Ray processes; enough stage actors that no
+    one is above a core, the driver being one process)."""
     dn = big["requests"] - small["requests"]
     if dn <= 0:
         return
@@ -291,9 +291,12 @@ def marginal(small: dict, big: dict, a: argparse.Namespace) -> None:
               + f" (Ray on the head {d['ray_head']:.2f}, on the workers "
                 f"{d['ray_workers']:.2f}); all but the simulated engines' loop "
                 f"{sum(d[k] for k in ROLES):.2f}")
-    head = max(1e-6, net["stage"] + net["driver"] + net["ray_head"])
-    rate = min(a.head_cores * 1000.0 / head, 1000.0 / max(1e-6, net["driver"]))
-    actors = -(-rate * max(0.0, net["stage"]) // 1000.0)
+    # from the slope itself (a role whose slope the machine's noise made negative counts 0):
+    # the idle correction rests on one idle sample and a wall difference that is mostly noise
+    # on a loaded machine
+    head = max(1e-6, sum(max(0.0, slope[k]) for k in ("stage", "driver", "ray_head")))
+    rate = min(a.head_cores * 1000.0 / head, 1000.0 / max(1e-6, slope["driver"]))
+    actors = -(-rate * max(0.0, slope["stage"]) // 1000.0)
     print(f"[new figure] one head of {a.head_cores} cores feeds {rate / GPU_RATE:.0f} GPUs at "
           f"{GPU_RATE:.0f} requests/s per GPU ({head:.2f} head CPU-ms per extra request: "
           f"stage, driver and the head's Ray processes; {actors:.0f} stage actor(s) at one "
