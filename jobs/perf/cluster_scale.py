@@ -23,11 +23,12 @@ runs both, and what each EXTRA request costs is printed too: the two whole jobs'
 differenced by role (fixed costs cancel), and that less the idle cluster's own CPU per second
 (sampled for ``--idle-s`` after the job) over the extra wall time.
 
-Head capacity, two figures, labelled: ``[old figure]`` 1000 / (the busiest single head
-process's CPU-ms per request while the engines ran: a stage actor's share or the driver) /
-40; ``[new figure]`` (with two sample counts) a head of ``--head-cores`` cores running as
-many stage actors as it needs: min(cores x 1000 / (the head's CPU-ms per extra request:
-stage, driver and the head's Ray processes, each at least 0), 1000 / the driver's) / 40.
+Head capacity, labelled: ``[old figure]`` 1000 / (the busiest single head process's CPU-ms
+per request while the engines ran: a stage actor's share or the driver) / 40; ``[new
+figure]`` a head of ``--head-cores`` cores running as many stage actors as it needs:
+min(cores x 1000 / (the head's CPU-ms per request: stage, driver and the head's Ray
+processes, each at least 0), 1000 / the driver's) / 40, at the CPU per request while the
+engines ran and (with two sample counts) at each extra request's.
 """
 
 from __future__ import annotations
@@ -244,7 +245,7 @@ def measure(gpus: int, samples: int, a: argparse.Namespace, tmp: Path, tree: Pat
             "head_gpus": 1000.0 / bottleneck / GPU_RATE if bottleneck else float("inf")}
 
 
-def report(r: dict) -> None:
+def report(r: dict, a: argparse.Namespace) -> None:
     ms = r["ms"]
     tree = "" if r["tree"] == ROOT else f" [{r['tree']}]"
     print(f"\n## {r['gpus']} declared GPUs{tree}: {r['requests']} engine requests, "
@@ -266,6 +267,19 @@ def report(r: dict) -> None:
     print(f"[old figure] one head feeds {r['head_gpus']:.0f} GPUs at {GPU_RATE:.0f} requests/s "
           "per GPU (busiest single head process while the engines ran: a stage actor's share "
           "or the driver)")
+    head_feeds(st, a, "while the engines ran")
+
+
+def head_feeds(ms: dict, a: argparse.Namespace, basis: str) -> None:
+    """The GPUs a head of ``--head-cores`` cores feeds at ``ms`` (CPU-ms per request by role):
+    as many stage actors as it takes, the driver one process (see the module docstring)."""
+    head = max(1e-6, sum(max(0.0, ms[k]) for k in ("stage", "driver", "ray_head")))
+    rate = min(a.head_cores * 1000.0 / head, 1000.0 / max(1e-6, ms["driver"]))
+    actors = -(-rate * max(0.0, ms["stage"]) // 1000.0)
+    print(f"[new figure, {basis}] one head of {a.head_cores} cores feeds {rate / GPU_RATE:.0f} "
+          f"GPUs at {GPU_RATE:.0f} requests/s per GPU ({head:.2f} head CPU-ms per request: "
+          f"stage, driver and the head's Ray processes ({ms['ray_head']:.2f}); "
+          f"{actors:.0f} stage actor(s) at one core each)")
 
 
 def marginal(small: dict, big: dict, a: argparse.Namespace) -> None:
@@ -291,16 +305,7 @@ def marginal(small: dict, big: dict, a: argparse.Namespace) -> None:
               + f" (Ray on the head {d['ray_head']:.2f}, on the workers "
                 f"{d['ray_workers']:.2f}); all but the simulated engines' loop "
                 f"{sum(d[k] for k in ROLES):.2f}")
-    # from the slope itself (a role whose slope the machine's noise made negative counts 0):
-    # the idle correction rests on one idle sample and a wall difference that is mostly noise
-    # on a loaded machine
-    head = max(1e-6, sum(max(0.0, slope[k]) for k in ("stage", "driver", "ray_head")))
-    rate = min(a.head_cores * 1000.0 / head, 1000.0 / max(1e-6, slope["driver"]))
-    actors = -(-rate * max(0.0, slope["stage"]) // 1000.0)
-    print(f"[new figure] one head of {a.head_cores} cores feeds {rate / GPU_RATE:.0f} GPUs at "
-          f"{GPU_RATE:.0f} requests/s per GPU ({head:.2f} head CPU-ms per extra request: "
-          f"stage, driver and the head's Ray processes; {actors:.0f} stage actor(s) at one "
-          "core each)")
+    head_feeds(slope, a, "each extra request")
 
 
 def main() -> int:
@@ -337,7 +342,7 @@ def main() -> int:
             for samples in sorted(a.samples):
                 with tempfile.TemporaryDirectory(prefix=f"dfscale{gpus}-") as tmp:
                     runs.append(measure(gpus, samples, a, Path(tmp), tree))
-                    report(runs[-1])
+                    report(runs[-1], a)
                     sys.stdout.flush()
             if len(runs) > 1:
                 marginal(runs[0], runs[-1], a)
