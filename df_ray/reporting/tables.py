@@ -40,14 +40,21 @@ def is_default_darkforest(row: Mapping) -> bool:
 
 def reference_run(group: pd.DataFrame) -> str | None:
     """The DarkForest run others are tested against: the paper's default settings if one
-    ran, else the first DarkForest configuration."""
+    ran (of several, the plainest: fixed thresholds and the benchmark's default candidates
+    before a fitted guardrail or other candidates), else the first DarkForest configuration.
+    The choice does not depend on the rows' order beyond that."""
     df = group[group["method"] == "darkforest"]
     if df.empty:
         return None
-    for _, row in df.iterrows():
-        if is_default_darkforest(row):
-            return row["run_id"]
-    return df.iloc[0]["run_id"]
+    ranked = sorted(df.iterrows(), key=lambda ir: _reference_rank(ir[1]))
+    return ranked[0][1]["run_id"]
+
+
+def _reference_rank(row: Mapping) -> tuple:
+    fitted = row.get("params.method_args.guardrail.fit") is True
+    own_args = any(k.startswith("params.benchmark_args.") and v is not None and not _isnan(v)
+                   for k, v in row.items())
+    return (not is_default_darkforest(row), fitted, own_args, str(row.get("name")))
 
 
 def _metric(row: Mapping, name: str) -> float:

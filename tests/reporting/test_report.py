@@ -111,3 +111,23 @@ def test_report_cli(logged, capsys):
     assert "weighted_vote" in capsys.readouterr().out
     assert main(["--experiment", "missing", "--tracking-uri", uri, "--out", str(out)]) == 2
     assert "no MLflow experiment 'missing'" in capsys.readouterr().err
+
+
+def test_the_reference_is_the_plainest_default_darkforest_in_any_row_order():
+    from df_ray.reporting.tables import reference_run
+
+    rows = pd.DataFrame([
+        {"run_id": "fit", "name": "darkforest behaviour fitted guardrail seed=1",
+         "method": "darkforest", "n_agents": 3, "params.method_args.guardrail.fit": True,
+         "params.benchmark_args.candidates": "behaviour"},
+        {"run_id": "beh", "name": "darkforest behaviour seed=1", "method": "darkforest",
+         "n_agents": 3, "params.benchmark_args.candidates": "behaviour"},
+        {"run_id": "mod", "name": "darkforest moderate seed=1", "method": "darkforest",
+         "n_agents": 3, "params.method_args.disclosure": "moderate"},
+        {"run_id": "plain", "name": "darkforest seed=1", "method": "darkforest", "n_agents": 3},
+        {"run_id": "vote", "name": "majority_vote seed=1", "method": "weighted_vote",
+         "n_agents": 3},
+    ])
+    assert reference_run(rows) == reference_run(rows.iloc[::-1]) == "plain"
+    assert reference_run(rows[rows["run_id"] != "plain"]) == "beh"
+    assert reference_run(rows[rows["run_id"].isin(["mod", "vote"])]) == "mod"
