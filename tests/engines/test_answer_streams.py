@@ -22,7 +22,7 @@ def items(n: int, base: int) -> list[tuple[int, dict, str]]:
 
 def test_each_session_gets_its_own_answers_in_few_yields():
     engine = make_engine({"kind": "simulated", "model": "sim", "engine_args": {
-        "capacity": 64, "step_s": 0.002, "mean_tokens": 20}})
+        "capacity": 64, "step_s": 0.002, "mean_tokens": 20, "sigma": 0.0}})
     streams = AnswerStreams(Replica(engine, 64))
 
     async def client(sid: str, base: int) -> list[list[tuple[int, dict]]]:
@@ -40,7 +40,7 @@ def test_each_session_gets_its_own_answers_in_few_yields():
         tags = [t for out in got for t, _ in out]
         assert sorted(tags) == list(range(base, base + 40))
         assert all("text" in d and "failed" not in d for out in got for _, d in out)
-        assert len(got) < 40  # several answers per yield
+        assert len(got) < 40  # several answers per yield (equal lengths: they finish together)
     assert streams.sessions == {}  # both ended idle
 
 
