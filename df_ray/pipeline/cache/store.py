@@ -502,7 +502,8 @@ def open_cache(cfg) -> GenerationCache:
 def fold_root(root: str, user: str | None = None) -> int:
     """Fold the finished journals of ``root`` (`GenerationCache.fold_journals`), when it
     holds any; how many were folded."""
-    if "://" in root or not J.journal_paths(os.path.abspath(os.path.expanduser(root))):
+    target = J.target_of(root, user or "")  # None for a root that holds no journal
+    if target is None or not J.journal_paths(target[0]):
         return 0
     return GenerationCache(root, user=user).fold_journals()
 
