@@ -14,6 +14,19 @@ whole job ~1.6 samples/s per GPU used; the CPU stage must beat that by a wide ma
 
     .venv/bin/python jobs/perf/cpu_stage.py                 # ~1 min
     .venv/bin/python jobs/perf/cpu_stage.py --samples 300 --profile math
+
+``--stage``: the Ray Data stage's own work per engine request, in one process without Ray:
+`df_ray.pipeline.stages.EvaluationStage` itself (prompts, keys, cache lookups and writes
+through its `WriteBehind`, parsing, belief, disclosure, guardrail, grading, the Arrow output)
+over the sweep `jobs/perf/cluster_scale.py` submits (DarkForest on MMLU-Pro rows in GoA's
+schema, 3 agents + 1 coordinator, ``no_calibration``), every call answered at once by the
+simulated engine's own answer (its responder and lengths) in this thread instead of through
+Ray and the engine pump. Prints the stage thread's CPU-us per engine request (less the
+simulated answers' own);
+``--stage-profile`` a cProfile of it; ``--dump DIR`` the results rows and the cache's rows
+(for comparing two checkouts).
+
+    PYTHONPATH=$PWD .venv/bin/python jobs/perf/cpu_stage.py --stage 1000 --repeat 3
 """
 
 from __future__ import annotations
@@ -111,12 +124,138 @@ def bench(kind: str, n: int, seed: int = 0, offset: int = 0) -> tuple[float, flo
     return n / (time.perf_counter() - t), n / max(time.process_time() - c, 1e-9)
 
 
+class LocalEngines:
+    """Every request answered at once, in the caller's thread, with the simulated engine's
+    own answer (`df_ray.engines.simulated`: its responder, its lengths and padding): the
+    stage's engine client less Ray and the pump."""
+
+    answers_as_they_come = True
+
+    def __init__(self, backbones) -> None:
+        from df_ray.engines.simulated import SimulatedEngine
+
+        self.engines = {name: SimulatedEngine(spec) for name, spec in backbones.items()}
+        self.requests = 0
+        self.cpu = 0.0  # the engines' own CPU seconds (the answers), left out of the figure
+
+    def generate(self, requests, on_answer=None):
+        from df_ray.engines.simulated import SimulatedEngine
+
+        out = []
+        for i, r in enumerate(requests):
+            t = time.thread_time()
+            c = SimulatedEngine._answer(self.engines[r.backbone]._seq(r, None, None))
+            self.cpu += time.thread_time() - t
+            out.append(c)
+            if on_answer is not None:
+                on_answer(i, c)
+        self.requests += len(requests)
+        return out
+
+    def count_tokens(self, backbone: str, texts) -> list[int]:
+        return [self.engines[backbone].count_tokens(t) for t in texts]
+
+
+def stage_plans(tmp: Path, samples: int, batch_size: int, source: str | None):
+    """The plans of cluster_scale.py's sweep (its own files), and its samples."""
+    from df_ray.evaluation.context import load_samples
+    from df_ray.evaluation.plan import resolve
+    from jobs.perf.cluster_scale import write_source, write_sweep
+
+    src = Path(source) if source else write_source(tmp / "mmlu_pro.json", samples)
+    opts = argparse.Namespace(capacity=256, step_s=0.0, mean_tokens=70.0,
+                              batch_size=batch_size, concurrency=1)
+    plans = resolve(write_sweep(tmp, src, 4, samples, opts), storage=False)
+    return plans, load_samples(plans[0].cfg)
+
+
+def run_stage(samples: int, batch_size: int, source: str | None, profile: bool,
+              dump: Path | None) -> tuple[float, int]:
+    """(the stage thread's CPU seconds, engine requests) for one stage over the samples."""
+    import tempfile
+
+    import numpy as np
+    import pyarrow as pa
+
+    from df_ray.pipeline.rows import encode_sample
+    from df_ray.pipeline.stages import EvaluationStage
+
+    with tempfile.TemporaryDirectory(prefix="cpu-stage-") as d:
+        plans, rows = stage_plans(Path(d), samples, batch_size, source)
+        engines = LocalEngines(plans[0].cfg.backbones)
+        stage = EvaluationStage(plans, {}, client=engines)
+        batches = [{"sample": np.array([encode_sample(s) for s in rows[i:i + batch_size]],
+                                       dtype=object)}
+                   for i in range(0, len(rows), batch_size)]
+        pr = cProfile.Profile() if profile else None
+        out = []
+        c = time.thread_time()
+        if pr is not None:
+            pr.enable()
+        for b in batches:
+            out.append(stage(b))
+        if pr is not None:
+            pr.disable()
+        cpu = time.thread_time() - c - engines.cpu
+        if pr is not None:
+            s = io.StringIO()
+            pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(30)
+            print("# cProfile of the stage, top 30 by own time:")
+            for line in s.getvalue().splitlines():
+                if line.strip() and ("(" in line or "ncalls" in line):
+                    print("#   " + line.rstrip()[:160])
+        if dump is not None:
+            _dump(pa.concat_tables(out), Path(d) / "cache", dump)
+    return cpu, engines.requests
+
+
+def _dump(results, cache_root: Path, to: Path) -> None:
+    """The results rows (less ``busy_s``, a timing) and every cache row, each sorted."""
+    import pyarrow.parquet as pq
+
+    to.mkdir(parents=True, exist_ok=True)
+    results = results.drop_columns(["busy_s"])
+    pq.write_table(results.sort_by([("sample_id", "ascending"), ("config", "ascending")]),
+                   to / "results.parquet")
+    parts = sorted(cache_root.rglob("*.parquet"))
+    import pyarrow as pa
+
+    cache = pa.concat_tables([pq.read_table(p) for p in parts])
+    pq.write_table(cache.sort_by(cache.column_names[0]), to / "cache.parquet")
+    print(f"# dumped {results.num_rows} result rows, {cache.num_rows} cache rows "
+          f"({len(parts)} parts) to {to}")
+
+
+def stage_main(args: argparse.Namespace) -> int:
+    header("The stage's own work per engine request, one process, no Ray "
+           "(cluster_scale.py's sweep, simulated answers)")
+    run_stage(min(args.stage, 2 * args.batch_size), args.batch_size, args.source, False,
+              None)  # first-use imports and the answer kinds' warm-up out of the figure
+    for k in range(args.repeat):
+        last = k == args.repeat - 1
+        cpu, n = run_stage(args.stage, args.batch_size, args.source,
+                           args.stage_profile and last, args.dump if last else None)
+        print(f"run {k + 1}: {n} engine requests, stage thread {cpu:.2f} CPU-s: "
+              f"{cpu / n * 1e6:.0f} CPU-us per request", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stage", type=int, metavar="SAMPLES",
+                    help="the stage's own work per engine request over this many samples")
+    ap.add_argument("--batch-size", type=int, default=16, help="--stage: samples per batch")
+    ap.add_argument("--source", help="--stage: an MMLU-Pro file in GoA's schema "
+                    "(default: cluster_scale.py's synthetic rows)")
+    ap.add_argument("--repeat", type=int, default=1, help="--stage: runs, each printed")
+    ap.add_argument("--stage-profile", action="store_true", help="--stage: cProfile the last")
+    ap.add_argument("--dump", type=Path, help="--stage: write the last run's rows here")
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--kinds", nargs="+", default=["math", "choice", "code", "finqa", "label"])
     ap.add_argument("--profile", nargs="*", default=["math"], help="kinds to cProfile")
     args = ap.parse_args(argv)
+    if args.stage:
+        return stage_main(args)
     header("CPU stage: parse + build_belief + disclose + decide, samples/s on one core")
     print(f"# assumption: GPU engines ~{GPU_SAMPLES_PER_S:.2f} samples/s per GPU "
           "(7B, vLLM, H100: 2,500 output tok/s; 4 calls x 400 tokens per sample)")
