@@ -158,3 +158,32 @@ def test_non_string_input_does_not_raise(spec: ParseSpec) -> None:
     obs = parse(None, spec)  # type: ignore[arg-type]
     assert not obs.valid
     assert canonicalize(None, spec) is None  # type: ignore[arg-type]
+
+
+def _squeeze_reference(text: str) -> str:
+    """``squeeze`` as first written: one regex pass calling Python for every blank run."""
+    import re
+
+    text = re.sub(r"\s++", lambda m: "\n" if "\n" in m.group(0) else " ", text)
+    return re.sub(r"[*_]{3,}+", "**", text)
+
+
+_BLANKY = st.text(alphabet=st.sampled_from(
+    [" ", "\n", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0", "\u2028",
+     "\u3000", "a", "é", "*", "_", "."]), max_size=40)
+
+
+@FUZZ
+@given(_BLANKY)
+def test_squeeze_is_the_reference(text: str) -> None:
+    from df_ray.core.parsing._text import squeeze
+
+    assert squeeze(text) == _squeeze_reference(text)
+
+
+@pytest.mark.parametrize("text", ["", " ", "\n", " \n ", "a  b", "a \t\n \n b", "a\u3000 b",
+                                  "x\r\ny", "***b___", "*_*", "**", "a \n", "\n\na", "é\xa0 é"])
+def test_squeeze_cases(text: str) -> None:
+    from df_ray.core.parsing._text import squeeze
+
+    assert squeeze(text) == _squeeze_reference(text)
