@@ -187,3 +187,24 @@ def test_squeeze_cases(text: str) -> None:
     from df_ray.core.parsing._text import squeeze
 
     assert squeeze(text) == _squeeze_reference(text)
+
+
+@FUZZ
+@given(st.lists(st.sampled_from(
+    ["answer", "Answer", "FINAL", "final", "correct", "best", "right", "option", "choice",
+     "my", "selection", "is", "would be", "confidence", "Confidence", " level", "C", "(c)",
+     "j", "[B]", ":", "=", "-", ".", "**", "_", " ", " ", "\n", "\t", "0.8", "é", "x",
+     "bright", "answers"]), max_size=30).map("".join))
+def test_anchored_finditer_is_finditer(text: str) -> None:
+    """The choice rules and the confidence line, tried only at their anchor words, find
+    exactly what scanning every character finds."""
+    from df_ray.core.parsing import _text, choice_kind
+
+    cases = [*[(p, a) for p, _, a in choice_kind._EXPLICIT],
+             (_text._CONF_INLINE_RE, ("confidence",))]
+    for body in (text, _text.squeeze(text)):
+        for pattern, anchors in cases:
+            want = [(m.span(), m.groups()) for m in pattern.finditer(body)]
+            got = [(m.span(), m.groups()) for m in _text.anchored_finditer(pattern, body,
+                                                                           anchors)]
+            assert got == want

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 
 #: Texts longer than this are treated as invalid outputs (no model answer is that long).
 MAX_TEXT_CHARS = 200_000
@@ -55,7 +56,7 @@ def extract_confidence(text: str) -> float:
             return 0.5
         if len(text) > MAX_TEXT_CHARS:
             text = text[-MAX_TEXT_CHARS:]
-        matches = list(_CONF_INLINE_RE.finditer(squeeze(text)))
+        matches = list(anchored_finditer(_CONF_INLINE_RE, squeeze(text), ("confidence",)))
         if not matches:
             return 0.5
         value_text = _unlatex_confidence(matches[-1].group(1)[:200])
@@ -96,6 +97,35 @@ _NEWLINE_RUN_RE = re.compile(r"\n[ \n]*+")
 _STARS_RE = re.compile(r"[*_]{3,}+")
 
 
+def anchored_finditer(pattern: re.Pattern[str], text: str, anchors: tuple[str, ...]
+                      ) -> Iterator[re.Match[str]]:
+    """``pattern.finditer(text)``, the same matches, for a case-insensitive pattern whose
+    every match starts with one of ``anchors`` (lowercase words): in ASCII text the pattern
+    is tried only where an anchor is, not at every character (under ``(?i)``, or with an
+    optional first group, the regex engine has no literal prefix to skip ahead with). Text
+    that is not ASCII (where ``(?i)`` folds more than ``str.lower``) is scanned whole."""
+    if not text.isascii():
+        yield from pattern.finditer(text)
+        return
+    low = text.lower()
+    nxt = {a: low.find(a) for a in anchors}
+    look = 0
+    while True:
+        for a, k in nxt.items():
+            if 0 <= k < look:
+                nxt[a] = low.find(a, look)
+        found = [k for k in nxt.values() if k >= 0]
+        if not found:
+            return
+        i = min(found)
+        m = pattern.match(text, i)
+        if m is None:
+            look = i + 1
+            continue
+        yield m
+        look = max(m.end(), i + 1)
+
+
 def squeeze(text: str) -> str:
     """Whitespace runs -> one space (one newline if the run had one); ``***..`` -> ``**``.
 
@@ -125,7 +155,11 @@ def strip_confidence_lines(text: str) -> str:
     if "onfidence" not in text and "ONFIDENCE" not in text:
         return text
     out = []
+    plain = text.isascii()  # then a line without the word has neither (see anchored_finditer)
     for line in text.split("\n"):
+        if plain and "confidence" not in line.lower():
+            out.append(line)
+            continue
         if _CONF_LINE_RE.match(line):
             continue
         clause = _CONF_CLAUSE_RE.search(line)

@@ -32,7 +32,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from df_ray.core.parsing._text import boxed_spans, squeeze, strip_confidence_lines
+from df_ray.core.parsing._text import (
+    anchored_finditer,
+    boxed_spans,
+    squeeze,
+    strip_confidence_lines,
+)
 from df_ray.core.parsing.kinds import AnswerWords, Found, Invalid, option, options_of
 from df_ray.core.types import ParseSpec
 
@@ -69,6 +74,11 @@ _CORRECT_OPTION_RE = re.compile(
 # option-by-option analysis.
 _BOLD_RE = re.compile(r"(?m)^[^\S\n]*\*\*\s*[(\[]?([A-J])[)\]]?\s*[.:)]?\s*\*\*[^\S\n]*[.!]?[^\S\n]*$")
 _LINE_RE = re.compile(r"(?m)^[^\S\n]*[*_]*[(\[]?([A-J])[)\].:]?[*_]*[^\S\n]*$")
+#: The explicit rules after the official two, each with the words its every match starts with.
+_EXPLICIT = ((_MARKER_RE, "marker", ("final", "correct", "best", "right", "answer")),
+             (_OPTION_CORRECT_RE, "option_correct", ("option", "choice")),
+             (_CORRECT_OPTION_RE, "option_correct", ("correct", "right", "best")),
+             (_CHOICE_IS_RE, "marker", ("my", "final", "choice", "selection")))
 _BARE_RE = re.compile(r"^\s*[*_]*[(\[]?([A-Ja-j])[)\]]?\.?[*_]*\s*$")
 
 
@@ -131,9 +141,8 @@ def extract_choice_rule(text: str) -> tuple[str, float, str] | None:
         letter = letter_from_answer(content)
         if letter:
             explicit.append((start, letter, "boxed"))
-    for pat, rule in ((_MARKER_RE, "marker"), (_OPTION_CORRECT_RE, "option_correct"),
-                      (_CORRECT_OPTION_RE, "option_correct"), (_CHOICE_IS_RE, "marker")):
-        for m in pat.finditer(body):
+    for pat, rule, anchors in _EXPLICIT:
+        for m in anchored_finditer(pat, body, anchors):
             if _letter_ok(body, m):
                 explicit.append((m.start(), m.group(1).upper(), rule))
     if explicit:
