@@ -6,6 +6,7 @@ Everything here is plain ``re``/``str`` work, written to stay linear-time on adv
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterator
@@ -126,6 +127,7 @@ def anchored_finditer(pattern: re.Pattern[str], text: str, anchors: tuple[str, .
         look = max(m.end(), i + 1)
 
 
+@functools.lru_cache(maxsize=16)
 def squeeze(text: str) -> str:
     """Whitespace runs -> one space (one newline if the run had one); ``***..`` -> ``**``.
 
@@ -136,6 +138,7 @@ def squeeze(text: str) -> str:
     with fixed replacements (no Python call per run), each skipped when a plain substring
     test shows it has nothing to do: blank runs other than newlines -> one space; then a
     newline and the blanks after it -> one newline, and the space left before one dropped.
+    The last few results are kept: the confidence and the answer rules squeeze the same text.
     """
     if (any(b in text for b in _ASCII_ODD_BLANKS) if text.isascii()
             else _BLANKS_RE.search(text) is not None):
