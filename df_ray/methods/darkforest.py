@@ -36,7 +36,6 @@ of all samples unless noted:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -52,7 +51,7 @@ from df_ray.core import (
 )
 from df_ray.core.disclosure import POLICIES
 from df_ray.core.guardrail_fit import GuardrailSetting
-from df_ray.core.types import Belief, Decision, Observation
+from df_ray.core.types import Belief, Cluster, Decision, Observation
 from df_ray.core.voting import break_belief_tie
 from df_ray.methods import darkforest_explain
 from df_ray.methods.base import (
@@ -128,9 +127,16 @@ def wrong_override(row: Mapping[str, Any]) -> bool:
                 and row.get("coordinator_correct") is True)
 
 
+def cluster_to_dict(c: Cluster) -> dict[str, Any]:
+    """``dataclasses.asdict(c)``, without its generic recursion and copies (a cluster holds
+    only strings, numbers and tuples of strings)."""
+    return {"answer": c.answer, "support": tuple(c.support), "pattern": tuple(c.pattern),
+            "score": c.score, "posterior": c.posterior}
+
+
 def belief_to_dict(b: Belief) -> dict[str, Any]:
     return {
-        "clusters": [asdict(c) for c in b.clusters],
+        "clusters": [cluster_to_dict(c) for c in b.clusters],
         "top": b.top.answer if b.top else None,
         "runner_up": b.runner_up.answer if b.runner_up else None,
         "margin": b.margin,

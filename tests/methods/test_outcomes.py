@@ -431,3 +431,22 @@ def test_goa_letter_rule_follows_the_kind_not_its_name():
     assert got.rule == "goa_random" and got.answer in "ABCD"
     assert reference_choice("A) yes", ParseSpec("label", labels=("Yes", "No")), 0, "a1") is None
     assert reference_choice("A)", ParseSpec("math"), 0, "a1") is None
+
+
+def test_darkforest_belief_detail_is_asdict():
+    """The belief in DarkForest's detail, built by hand, is what ``dataclasses.asdict`` gives."""
+    from dataclasses import asdict
+
+    from df_ray.core import build_belief, parse
+    from df_ray.core.types import ParseSpec
+    from df_ray.methods.darkforest import belief_to_dict
+
+    spec = ParseSpec("choice", n_options=4)
+    obs = [parse(answer(x, c), spec, agent=a)
+           for a, x, c in zip(AGENTS, "ABA", (0.9, 0.6, 0.7), strict=True)]
+    belief = build_belief(obs, None, agent_order=list(AGENTS))
+    d = belief_to_dict(belief)
+    assert len(d["clusters"]) == 2
+    assert d["clusters"] == [asdict(c) for c in belief.clusters]
+    assert [type(v) for v in d["clusters"][0].values()] == [
+        type(v) for v in asdict(belief.clusters[0]).values()]

@@ -170,6 +170,9 @@ def strip_confidence_lines(text: str) -> str:
     return "\n".join(out)
 
 
+_BRACE_RE = re.compile(r"[{}]")
+
+
 def brace_matches(text: str) -> dict[int, int]:
     """Map of the index of each ``{`` to the index of its matching ``}`` (one linear pass).
 
@@ -177,7 +180,7 @@ def brace_matches(text: str) -> dict[int, int]:
     """
     matches: dict[int, int] = {}
     stack: list[int] = []
-    for m in re.finditer(r"[{}]", text):
+    for m in _BRACE_RE.finditer(text):
         i = m.start()
         if i > 0 and text[i - 1] == "\\" and not (i > 1 and text[i - 2] == "\\"):
             continue
@@ -191,7 +194,7 @@ def brace_matches(text: str) -> dict[int, int]:
 def balanced(text: str) -> bool:
     """Whether every ``{`` has its ``}`` and no ``}`` comes unopened (escaped ones are text)."""
     depth = 0
-    for m in re.finditer(r"[{}]", text):
+    for m in _BRACE_RE.finditer(text):
         i = m.start()
         if i > 0 and text[i - 1] == "\\" and not (i > 1 and text[i - 2] == "\\"):
             continue
