@@ -73,16 +73,14 @@ class EvaluationStage:
     """
 
     def __init__(self, plans: list[RunPlan], handles: dict,
-                 for_calibration: bool = False, client: Any = None) -> None:
+                 for_calibration: bool = False) -> None:
         faults.install(f"stage-{type(self).__name__}")  # a fatal signal is reported, by name
         lifeline.hold()
         # The plans preflight resolved, unpickled: their configurations are not validated
         # again and their Methods not built again; each Task is built once, here.
         cfgs = [p.cfg for p in plans]
-        # ``client``: an engine client to use instead of one over ``handles`` (the stage's own
-        # work profiled in one process: jobs/perf/cpu_stage.py --stage)
-        self.client = client if client is not None else make_client(
-            handles, shared_backbones(cfgs), retries=cfgs[0].max_request_retries)
+        self.client = make_client(handles, shared_backbones(cfgs),
+                                  retries=cfgs[0].max_request_retries)
         self.members = [Member.from_plan(p, token_counter(p.cfg, self.client),
                                          for_calibration=for_calibration) for p in plans]
         self.for_calibration = for_calibration

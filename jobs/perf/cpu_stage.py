@@ -39,6 +39,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -177,13 +178,15 @@ def run_stage(samples: int, batch_size: int, source: str | None, profile: bool,
     import numpy as np
     import pyarrow as pa
 
+    from df_ray.pipeline import stages
     from df_ray.pipeline.rows import encode_sample
-    from df_ray.pipeline.stages import EvaluationStage
 
     with tempfile.TemporaryDirectory(prefix="cpu-stage-") as d:
         plans, rows = stage_plans(Path(d), samples, batch_size, source)
         engines = LocalEngines(plans[0].cfg.backbones)
-        stage = EvaluationStage(plans, {}, client=engines)
+        # the stage's engine client is this process's answers (no handles, no Ray)
+        with mock.patch.object(stages, "make_client", lambda *_a, **_k: engines):
+            stage = stages.EvaluationStage(plans, {})
         batches = [{"sample": np.array([encode_sample(s) for s in rows[i:i + batch_size]],
                                        dtype=object)}
                    for i in range(0, len(rows), batch_size)]
