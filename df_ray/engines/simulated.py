@@ -19,8 +19,8 @@ so methods parse and grade it.
 The engine's own bound on a workload (what it does when every request is there from the
 start, as vLLM's offline ``LLM.generate``) is :func:`offline_time` over the same lengths;
 ``lengths`` lists every request's length, in admission order. With ``DFPERF_SIM_LOG`` set to
-a folder, every step's start, end, running sequences and the loop thread's CPU seconds so far
-are appended to ``<model>-<pid>.log`` there, and every admitted request's length to
+a folder, every step's start, end, running sequences, the loop thread's CPU seconds so far
+and the requests still queued are appended to ``<model>-<pid>.log`` there, and every admitted request's length to
 ``<model>-<pid>.lengths``.
 
 Where H100-like timing comes from (``capacity: 256``, ``step_s`` 0.02 and ``mean_tokens``
@@ -42,7 +42,7 @@ import queue
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -110,6 +110,10 @@ def offline_time(lengths: Sequence[int], capacity: int, step_s: float) -> float:
     return steps * step_s
 
 
+def _words(text: str) -> int:
+    return len(text.split())
+
+
 @dataclass
 class _Seq:
     request: ChatRequest
@@ -159,7 +163,12 @@ class SimulatedEngine:
 
     # -- Engine protocol
     def count_tokens(self, text: str) -> int:
-        return len(text.split())
+        return _words(text)
+
+    @staticmethod
+    def local_token_counter(spec: SimulatedSpec) -> Callable[[str], int]:
+        """``count_tokens`` as a client runs it in its own process: words need no engine."""
+        return _words
 
     def submit(self, request: ChatRequest) -> Future:
         f: Future = Future()
@@ -192,7 +201,8 @@ class SimulatedEngine:
             self.running_area += len(running)
             if path:
                 with open(path, "a") as fh:
-                    fh.write(f"{start:.6f} {end:.6f} {len(running)} {time.thread_time():.4f}\n")
+                    fh.write(f"{start:.6f} {end:.6f} {len(running)} {time.thread_time():.4f} "
+                             f"{self._inbox.qsize()}\n")
             still: list[_Seq] = []
             for s in running:
                 s.left -= 1

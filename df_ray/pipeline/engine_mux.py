@@ -10,8 +10,8 @@ requests for that replica in one ``submit``; answers come back a few engine step
 Ray object and are handed to each thread's inbox.
 
 The pump is an asyncio event loop in a thread of its own, woken only by work: a thread's
-``send`` schedules one pass over what every thread queued meanwhile (one submit per replica
-per pass), and each stream's next item, each submit and each single call are awaited as Ray
+``send`` schedules one pass, `SEND_GATHER_S` later, over what every thread queued meanwhile
+(one submit per replica per pass), and each stream's next item, each submit and each single call are awaited as Ray
 objects. It never polls: an idle pump costs nothing, a busy one only what it moves (the
 earlier pump woke every 10 ms to ``ray.wait`` on every stream).
 
@@ -19,7 +19,8 @@ A thread sees what it saw before, per flight (the requests it sent one replica a
 ``("answers", fid, [(position, value), ...])`` as they come, or ``("error", fid,
 exception)`` when the replica's stream, submit or call raised (Ray's ``RayActorError`` for a
 replica that is gone, ``RayTaskError`` for one that raised), for every request of the
-flight still unanswered. Token counts go through the pump too, one actor call each.
+flight still unanswered. Token counts go through the pump too: every thread's texts for a
+replica in one pass, one actor call.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]  # (backbone, replica)
+
+#: Seconds a pass waits after the first flight queued for it, so the flights other threads
+#: queue meanwhile go in the same submits: an actor call costs each side about 0.7 CPU-ms
+#: whatever it carries (`jobs/perf/engine_costs.py`), and 5 ms is nothing beside an answer's
+#: seconds.
+SEND_GATHER_S = 0.005
 
 
 @dataclass
@@ -82,7 +89,7 @@ class Mux:
             loop = self._running_loop()
             kick, self._kicked = not self._kicked, True
         if kick:  # one pass for every flight queued before it runs
-            loop.call_soon_threadsafe(self._send_outbox)
+            loop.call_soon_threadsafe(loop.call_later, SEND_GATHER_S, self._send_outbox)
         return fid
 
     def forget(self, fid: int) -> None:
@@ -118,9 +125,13 @@ class Mux:
             try:
                 handle = self.handles[key[0]][key[1]]
                 gens = [(fid, p) for fid, m, p in items if m == "generate"]
+                counts = [(fid, p) for fid, m, p in items if m == "count_tokens"]
                 for fid, method, payload in items:
-                    if method != "generate":
+                    if method not in ("generate", "count_tokens"):
                         self._spawn(self._call(getattr(handle, method).remote(payload), fid))
+                if counts:  # every thread's texts in one call
+                    texts = [t for _, p in counts for t in p]
+                    self._spawn(self._counted(handle.count_tokens.remote(texts), counts))
                 if gens:
                     self._submit(key, handle, gens)
             except Exception as e:  # a bug or a handle that cannot be called: each flight
@@ -162,6 +173,21 @@ class Mux:
         self._post(fid, ("answers", fid, [(0, value)]))
         with self._lock:
             self._flights.pop(fid, None)
+
+    async def _counted(self, ref: Any, counts: list[tuple[int, list[str]]]) -> None:
+        """One ``count_tokens`` call for several flights' texts: each flight its own."""
+        try:
+            values = list(await ref)
+        except Exception as e:
+            for fid, _ in counts:
+                self._post(fid, ("error", fid, e))
+            return
+        at = 0
+        for fid, texts in counts:
+            self._post(fid, ("answers", fid, [(0, values[at:at + len(texts)])]))
+            at += len(texts)
+            with self._lock:
+                self._flights.pop(fid, None)
 
     async def _drain(self, key: Key, s: _Stream) -> None:
         """Hand each item of the replica's stream to its flights; when the stream ends idle,

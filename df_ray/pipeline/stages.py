@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -38,12 +39,30 @@ log = logging.getLogger(__name__)
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
-def token_counter(cfg: RunConfig, client: EngineClient):
-    """``count(agent_id, text)`` with the agent's engine tokenizer, memoised."""
+def token_counter(cfg: RunConfig, client: EngineClient, engines: Mapping[str, str]):
+    """``count(agent_id, text)`` with the agent's engine tokenizer, memoised: in this
+    process where the engine kind offers it (``local_token_counter(spec)``, the same counts
+    as its ``count_tokens``), else an actor call to a replica (one a disclosure: on a
+    cluster, an actor call costs each side about as much CPU as the request it counts for)."""
+    from df_ray.engines.spec import engine_class
+
+    local = {}
+    for name, spec in cfg.backbones.items():
+        try:  # a plugin kind this worker cannot import counts on its replicas
+            make = getattr(engine_class(spec.kind, engines.get(spec.kind)),
+                           "local_token_counter", None)
+        except ImportError:
+            log.debug("engine kind %s not importable here; counting on replicas", spec.kind)
+            make = None
+        if make is not None:
+            local[name] = make(spec)
 
     @functools.lru_cache(maxsize=4096)
     def count(agent_id: str, text: str) -> int:
-        return client.count_tokens(cfg.agent(agent_id).backbone, [text])[0]
+        backbone = cfg.agent(agent_id).backbone
+        if backbone in local:
+            return local[backbone](text)
+        return client.count_tokens(backbone, [text])[0]
 
     return count
 
@@ -81,7 +100,7 @@ class EvaluationStage:
         cfgs = [p.cfg for p in plans]
         self.client = make_client(handles, shared_backbones(cfgs),
                                   retries=cfgs[0].max_request_retries)
-        self.members = [Member.from_plan(p, token_counter(p.cfg, self.client),
+        self.members = [Member.from_plan(p, token_counter(p.cfg, self.client, p.engines),
                                          for_calibration=for_calibration) for p in plans]
         self.for_calibration = for_calibration
         self.schema = output_schema()

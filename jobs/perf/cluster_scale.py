@@ -58,10 +58,12 @@ GPU_RATE = 40.0  # requests/s one GPU serves at DarkForest's answer lengths
 
 
 def write_source(path: Path, n: int) -> Path:
-    """n MMLU-Pro-shaped questions (GoA's file schema: question with inlined options, gold)."""
+    """n MMLU-Pro-shaped questions (GoA's file schema: question with inlined options, gold,
+    category) over 14 categories: the test split takes at most 150 per category, so up to
+    2,100 of them run."""
     rows = [{"question": f"[q{i}] Which option is {i % 10}?\n" + "\n".join(
-        f"({chr(65 + j)}) {j}" for j in range(10)), "gold_answer": chr(65 + i % 10)}
-        for i in range(n)]
+        f"({chr(65 + j)}) {j}" for j in range(10)), "gold_answer": chr(65 + i % 10),
+        "category": f"category-{i % 14}"} for i in range(n)]
     path.write_text(json.dumps(rows))
     return path
 
