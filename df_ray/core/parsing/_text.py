@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterator
 
 #: Texts longer than this are treated as invalid outputs (no model answer is that long).
 MAX_TEXT_CHARS = 200_000
@@ -98,33 +97,34 @@ _NEWLINE_RUN_RE = re.compile(r"\n[ \n]*+")
 _STARS_RE = re.compile(r"[*_]{3,}+")
 
 
-def anchored_finditer(pattern: re.Pattern[str], text: str, anchors: tuple[str, ...]
-                      ) -> Iterator[re.Match[str]]:
-    """``pattern.finditer(text)``, the same matches, for a case-insensitive pattern whose
-    every match starts with one of ``anchors`` (lowercase words): in ASCII text the pattern
-    is tried only where an anchor is, not at every character (under ``(?i)``, or with an
-    optional first group, the regex engine has no literal prefix to skip ahead with). Text
-    that is not ASCII (where ``(?i)`` folds more than ``str.lower``) is scanned whole."""
+def anchored_finditer(pattern: re.Pattern[str], text: str, anchors: tuple[str, ...],
+                      low: str | None = None) -> list[re.Match[str]]:
+    """``list(pattern.finditer(text))``, the same matches, for a case-insensitive pattern
+    whose every match starts with one of ``anchors`` (lowercase words): in ASCII text the
+    pattern is tried only where an anchor is, not at every character (under ``(?i)``, or
+    with an optional first group, the regex engine has no literal prefix to skip ahead
+    with). Text that is not ASCII (where ``(?i)`` folds more than ``str.lower``) is scanned
+    whole. ``low``: ``text.lower()``, when the caller has it."""
     if not text.isascii():
-        yield from pattern.finditer(text)
-        return
-    low = text.lower()
-    nxt = {a: low.find(a) for a in anchors}
+        return list(pattern.finditer(text))
+    if low is None:
+        low = text.lower()
+    starts = []
+    for a in anchors:
+        k = low.find(a)
+        while k >= 0:
+            starts.append(k)
+            k = low.find(a, k + 1)
+    out = []
     look = 0
-    while True:
-        for a, k in nxt.items():
-            if 0 <= k < look:
-                nxt[a] = low.find(a, look)
-        found = [k for k in nxt.values() if k >= 0]
-        if not found:
-            return
-        i = min(found)
-        m = pattern.match(text, i)
-        if m is None:
-            look = i + 1
+    for i in sorted(starts):
+        if i < look:
             continue
-        yield m
-        look = max(m.end(), i + 1)
+        m = pattern.match(text, i)
+        if m is not None:
+            out.append(m)
+            look = max(m.end(), i + 1)
+    return out
 
 
 @functools.lru_cache(maxsize=16)

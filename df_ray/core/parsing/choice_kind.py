@@ -141,8 +141,9 @@ def extract_choice_rule(text: str) -> tuple[str, float, str] | None:
         letter = letter_from_answer(content)
         if letter:
             explicit.append((start, letter, "boxed"))
+    low = body.lower() if body.isascii() else None
     for pat, rule, anchors in _EXPLICIT:
-        for m in anchored_finditer(pat, body, anchors):
+        for m in anchored_finditer(pat, body, anchors, low):
             if _letter_ok(body, m):
                 explicit.append((m.start(), m.group(1).upper(), rule))
     if explicit:
