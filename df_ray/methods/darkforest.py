@@ -35,6 +35,7 @@ of all samples unless noted:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -125,6 +126,12 @@ def wrong_override(row: Mapping[str, Any]) -> bool:
     """An override where z* was wrong and the coordinator right."""
     return bool(row.get("overridden") and not row["correct"]
                 and row.get("coordinator_correct") is True)
+
+
+@functools.lru_cache(maxsize=64, typed=True)  # 1 and 1.0 stay apart
+def _guardrail_config(k: int, tau_p: float, tau_m: float, enabled: bool) -> GuardrailConfig:
+    """One (frozen, validated) GuardrailConfig per setting: a sample asks for it twice."""
+    return GuardrailConfig(k=k, tau_p=tau_p, tau_m=tau_m, enabled=enabled)
 
 
 def cluster_to_dict(c: Cluster) -> dict[str, Any]:
@@ -242,7 +249,7 @@ class DarkForest(Method):
 
     def _configured(self) -> GuardrailConfig:
         g = self.args.guardrail
-        return GuardrailConfig(k=g.k, tau_p=g.tau_p, tau_m=g.tau_m, enabled=g.enabled)
+        return _guardrail_config(g.k, g.tau_p, g.tau_m, g.enabled)
 
     def plan(self, round: int, state: SampleState, ctx: MethodContext) -> list[Call]:
         sample = state.sample

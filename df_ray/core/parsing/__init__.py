@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 from types import ModuleType
 
 from df_ray.core.parsing._text import MAX_TEXT_CHARS, extract_confidence
@@ -72,7 +73,8 @@ def kind_module(kind: str) -> ModuleType:
     except (KeyError, TypeError):
         raise UnknownKindError(f"unknown answer kind {kind!r}; registered: "
                                f"{', '.join(KINDS)}") from None
-    return importlib.import_module(target)
+    # every answer is parsed through here: the imported module itself, not import_module
+    return sys.modules.get(target) or importlib.import_module(target)
 
 
 def answer_words(spec: ParseSpec | str) -> AnswerWords:

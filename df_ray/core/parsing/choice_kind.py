@@ -95,14 +95,20 @@ def _letter_ok(text: str, m: re.Match[str], group: int = 1) -> bool:
     return bool(_AFTER_OK.match(after))
 
 
+_TEXT_WRAPPER_RE = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
+_LEADING_LETTER_RE = re.compile(r"^[(\[{]?\s*([A-Ja-j])\s*[)\]}]?(?:$|[.:)\s,]\s*)")
+
+
 def letter_from_answer(ans: str) -> str | None:
     """The letter a bare answer names (``C``, ``(c)``, ``C. text``, ``\\boxed{C}``), else None."""
     s = squeeze(ans).strip()
     boxes = boxed_spans(s)
     if boxes:
         s = boxes[-1][1].strip()
-    s = re.sub(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}", r"\1", s).strip().strip("$*_ ").strip()
-    m = re.match(r"^[(\[{]?\s*([A-Ja-j])\s*[)\]}]?(?:$|[.:)\s,]\s*)", s)
+    if "\\" in s:  # a LaTeX text wrapper
+        s = _TEXT_WRAPPER_RE.sub(r"\1", s)
+    s = s.strip().strip("$*_ ").strip()
+    m = _LEADING_LETTER_RE.match(s)
     if not m:
         return None
     rest = s[m.end() :]
