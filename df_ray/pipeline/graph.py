@@ -22,8 +22,12 @@ MAX_BATCHES_IN_FLIGHT = 1024
 #: the calls of a batch finish one by one while the batch keeps its place: with only the
 #: engine's capacity in flight, a vLLM engine ran 47 of its 128 sequences on average
 #: (jobs/perf/vllm_throughput.py). The surplus waits in the engine's own queue, where the
-#: scheduler admits it the moment a sequence finishes.
-HEADROOM = 3
+#: scheduler admits it the moment a sequence finishes. At 3, the slowest of a batch's 48
+#: calls (four to five times the mean at the simulated engine's log-normal shape 1.0) held
+#: its place so long that the agents' engines emptied while the coordinator's round ran and
+#: the last batches started late (jobs/perf/cluster_scale.py: 4 GPUs, 2,000 questions,
+#: engines' window 39.5 s at 3, 34.2 s at 6, the same bound of 20 s).
+HEADROOM = 6
 
 
 def initial_rows(samples: Sequence[Sample]) -> list[dict[str, str]]:
