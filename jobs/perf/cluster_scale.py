@@ -269,10 +269,10 @@ def report(r: dict, a: argparse.Namespace) -> None:
     print(f"[old figure] one head feeds {r['head_gpus']:.0f} GPUs at {GPU_RATE:.0f} requests/s "
           "per GPU (busiest single head process while the engines ran: a stage actor's share "
           "or the driver)")
-    head_feeds(st, a, "while the engines ran")
+    r["head_gpus_new"] = head_feeds(st, a, "while the engines ran")
 
 
-def head_feeds(ms: dict, a: argparse.Namespace, basis: str) -> None:
+def head_feeds(ms: dict, a: argparse.Namespace, basis: str) -> float:
     """The GPUs a head of ``--head-cores`` cores feeds at ``ms`` (CPU-ms per request by role):
     as many stage actors as it takes, the driver one process (see the module docstring)."""
     head = max(1e-6, sum(max(0.0, ms[k]) for k in ("stage", "driver", "ray_head")))
@@ -282,9 +282,10 @@ def head_feeds(ms: dict, a: argparse.Namespace, basis: str) -> None:
           f"GPUs at {GPU_RATE:.0f} requests/s per GPU ({head:.2f} head CPU-ms per request: "
           f"stage, driver and the head's Ray processes ({ms['ray_head']:.2f}); "
           f"{actors:.0f} stage actor(s) at one core each)")
+    return rate / GPU_RATE
 
 
-def marginal(small: dict, big: dict, a: argparse.Namespace) -> None:
+def marginal(small: dict, big: dict, a: argparse.Namespace) -> dict | None:
     """What each extra request costs: the whole jobs' CPU of two sample counts, differenced
     (fixed costs, the same in both, cancel), by role; then that less the idle cluster's own
     CPU per second over the extra wall time (Ray's daemons, a cost per second, not per
@@ -293,7 +294,7 @@ def marginal(small: dict, big: dict, a: argparse.Namespace) -> None:
     one is above a core, the driver being one process)."""
     dn = big["requests"] - small["requests"]
     if dn <= 0:
-        return
+        return None
     slope = {k: 1000.0 * (big["cpu"][k] - small["cpu"][k]) / dn for k in ROLES + RAY_NODES}
     extra_s = big["wall"] - small["wall"]
     net = {k: slope[k] - 1000.0 * big["idle"].get(k, 0.0) * extra_s / dn
@@ -307,7 +308,25 @@ def marginal(small: dict, big: dict, a: argparse.Namespace) -> None:
               + f" (Ray on the head {d['ray_head']:.2f}, on the workers "
                 f"{d['ray_workers']:.2f}); all but the simulated engines' loop "
                 f"{sum(d[k] for k in ROLES):.2f}")
-    head_feeds(slope, a, "each extra request")
+    return {"gross": sum(slope[k] for k in ROLES), "net": sum(net[k] for k in ROLES),
+            "head_gpus": head_feeds(slope, a, "each extra request")}
+
+
+def summary(rows: list[tuple[dict, dict | None]]) -> None:
+    """One line per size against the issue's goals (at most 1 CPU-ms per request, a head
+    feeding at least 64 GPUs, the engines at 0.9 of their bound over their window at 4)."""
+    print("\n## Summary (goals: <= 1 CPU-ms per request but the simulated loop; one head feeds "
+          ">= 64 GPUs; bound/window >= 0.9 at 4 GPUs)")
+    print("| GPUs | requests | bound/window | CPU-ms/request while the engines ran | per extra "
+          "request | less the idle cluster per second | head feeds, old / new figure (GPUs) "
+          "| new figure at each extra request |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r, m in rows:
+        steady = sum(r["ms_steady"][k] for k in ROLES)
+        extra = (f"{m['gross']:.2f} | {m['net']:.2f}" if m else "- | -")
+        head_extra = f"{m['head_gpus']:.0f}" if m else "-"
+        print(f"| {r['gpus']} | {r['requests']} | {r['bound'] / r['window']:.2f} | {steady:.2f} "
+              f"| {extra} | {r['head_gpus']:.0f} / {r['head_gpus_new']:.0f} | {head_extra} |")
 
 
 def main() -> int:
@@ -338,6 +357,7 @@ def main() -> int:
     a = p.parse_args()
     header("DarkForest sweep on a simulated multi-node cluster (ray job submit)")
     trees = [a.baseline.resolve(), ROOT] if a.baseline else [ROOT]
+    rows: dict[Path, list[tuple[dict, dict | None]]] = {t: [] for t in trees}
     for gpus in a.gpus:
         for tree in trees:
             runs = []
@@ -346,9 +366,13 @@ def main() -> int:
                     runs.append(measure(gpus, samples, a, Path(tmp), tree))
                     report(runs[-1], a)
                     sys.stdout.flush()
-            if len(runs) > 1:
-                marginal(runs[0], runs[-1], a)
-                sys.stdout.flush()
+            m = marginal(runs[0], runs[-1], a) if len(runs) > 1 else None
+            rows[tree].append((runs[-1], m))
+            sys.stdout.flush()
+    for tree in trees:
+        if len(trees) > 1:
+            print(f"\n# {'this tree' if tree == ROOT else tree}")
+        summary(rows[tree])
     return 0
 
 
