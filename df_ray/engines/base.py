@@ -43,6 +43,11 @@ class SamplingParams:
         return d
 
 
+#: ``json.dumps(..., sort_keys=True, ensure_ascii=False, separators=(",", ":"))``, the
+#: encoder built once (json.dumps builds one per call when given options).
+_KEY_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     """One LLM call. ``model`` is the model the engine serves (e.g. a HF id); ``backbone``
@@ -107,7 +112,7 @@ class ChatRequest:
         if self._key is None:
             d = self.to_dict()
             d.pop("backbone", None)
-            blob = json.dumps(d, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+            blob = _KEY_JSON.encode(d)
             # surrogatepass: a prompt that quotes an unrepaired output still has one key
             object.__setattr__(self, "_key", hashlib.sha256(
                 blob.encode("utf-8", "surrogatepass")).hexdigest())

@@ -121,6 +121,11 @@ def score(state: SampleState, method: Method, ctx: MethodContext) -> ResultRow:
 #: that cannot serve stop the run on every path (docs/faults.md), never one error row.
 STOPS_THE_RUN: tuple[type[BaseException], ...] = (MethodArgsError, EngineFailure)
 
+#: ``json.dumps(..., default=str)`` and ``json.dumps(..., sort_keys=True)``, each encoder
+#: built once (json.dumps builds one per call when given options): every row encodes both.
+_DETAIL_JSON = json.JSONEncoder(default=str)
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+
 
 def finish_and_score(state: SampleState, method: Method, ctx: MethodContext
                      ) -> tuple[Outcome | None, ResultRow]:
@@ -173,7 +178,7 @@ def error_row(state: SampleState, ctx: MethodContext, error: str,
         any_agent_correct=False,
         **won_and_lost(correct=False, reachable=False, selected_correct=None, error=True),
         cluster=sample_cluster(ctx, state.sample), **acc, t_cross=0,
-        detail=json.dumps(detail, default=str),
+        detail=_DETAIL_JSON.encode(detail),
         method_columns=dict.fromkeys(declared or ()))
 
 
@@ -198,7 +203,7 @@ def _accounting(calls: Sequence[Any], max_tokens=no_budget) -> dict[str, Any]:
         "n_no_finish_reason": sum(1 for c in answered if c.finish_reason is None),
         "n_stop_unknown": reasons.count("unknown"),
         "n_repaired": sum(c.repaired for c in calls),
-        "truncation": json.dumps(truncation_by_agent(calls, max_tokens), sort_keys=True),
+        "truncation": _SORTED_JSON.encode(truncation_by_agent(calls, max_tokens)),
         "agent_tokens": tokens["agent"],
         "coordinator_tokens": tokens["coordinator"],
         "other_tokens": tokens["other"],
@@ -309,7 +314,7 @@ def score_outcome(state: SampleState, outcome: Outcome, ctx: MethodContext,
         cluster=sample_cluster(ctx, sample),
         **acc,
         t_cross=int(outcome.t_cross),
-        detail=json.dumps(detail, default=str),
+        detail=_DETAIL_JSON.encode(detail),
         method_columns=own,
     )
 
