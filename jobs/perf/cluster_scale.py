@@ -378,4 +378,7 @@ def main() -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    from jobs.perf.sim_cluster import stop_on_sigterm
+
+    stop_on_sigterm()
     sys.exit(main())

@@ -124,4 +124,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from jobs.perf.sim_cluster import stop_on_sigterm
+
+    stop_on_sigterm()
     sys.exit(main())

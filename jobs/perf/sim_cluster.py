@@ -87,6 +87,12 @@ def pids_working_under(prefix: str) -> list[int]:
     return out
 
 
+def stop_on_sigterm() -> None:
+    """A SIGTERM (``kill``, ``timeout``) ends the script through its ``finally`` blocks, so
+    the clusters it started are stopped, not left running (call from the main thread)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
 def kill_group(proc: subprocess.Popen | None, sig: int = signal.SIGKILL) -> None:
     if proc is None or proc.poll() is not None:
         return
