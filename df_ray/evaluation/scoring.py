@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from df_ray.core.types import Observation
+from df_ray.engines.base import CONTEXT_LENGTH_ERROR
 from df_ray.errors import EngineFailure
 from df_ray.evaluation.stop_reasons import budgets, call_stop_reason, no_budget
 from df_ray.methods.base import Method, MethodArgsError, MethodContext, Outcome, SampleState
@@ -361,8 +362,6 @@ def sample_cluster(ctx: MethodContext, sample: Any) -> str | None:
 
 def is_refusal(error: str | None) -> bool:
     """Whether a call's error is the engine refusing its prompt (over the context length)."""
-    from df_ray.engines.base import CONTEXT_LENGTH_ERROR
-
     return bool(error) and str(error).startswith(CONTEXT_LENGTH_ERROR)
 
 
