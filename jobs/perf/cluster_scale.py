@@ -178,7 +178,7 @@ def sim_logs(logdir: Path, capacity: int, step_s: float) -> dict[str, float]:
 
     first = last = None
     bound = loop_cpu = 0.0
-    requests = 0
+    requests = longest = 0
     for f in logdir.glob("*.log"):
         rows = [ln.split() for ln in f.read_text().splitlines() if ln.strip()]
         if not rows:
@@ -189,9 +189,62 @@ def sim_logs(logdir: Path, capacity: int, step_s: float) -> dict[str, float]:
         lengths = f.with_suffix(".lengths")
         ls = [int(x) for x in lengths.read_text().split()] if lengths.exists() else []
         requests += len(ls)
+        longest = max([longest, *ls])
         bound = max(bound, offline_time(ls, capacity, step_s))
     return {"first": first or 0.0, "last": last or 0.0, "bound": bound, "loop_cpu": loop_cpu,
-            "requests": requests}
+            "requests": requests, "longest": longest}
+
+
+def fcfs_finish_steps(ready: list[int], lengths: list[int], capacity: int) -> list[int]:
+    """Each request's finish step on a first-come-first-served continuous-batching engine:
+    request i ready at step ``ready[i]``, ``lengths[i]`` steps once admitted into one of
+    ``capacity`` slots."""
+    import heapq
+
+    order = sorted(range(len(lengths)), key=lambda i: (ready[i], i))
+    done = [0] * len(lengths)
+    running: list[tuple[int, int]] = []  # (finish step, request)
+    now = q = 0
+    while q < len(order) or running:
+        while q < len(order) and ready[order[q]] <= now and len(running) < capacity:
+            heapq.heappush(running, (now + lengths[order[q]], order[q]))
+            q += 1
+        nxt = [running[0][0]] if running else []
+        if q < len(order) and len(running) < capacity:
+            nxt.append(ready[order[q]])
+        now = max(now, min(nxt))
+        while running and running[0][0] <= now:
+            f, i = heapq.heappop(running)
+            done[i] = f
+    return done
+
+
+def dependency_ideal(samples: int, replicas: int, a: argparse.Namespace, longest: int,
+                     seeds: int = 3) -> tuple[float, float]:
+    """(the engines' own bound, the best window any pipeline reaches) for a DarkForest
+    workload of this shape, averaged over ``seeds`` draws of its lengths (log-normal, the
+    sweep's mean and shape 1.0, capped at the run's longest answer): every sample's
+    three agent calls waiting at the start, its coordinator call the moment its own agents
+    have answered (no batch waits on its slowest), every engine first-come-first-served, a
+    backbone's replicas pooled. The bound is each replica's own (all its calls waiting at the
+    start); the coordinator cannot start before its agents answer, so no pipeline reaches it."""
+    import math
+    import random
+
+    from df_ray.engines.simulated import offline_time
+
+    cap = a.capacity * replicas
+    mu = math.log(a.mean_tokens) - 0.5
+    bounds, ideals = [], []
+    for seed in range(seeds):
+        rng = random.Random(seed)
+        draw = [[max(1, min(longest, round(math.exp(rng.gauss(mu, 1.0)))))
+                 for _ in range(samples)] for _ in range(4)]
+        agents = [fcfs_finish_steps([0] * samples, d, cap) for d in draw[:3]]
+        ready = [max(f[i] for f in agents) for i in range(samples)]
+        ideals.append(max(fcfs_finish_steps(ready, draw[3], cap)) * a.step_s)
+        bounds.append(max(offline_time(d, cap, a.step_s) for d in draw))
+    return sum(bounds) / seeds, sum(ideals) / seeds
 
 
 def measure(gpus: int, samples: int, a: argparse.Namespace, tmp: Path, tree: Path = ROOT) -> dict:
@@ -240,6 +293,8 @@ def measure(gpus: int, samples: int, a: argparse.Namespace, tmp: Path, tree: Pat
     return {"gpus": gpus, "samples": samples, "tree": tree, "requests": sim["requests"],
             "wall": wall, "ms_steady": ms_steady, "cpu": job_cpu, "idle": idle,
             "window": sim["last"] - sim["first"], "bound": sim["bound"],
+            "ideal": dependency_ideal(sim["requests"] // 4, max(1, gpus // 4), a,
+                                      sim["longest"] or 512),
             "startup": sim["first"] - t0,
             "ms": {k: 1000.0 * v / n for k, v in job_cpu.items()},
             "loop_ms": 1000.0 * sim["loop_cpu"] / n,
@@ -259,6 +314,11 @@ def report(r: dict, a: argparse.Namespace) -> None:
     print("CPU-ms per request, whole job: " + ", ".join(f"{k} {ms[k]:.2f}" for k in ROLES)
           + f"; all but the simulated engines' loop {sum(ms[k] for k in ROLES):.2f} (the loop "
             f"itself {r['loop_ms']:.2f})")
+    bound, ideal = r["ideal"]
+    print(f"the best any pipeline reaches on this workload's shape (coordinators waiting on "
+          f"their own agents, engines first-come-first-served): bound/window {bound / ideal:.2f}"
+          f" (bound {bound:.1f}s, window {ideal:.1f}s); this run's window is "
+          f"{r['window'] / ideal:.2f} of that ideal window")
     st = r["ms_steady"]
     print("CPU-ms per request while the engines ran: "
           + ", ".join(f"{k} {st[k]:.2f}" for k in ROLES)
