@@ -48,6 +48,14 @@ def results_schema(cfg: RunConfig) -> pa.Schema:
 #: Rows a `ResultsFile` keeps in memory as written (`ResultsFile.head`).
 HEAD_ROWS = 5
 
+#: Bytes of rows a `ResultsFile` buffers before it writes them as one row group. Parquet's
+#: cost per write is mostly per row group: a stage call's few rows per configuration (a fused
+#: sweep's tables split over its configurations) cost the driver 0.24 ms a row written one
+#: table at a time, 0.006 ms at 1 MiB. Buffering loses nothing a killed run keeps: its
+#: temporary file is never read back (the next writer removes it, and a rerun takes its
+#: calls from the generation cache).
+WRITE_BYTES = 1 << 20
+
 
 class ResultsFile:
     """One configuration's graded rows: metrics accumulated, rows streamed to a temporary
@@ -74,6 +82,8 @@ class ResultsFile:
         #: The first `HEAD_ROWS` rows written, as in the file: what the CLI shows of a small
         #: run without reading the file it has just written.
         self.head: pa.Table | None = None
+        self._pending: list[pa.Table] = []  # rows not yet written (`WRITE_BYTES`)
+        self._pending_bytes = 0
 
     def add(self, table: pa.Table) -> None:
         """Add stage output rows of this configuration (the generic columns and
@@ -92,12 +102,24 @@ class ResultsFile:
         elif self.head.num_rows < HEAD_ROWS:
             self.head = pa.concat_tables(
                 [self.head, table.slice(0, HEAD_ROWS - self.head.num_rows)])
+        self._pending.append(table)
+        self._pending_bytes += table.nbytes
+        if self._pending_bytes >= WRITE_BYTES:
+            self._write()
+
+    def _write(self) -> None:
+        """Write the buffered rows as one row group."""
+        if not self._pending:
+            return
+        table = pa.concat_tables(self._pending)
+        self._pending, self._pending_bytes = [], 0
         with naming(self.tmp):
             if self.writer is None:
                 self.writer = pq.ParquetWriter(self.tmp, self.schema, write_page_checksum=True)
             self.writer.write_table(table)
 
     def close(self) -> None:
+        self._write()
         if self.writer is not None:
             with naming(self.tmp):
                 self.writer.close()

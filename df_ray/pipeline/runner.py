@@ -19,9 +19,12 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from df_ray.config import ConfigError, RunConfig, SweepConfig, check_engine_args_of
 from df_ray.core import Calibration
@@ -179,6 +182,11 @@ def init_ray(address: str | None = None) -> None:
     # so the stage cannot stall silently: the engines' own deadlines police it instead.
     if hasattr(ctx, "execution_no_progress_timeout_s"):
         ctx.execution_no_progress_timeout_s = -1
+    # Ray Data polls a map task's memory (its process's USS) from a thread of its own every
+    # second for its stats: a thread started per stage call, and a poll per second per batch
+    # in flight, for a figure df_ray never reads. None: no poll (DataContext's documented off).
+    if hasattr(ctx, "memory_usage_poll_interval_s"):
+        ctx.memory_usage_poll_interval_s = None
 
 
 def calibration_metrics(calibration: Calibration | None) -> dict[str, float]:
@@ -505,16 +513,11 @@ class Runner:
             log_metrics=getattr(self.tracker, "log_progress", None)).start()
         try:
             for table in self._stream_batches(members, samples):
-                rows_of: dict[int, list[int]] = {}
-                for j, k in enumerate(table.column("config").to_pylist()):
-                    rows_of.setdefault(k, []).append(j)
-                busy_col = (table.column("busy_s").to_pylist()
-                            if "busy_s" in table.column_names else None)
-                for k, idx in rows_of.items():
-                    outs[k].add(table.take(idx))
-                    if busy_col is not None:
-                        busy[k] += sum(float(busy_col[j] or 0.0) for j in idx)
-                progress.graded(table.num_rows, sum(table.column("n_errors").to_pylist()))
+                for k, rows in by_config(table):
+                    outs[k].add(rows)
+                    if "busy_s" in rows.column_names:
+                        busy[k] += pc.sum(rows.column("busy_s")).as_py() or 0.0
+                progress.graded(table.num_rows, pc.sum(table.column("n_errors")).as_py() or 0)
         finally:
             progress.close()
             for f in outs:
@@ -688,13 +691,23 @@ def method_metric_names(configs: Sequence[RunConfig]) -> list[str]:
     return list(names)
 
 
+def by_config(table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
+    """A graded table's rows split by their configuration (``config``), in the order of
+    the table within each: one slice per configuration, no copy when all are one's."""
+    col = table.column("config")
+    bounds = pc.min_max(col)
+    if bounds["min"] == bounds["max"]:
+        yield bounds["min"].as_py(), table
+        return
+    for k in pc.unique(col).to_pylist():
+        yield k, table.filter(pc.equal(col, k))
+
+
 def fold_journals(roots: Sequence[tuple[str, str | None]], say: Callable[[str], None]) -> None:
     """Fold the engines' finished journals of cache roots (with the user each is written
     as) into their parts (`df_ray.pipeline.cache.journal`): after a clean end they hold only
     answers the stages wrote too. A fold that fails loses nothing: the journals stay, and are
     read."""
-    import pyarrow as pa
-
     from df_ray.pipeline.cache import fold_root
 
     for root, user in roots:
@@ -709,8 +722,6 @@ def compact_caches(configs: Sequence[RunConfig], say: Callable[[str], None]) -> 
     """Compact every cache root of the run that holds more than ``cache_compact_parts`` parts
     (the smallest non-zero limit of the configurations that share it). A compaction that
     fails loses nothing and stops nothing: the parts stay as they were."""
-    import pyarrow as pa
-
     from df_ray.pipeline.cache import compact_above
 
     limits: dict[str, int] = {}
