@@ -31,10 +31,10 @@ HEADROOM = 6
 
 
 #: Graded rows the driver takes at once. Its work per table (splitting it by configuration,
-#: converting it for the metrics, a results file's add) costs about 0.7 ms whatever the rows,
-#: so it takes them in large tables: 0.13 ms a row at 16 rows a table, 0.05 at 64, 0.03 at
-#: 256 (`jobs/perf/driver_cpu.py`, the main thread's loop alone). Rows wait for their table
-#: only in the driver's iterator; a results file is written at its end either way.
+#: converting it for the metrics, a results file's add) costs about 0.8 ms whatever its rows,
+#: so it takes them in large tables: 0.08 ms a row at 16 rows a table, 0.05 at 64, 0.03 at
+#: 256 (`jobs/perf/driver_cpu.py`, the main thread's loop alone). The rows wait for their
+#: table only in the driver's iterator (a results file buffers 1 MiB before it writes).
 DRIVER_BATCH_ROWS = 256
 
 

@@ -23,6 +23,7 @@ that ended), less this script's own sampler and marks. The whole run's CPU besid
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -144,7 +145,7 @@ def run_one(n: int, out: Path, engine: str, batch_size: int) -> dict:
     def marked(self, *args):  # a mark as each graded table arrives
         for table in stream(self, *args):
             c = time.thread_time()
-            marks.append((time.time(), own["rows"], sampler.by_role()))
+            marks.append((time.time(), own["rows"], {**sampler.by_role(), "gc": gc_s["s"]}))
             own["s"] += time.thread_time() - c
             marks[-1][2]["main"] -= own["s"]
             tables.append(table)
@@ -152,6 +153,16 @@ def run_one(n: int, out: Path, engine: str, batch_size: int) -> dict:
             own["rows"] += table.num_rows
 
     Runner._stream_batches = marked
+    gc_s = {"s": 0.0, "t": 0.0, "n": 0}
+
+    def gc_clock(phase: str, info: dict) -> None:  # the cyclic GC's CPU, every thread
+        if phase == "start":
+            gc_s["t"] = time.thread_time()
+        else:
+            gc_s["s"] += time.thread_time() - gc_s["t"]
+            gc_s["n"] += info.get("generation") == 2
+
+    gc.callbacks.append(gc_clock)
     sampler.start()
     t0 = time.time()
     (res,) = run_sweep(sweep, progress=lambda m: None)
@@ -179,8 +190,9 @@ def _spawn(tree: Path, n: int, out: Path, a: argparse.Namespace) -> dict:
 
 
 def _cpu(roles: dict[str, float]) -> float:
-    """The driver's CPU seconds, less this script's sampler thread."""
-    return sum(v for k, v in roles.items() if k != "sampler")
+    """The driver's CPU seconds, less this script's sampler thread (``gc``: the cyclic
+    garbage collector's share of the threads', already counted in them)."""
+    return sum(v for k, v in roles.items() if k not in ("sampler", "gc"))
 
 
 def _report(label: str, r: dict) -> float:
@@ -288,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     graded = out / f"{trees[-1][0]}0" / f"w{a.samples}" / "graded.parquet"
     print("the main thread's loop alone (Runner._graded_into on the recorded rows, no Ray, "
           "best of 5), CPU-ms per row:")
-    for rows, configs in ((64, 1), (16, 1), (16, 8)):
+    for rows, configs in ((256, 1), (64, 1), (16, 1), (16, 8)):
         print(f"   {rows} rows per configuration per table, {configs} configuration(s): " + ", ".join(
             f"{label} {_spawn_replay(tree, graded, rows, configs):.4f}" for label, tree in trees))
     print("every sample graded once" if ok else "SAMPLES MISSING")
