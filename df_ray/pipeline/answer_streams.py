@@ -12,7 +12,8 @@ raised on is answered ``{"failed": "Type: message"}`` alone.
 
 A session may name a journal (``(cache root, user)``): its answers are journaled there
 (`df_ray.pipeline.cache.journal`), one write per batch of answers finished together, before
-they are yielded.
+they are yielded, each then marked ``"journaled": True`` (its stage need not write it at
+once: `df_ray.pipeline.cache.write_behind`).
 
 A stream with nothing outstanding ends after `IDLE_S` (the client opens another when it has
 work again); a submit that finds its stream gone keeps its answers for the next one.
@@ -115,8 +116,11 @@ class AnswerStreams:
         answers = [answer_of(f) for _, _, _, f in done]
         journaled = [(s.journal, r, f.result()) for (s, _, r, f), a in zip(done, answers, strict=True)
                      if s.journal is not None and "failed" not in a]
-        if journaled:  # on disk before the answers leave
-            self.journals.write(journaled)
+        if journaled:  # on disk before the answers leave, and said so on each
+            on_disk = self.journals.write(journaled)
+            for (s, _, _, _), a in zip(done, answers, strict=True):
+                if s.journal in on_disk and "failed" not in a:
+                    a["journaled"] = True
         for (s, tag, _, _), a in zip(done, answers, strict=True):
             s.ready.append((tag, a))
             s.outstanding -= 1

@@ -482,6 +482,8 @@ class EngineClient:
         self._down: dict[tuple[str, int], float] = {}  # replica -> when it was found gone
         self._mux: Mux | None = None
         self.journal: tuple[str, str] | None = None
+        #: keys of answers their replica journaled at ``journal`` before sending them
+        self.journaled: set[str] = set()
 
     def journal_to(self, target: tuple[str, str] | None) -> None:
         """Have the replicas journal this client's answers at ``target`` (``(cache root,
@@ -576,6 +578,8 @@ class EngineClient:
         def answered(i: int, d: Any) -> str | None:
             if "failed" in d:
                 return f"engine error: {d['failed']}"
+            if d.pop("journaled", False):
+                self.journaled.add(calls[i].payload[1])
             results[i] = Completion(**d)
             if on_answer is not None:
                 on_answer(i, results[i])

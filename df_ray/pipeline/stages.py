@@ -107,12 +107,13 @@ class EvaluationStage:
         cache = open_cache(self.members[0].ctx.settings)
         # every batch's answers held and written together when batches end (one part for
         # the batches that end meanwhile), not a part per batch and round
-        self.cache = WriteBehind(cache, on_interrupt=signals.on_interrupt)
         # ... and every answer journaled by its replica as it finishes, in case this process
-        # (or its head) is lost before it writes them
+        # (or its head) is lost before it writes them; those need no part at a batch's end
         journal_to = getattr(self.client, "journal_to", None)
         if journal_to is not None:
             journal_to(target_of(cache.root, cache.user))
+        self.cache = WriteBehind(cache, on_interrupt=signals.on_interrupt,
+                                 journaled=getattr(self.client, "journaled", None))
         self.driver = Driver(self.members, self.client, self.cache,
                              refresh=lambda: cache.refresh(min_interval_s=REFRESH_INTERVAL_S),
                              on_interrupt=signals.on_interrupt)
@@ -127,8 +128,8 @@ class EvaluationStage:
         try:
             for r in range(self.driver.rounds):
                 self.driver.run_round(r, rows, busy=busy)
-        finally:  # the batch's answers are in the cache before its rows leave the stage
-            self.cache.flush()
+        finally:  # the batch's answers are in the cache (or journaled) before its rows leave
+            self.cache.flush(batch_end=True)
         if self.for_calibration:
             recs = self.driver.calibration_records(rows)
             states = [st for sts in rows for st in sts]  # calibration_records' order

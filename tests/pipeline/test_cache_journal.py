@@ -109,7 +109,8 @@ def test_a_replicas_streams_journal_every_answer_before_it_is_sent(tmp_path):
         got = {}
         async for out in streams.stream("s", coalesce_s=0.005, idle_s=0.1):
             on_disk = GenerationCache(str(tmp_path), user="ann")
-            for tag, d in out:  # each answer was on disk before it came
+            for tag, d in out:  # each answer was on disk before it came, and says so
+                assert d.pop("journaled") is True
                 assert on_disk.get(reqs[tag].key()) == Completion(**d)
                 got[tag] = d
         return got

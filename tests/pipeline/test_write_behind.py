@@ -1,6 +1,7 @@
 """A stage's held cache writes (WriteBehind): answers are served while held, written as one
 part when a batch ends, never a failed call, and what is held when the run is interrupted
-is written by the interrupt's flush."""
+is written by the interrupt's flush; a batch's end whose answers are all journaled by their
+replicas writes no part, until one is not, `FLUSH_S` passes or the run is interrupted."""
 
 from __future__ import annotations
 
@@ -62,3 +63,37 @@ def test_an_interrupt_writes_what_is_held(tmp_path):
     wb.put_many([(req(1), Completion("x", 1, 1))])
     flushes[0]()  # what df_ray.pipeline.signals does on SIGINT / SIGTERM
     assert req(1).key() in GenerationCache(str(tmp_path / "c"))
+
+
+def test_a_batch_end_holding_only_journaled_answers_writes_no_part(tmp_path, monkeypatch):
+    journaled = {req(0).key(), req(1).key()}
+    wb = WriteBehind(GenerationCache(str(tmp_path / "c")), journaled=journaled)
+    wb.put_many([(req(0), Completion("a", 1, 1)), (req(1), Completion("b", 1, 1))])
+    wb.flush(batch_end=True)
+    assert cache_parts(tmp_path / "c") == []  # on disk in their journals already
+    assert wb.get(req(1).key()) == Completion("b", 1, 1)  # and still served
+    wb.put_many([(req(2), Completion("c", 1, 1))])  # not journaled: all three go now
+    wb.flush(batch_end=True)
+    assert len(cache_parts(tmp_path / "c")) == 1 and wb.pending == {}
+    assert journaled == set()
+    again = GenerationCache(str(tmp_path / "c"))
+    assert [again.get(req(i).key()).text for i in range(3)] == ["a", "b", "c"]
+
+
+def test_journaled_answers_are_written_once_flush_s_passes_or_on_a_full_flush(tmp_path,
+                                                                               monkeypatch):
+    import df_ray.pipeline.cache.write_behind as W
+
+    journaled = {req(0).key()}
+    wb = WriteBehind(GenerationCache(str(tmp_path / "c")), journaled=journaled)
+    wb.put_many([(req(0), Completion("a", 1, 1))])
+    monkeypatch.setattr(W, "FLUSH_S", 0.0)  # as if 30 s had passed since the last part
+    wb.flush(batch_end=True)
+    assert len(cache_parts(tmp_path / "c")) == 1 and journaled == set()
+    monkeypatch.setattr(W, "FLUSH_S", 3600.0)
+    journaled.add(req(1).key())  # as the engine client adds it when its answer comes
+    wb.put_many([(req(1), Completion("b", 1, 1))])
+    wb.flush(batch_end=True)
+    assert len(cache_parts(tmp_path / "c")) == 1
+    wb.flush()  # an interrupt's, or the last: everything held
+    assert len(cache_parts(tmp_path / "c")) == 2 and wb.pending == {}

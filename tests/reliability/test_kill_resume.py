@@ -31,7 +31,6 @@ import pytest
 from df_ray.pipeline.cache import GenerationCache
 from tests.helpers import (
     base_config,
-    cache_parts,
     configuration_runs,
     kill_group,
     run_to_end,
@@ -63,6 +62,11 @@ def _sweep(root: Path, src: Path, latency_s: float, fuse: bool = False) -> Path:
 def _cache_keys(root: Path) -> set[str]:
     c = GenerationCache(str(root))
     return set(c._entries)
+
+
+def _cached(root: Path) -> int:
+    """Answers in the cache: its parts' and its engines' journals'."""
+    return len(_cache_keys(root)) if root.exists() else 0
 
 
 def _kill_and_check_no_strays(proc) -> None:
@@ -152,11 +156,12 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path):
     ref_args = ["run", "--config", str(ref_sweep)]
     ref = start_cli(ref_args, ref_root / "run.log", call_log=ref_root / "calls.log")
 
-    # 1. kill point (a): mid first configuration, once some cache parts exist.
+    # 1. kill point (a): mid first configuration, once some answers are in the cache (its
+    # parts or the engines' journals).
     log1 = root / "run1.log"
     p1 = start_and_wait(args, log1, root / "calls1.log",
-                        lambda: len(cache_parts(root / "cache")) >= 2, STARTUP_S,
-                        "cache parts of the first configuration")
+                        lambda: _cached(root / "cache") >= 8, STARTUP_S,
+                        "cached answers of the first configuration")
     assert "tau080: darkforest" not in log1.read_text()
     _kill_and_check_no_strays(p1)
     assert configuration_runs(f"sqlite:///{root}/mlflow.db") == []
@@ -203,11 +208,11 @@ def test_sigkill_a_fused_sweep_then_rerun_equals_uninterrupted(tmp_path):
     args, ref_args = ["run", "--config", str(sweep)], ["run", "--config", str(ref_sweep)]
     ref = start_cli(ref_args, ref_root / "run.log", call_log=ref_root / "calls.log")
 
-    # Both configurations run in one pipeline: kill it once some cache parts exist.
+    # Both configurations run in one pipeline: kill it once some answers are cached.
     log1 = root / "run1.log"
     p1 = start_and_wait(args, log1, root / "calls1.log",
-                        lambda: len(cache_parts(root / "cache")) >= 2, STARTUP_S,
-                        "cache parts of the fused pipeline")
+                        lambda: _cached(root / "cache") >= 8, STARTUP_S,
+                        "cached answers of the fused pipeline")
     _kill_and_check_no_strays(p1)
     assert configuration_runs(f"sqlite:///{root}/mlflow.db") == []
     done_a = _cache_keys(root / "cache")

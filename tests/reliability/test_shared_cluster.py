@@ -57,7 +57,7 @@ def test_two_concurrent_runs_share_one_cache(tmp_path):
         assert rc == 0, (root / "run.log").read_text()[-3000:]
 
     parts = cache_parts(cache)
-    assert len(parts) > 10  # many small parts, from both writers
+    assert len(parts) >= 2  # both writers' (each run's engine journals folded at its end)
     assert not list(cache.glob(".tmp-*")), "a temporary part was left behind"
     texts: dict[str, str] = {}
     for part in parts:

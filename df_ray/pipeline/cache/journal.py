@@ -171,18 +171,21 @@ class Journals:
         self.writers[target] = w
         return w
 
-    def write(self, items: list[tuple[Target, ChatRequest, Completion]]) -> None:
-        """Journal answers (each under its target) and write them, one write per journal.
-        Never raises: a journal is a spare copy, and the answers must still go out."""
+    def write(self, items: list[tuple[Target, ChatRequest, Completion]]) -> set[Target]:
+        """Journal answers (each under its target) and write them, one write per journal;
+        the targets whose answers are on disk now. Never raises: a journal is a spare copy,
+        and the answers must still go out (their stage writes those of other targets)."""
         try:
-            self._write(items)
+            return self._write(items)
         except Exception:
             log.exception("journaling %d answer(s) failed; their stage still writes them",
                           len(items))
+            return set()
 
-    def _write(self, items: list[tuple[Target, ChatRequest, Completion]]) -> None:
+    def _write(self, items: list[tuple[Target, ChatRequest, Completion]]) -> set[Target]:
         now = time.time()
         touched: set[Target] = set()
+        written: set[Target] = set()
         for target, request, completion in items:
             w = self.writer(target)
             if w is not None:
@@ -197,8 +200,10 @@ class Journals:
                             w.path, e, target[0])
                 self._drop(target)
                 continue
+            written.add(target)
             if w.size >= ROTATE_BYTES:
                 self._drop(target)
+        return written
 
     def _drop(self, target: Target) -> None:
         w = self.writers.pop(target, None)

@@ -7,6 +7,13 @@ batch of the process (served to lookups meanwhile, as the cache would serve them
 writes them as one part when a batch ends (``flush``: what every batch that ends meanwhile
 holds goes in the same part, and a batch's call returns only once its answers are written),
 at least every `FLUSH_S` seconds, and when the run is interrupted.
+
+Answers their replica journaled before sending them (``journaled(key)``:
+`df_ray.pipeline.cache.journal`) are written already: a batch's end whose held answers are
+all journaled writes no part, and they go in the next part (`FLUSH_S` at most, an
+interrupt, or a batch's end holding one that is not journaled), not one part per batch. A
+Parquet part per batch was a quarter of a stage actor's CPU on a simulated cluster; a stage
+lost meanwhile loses nothing, its answers are in the journals its run folds at its end.
 """
 
 from __future__ import annotations
@@ -29,8 +36,10 @@ class WriteBehind:
     ``flush`` called when the run is interrupted (``df_ray.pipeline.signals.on_interrupt``)."""
 
     def __init__(self, cache: Any,
-                 on_interrupt: Callable[[Any, Callable[[], None]], None] | None = None) -> None:
+                 on_interrupt: Callable[[Any, Callable[[], None]], None] | None = None,
+                 journaled: set[str] | None = None) -> None:
         self.cache = cache
+        self.journaled = journaled  # keys on disk in a journal (the engine client's set)
         self.pending: dict[str, tuple[ChatRequest, Completion]] = {}
         self.last = time.monotonic()
         self._lock = threading.Lock()
@@ -62,17 +71,24 @@ class WriteBehind:
         """What the driver hands each answer to as it comes (``add(i, completion)``)."""
         return _Sink(self, requests)
 
-    def flush(self) -> None:
+    def flush(self, batch_end: bool = False) -> None:
         """Write what is held as one part; returns once everything held when it was called
-        is written (by this call or by one that was writing meanwhile)."""
+        is written (by this call or by one that was writing meanwhile), in a part or, at a
+        ``batch_end``, in the journals (see the module docstring)."""
         with self._writing:
             with self._lock:
                 items = dict(self.pending)
+            if (batch_end and self.journaled is not None
+                    and time.monotonic() - self.last < FLUSH_S
+                    and all(k in self.journaled for k in items)):
+                return
             if items:
                 self.cache.put_many(items.values())
             with self._lock:
                 for k in items:
                     self.pending.pop(k, None)
+                if self.journaled is not None:  # only what is still held (never grows old)
+                    self.journaled.intersection_update(self.pending)
             self.last = time.monotonic()
 
 
