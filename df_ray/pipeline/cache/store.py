@@ -53,11 +53,13 @@ class GenerationCache:
     (their parts in ``root``, and their own roots under ``DF_RAY_HOME`` when the caller
     resolved them into paths), ``"*"`` (every writer's parts in ``root``), or roots (a path
     or URI, read-only). Entries read through an opt-in are served only where they agree with
-    every other copy of their key (:mod:`df_ray.pipeline.cache.readers`)."""
+    every other copy of their key (:mod:`df_ray.pipeline.cache.readers`).
+    ``index_journals=False`` leaves the engines' journals unread (one opened to fold them
+    reads each once, there)."""
 
     def __init__(self, root: str, *, user: str | None = None,
                  read_from: Sequence[str] = (), max_entry_bytes: int | None = None,
-                 max_group_bytes: int | None = None) -> None:
+                 max_group_bytes: int | None = None, index_journals: bool = True) -> None:
         self.root = root
         self.fs, self.path = filesystem(root)
         self.fs.create_dir(self.path, recursive=True)
@@ -94,7 +96,8 @@ class GenerationCache:
         with contextlib.suppress(OSError):
             self.remove_stale_tmp()
         self.refresh()
-        self.read_journals()
+        if index_journals:  # not to fold them (`fold_root`): that reads each journal itself
+            self.read_journals()
         readers.warn_foreign(root, self.foreign_skipped)
 
     def __getstate__(self) -> dict:
@@ -505,7 +508,7 @@ def fold_root(root: str, user: str | None = None) -> int:
     target = J.target_of(root, user or "")  # None for a root that holds no journal
     if target is None or not J.journal_paths(target[0]):
         return 0
-    return GenerationCache(root, user=user).fold_journals()
+    return GenerationCache(root, user=user, index_journals=False).fold_journals()
 
 
 def compact_above(root: str, max_parts: int) -> dict[str, int] | None:
