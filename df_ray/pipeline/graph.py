@@ -69,7 +69,11 @@ def stream_batches(handles: dict[str, Any], members: Sequence[RunPlan],
     actors, calls = stage_plan(lead, n_blocks, rounds, capacities)
     compute = ray.data.ActorPoolStrategy(size=actors, max_concurrent_calls_per_actor=calls,
                                          enable_true_multi_threading=calls > 1)
-    ds = ds.map_batches(EvaluationStage, batch_size=lead.batch_size, num_cpus=0.25,
+    # A block is a batch (``batch_size=None``): blocks of ``batch_size`` rows or one fewer
+    # (``from_items`` splits evenly), and a batch size of its own would bundle a short block
+    # with the next into one call that runs its two batches one after the other, the second
+    # starting only once the first has ended (one batch in sixteen of 1,000 rows)
+    ds = ds.map_batches(EvaluationStage, batch_size=None, num_cpus=0.25,
                         batch_format="numpy", compute=compute, fn_constructor_kwargs={
                             "plans": list(members), "handles": handles,
                             "for_calibration": for_calibration})
