@@ -93,6 +93,11 @@ class EvaluationStage:
 
     def __init__(self, plans: list[RunPlan], handles: dict,
                  for_calibration: bool = False) -> None:
+        # Arrow's default allocator (mimalloc) in a process of a hundred-odd batch threads
+        # made converting a batch's output columns cost 20-90 CPU-ms late in a run (its
+        # per-thread heaps); the C library's allocator costs about 1 ms (cluster_scale.py,
+        # 4 simulated GPUs: the stage 1.06 -> 0.74 CPU-ms per request)
+        pa.set_memory_pool(pa.system_memory_pool())
         faults.install(f"stage-{type(self).__name__}")  # a fatal signal is reported, by name
         lifeline.hold()
         # The plans preflight resolved, unpickled: their configurations are not validated
