@@ -119,21 +119,10 @@ def _backbone(name: str, engine: str) -> dict:
 def run_one(n: int, out: Path, engine: str, batch_size: int) -> dict:
     from df_ray.config import SweepConfig
     from df_ray.pipeline.runner import Runner, init_ray, run_sweep
-    from jobs.perf.load_10k import write_source
+    from jobs.perf.load_10k import darkforest_base
 
-    out.mkdir(parents=True, exist_ok=True)
-    src = out / "mmlu_load.json"
-    write_source(src, n)
-    base = {
-        "name": f"driver{n}", "benchmark": "mmlu_pro", "source": str(src),
-        "backbones": {f"b{m}": _backbone(m, engine) for m in ("1", "2", "3", "c")},
-        "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2, 3)],
-        "coordinator": {"id": "coord", "backbone": "bc"},
-        "method_args": {"ablation": "no_calibration"}, "calibration": {"auto_fit": False},
-        "cache_root": str(out / "cache"), "results_dir": str(out / "results"),
-        "tracking": {"uri": f"sqlite:///{out}/mlflow.db", "experiment": "driver"},
-        "batch_size": batch_size, "concurrency": 4 if engine == "scripted" else 1,
-    }
+    base = darkforest_base("driver", n, out, lambda m: _backbone(m, engine), batch_size,
+                           4 if engine == "scripted" else 1)
     sweep = SweepConfig.model_validate({"name": "driver", "base": base})
     init_ray()
     sampler = ThreadCpu()

@@ -68,26 +68,35 @@ class RssSampler(threading.Thread):
         return self.peak
 
 
+def darkforest_base(name: str, n: int, out: Path, backbone, batch_size: int,
+                    concurrency: int) -> dict:
+    """A DarkForest configuration over ``n`` written questions in ``out``: three agents and a
+    coordinator, each on its own backbone (``backbone(name)``: b1, b2, b3, bc), no
+    calibration; its cache, results and MLflow store under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    src = out / "mmlu_load.json"
+    write_source(src, n)
+    return {
+        "name": f"{name}{n}", "benchmark": "mmlu_pro", "source": str(src),
+        "backbones": {f"b{m}": backbone(m) for m in ("1", "2", "3", "c")},
+        "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2, 3)],
+        "coordinator": {"id": "coord", "backbone": "bc"},
+        "method_args": {"ablation": "no_calibration"}, "calibration": {"auto_fit": False},
+        "cache_root": str(out / "cache"), "results_dir": str(out / "results"),
+        "tracking": {"uri": f"sqlite:///{out}/mlflow.db", "experiment": name},
+        "batch_size": batch_size, "concurrency": concurrency,
+    }
+
+
 def run_one(n: int, out: Path, batch_size: int, concurrency: int) -> dict:
     import pyarrow.parquet as pq
 
     from df_ray.config import SweepConfig
     from df_ray.pipeline.runner import init_ray, run_sweep
 
-    out.mkdir(parents=True, exist_ok=True)
-    src = out / "mmlu_load.json"
-    write_source(src, n)
-    base = {
-        "name": f"load{n}", "benchmark": "mmlu_pro", "source": str(src),
-        "backbones": {f"b{m}": {"kind": "scripted", "model": f"m{m}", "script": "majority",
-                                "max_batch_size": 64} for m in ("1", "2", "3", "c")},
-        "agents": [{"id": f"a{i}", "backbone": f"b{i}"} for i in (1, 2, 3)],
-        "coordinator": {"id": "coord", "backbone": "bc"},
-        "method_args": {"ablation": "no_calibration"}, "calibration": {"auto_fit": False},
-        "cache_root": str(out / "cache"), "results_dir": str(out / "results"),
-        "tracking": {"uri": f"sqlite:///{out}/mlflow.db", "experiment": "load"},
-        "batch_size": batch_size, "concurrency": concurrency,
-    }
+    base = darkforest_base("load", n, out, lambda m: {
+        "kind": "scripted", "model": f"m{m}", "script": "majority", "max_batch_size": 64},
+        batch_size, concurrency)
     sweep = SweepConfig.model_validate({"name": "load", "base": base})
     for attempt in range(3):  # Ray gives its raylet 30 s to start: too short on a loaded box
         try:
