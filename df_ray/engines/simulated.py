@@ -20,8 +20,8 @@ The engine's own bound on a workload (what it does when every request is there f
 start, as vLLM's offline ``LLM.generate``) is :func:`offline_time` over the same lengths;
 ``lengths`` lists every request's length, in admission order. With ``DFPERF_SIM_LOG`` set to
 a folder, every step's start, end, running sequences, the loop thread's CPU seconds so far
-and the requests still queued are appended to ``<model>-<pid>.log`` there, and every admitted request's length to
-``<model>-<pid>.lengths``.
+and the requests still queued are appended to ``<model>-<pid>.log`` there, and every
+admitted request's length to ``<model>-<pid>.lengths``.
 
 Where H100-like timing comes from (``capacity: 256``, ``step_s`` 0.02 and ``mean_tokens``
 70, the cluster perf script's; the default capacity is 64): a memory-bound decode step of a 7-8B bf16 model reads its
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import heapq
 import math
 import os
 import queue
@@ -94,20 +95,35 @@ def draw_length(request: ChatRequest, mean_tokens: float, sigma: float) -> int:
     return max(1, min(round(n), max(1, request.sampling.max_tokens)))
 
 
+def finish_steps(lengths: Sequence[int], capacity: int,
+                 ready: Sequence[int] | None = None) -> list[int]:
+    """The step each request finishes at on this engine: request i waiting from step
+    ``ready[i]`` (all from the start when None), admitted first come first served (in order,
+    among those waiting together) into one of ``capacity`` slots, ``lengths[i]`` steps
+    there."""
+    ready = ready if ready is not None else [0] * len(lengths)
+    order = sorted(range(len(lengths)), key=lambda i: (ready[i], i))
+    done = [0] * len(lengths)
+    running: list[tuple[int, int]] = []  # (finish step, request)
+    now = q = 0
+    while q < len(order) or running:
+        while q < len(order) and ready[order[q]] <= now and len(running) < capacity:
+            heapq.heappush(running, (now + lengths[order[q]], order[q]))
+            q += 1
+        nxt = [running[0][0]] if running else []
+        if q < len(order) and len(running) < capacity:
+            nxt.append(ready[order[q]])
+        now = max(now, min(nxt))
+        while running and running[0][0] <= now:
+            f, i = heapq.heappop(running)
+            done[i] = f
+    return done
+
+
 def offline_time(lengths: Sequence[int], capacity: int, step_s: float) -> float:
     """Seconds the engine takes over requests of these lengths when all are waiting from the
     start (admitted in order into free slots): its own bound on that work."""
-    running: list[int] = []  # tokens left per running sequence
-    todo = list(reversed(lengths))
-    steps = 0
-    while todo or running:
-        while todo and len(running) < capacity:
-            running.append(todo.pop())
-        # Advance to the next finish: every running sequence gets that many tokens.
-        k = min(running)
-        steps += k
-        running = [r - k for r in running if r > k]
-    return steps * step_s
+    return max(finish_steps(lengths, capacity), default=0) * step_s
 
 
 def _words(text: str) -> int:

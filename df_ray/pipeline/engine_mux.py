@@ -11,9 +11,9 @@ Ray object and are handed to each thread's inbox.
 
 The pump is an asyncio event loop in a thread of its own, woken only by work: a thread's
 ``send`` schedules one pass, `SEND_GATHER_S` later, over what every thread queued meanwhile
-(one submit per replica per pass), and each stream's next item, each submit and each single call are awaited as Ray
-objects. It never polls: an idle pump costs nothing, a busy one only what it moves (the
-earlier pump woke every 10 ms to ``ray.wait`` on every stream).
+(one submit per replica per pass), and each stream's next item, each submit and each single
+call are awaited as Ray objects. It never polls: an idle pump costs nothing, a busy one
+only what it moves (the earlier pump woke every 10 ms to ``ray.wait`` on every stream).
 
 A thread sees what it saw before, per flight (the requests it sent one replica at once):
 ``("answers", fid, [(position, value), ...])`` as they come, or ``("error", fid,

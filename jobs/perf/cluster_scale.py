@@ -55,6 +55,7 @@ ROLES = ("stage", "engine", "driver", "ray")
 #: the job supervisor, idle workers) and the worker nodes'.
 RAY_NODES = ("ray_head", "ray_workers")
 GPU_RATE = 40.0  # requests/s one GPU serves at DarkForest's answer lengths
+SIGMA = 1.0  # the simulated engines' log-normal shape of answer lengths (long-tailed)
 
 
 def write_source(path: Path, n: int) -> Path:
@@ -73,7 +74,7 @@ def write_sweep(tmp: Path, source: Path, gpus: int, samples: int,
     import yaml
 
     engine = {"capacity": a.capacity, "step_s": a.step_s, "mean_tokens": a.mean_tokens,
-              "sigma": 1.0}
+              "sigma": SIGMA}
     names = ["b1", "b2", "b3", "bc"]
     base = {
         "name": "df", "benchmark": "mmlu_pro", "source": str(source), "limit": samples,
@@ -195,35 +196,11 @@ def sim_logs(logdir: Path, capacity: int, step_s: float) -> dict[str, float]:
             "requests": requests, "longest": longest}
 
 
-def fcfs_finish_steps(ready: list[int], lengths: list[int], capacity: int) -> list[int]:
-    """Each request's finish step on a first-come-first-served continuous-batching engine:
-    request i ready at step ``ready[i]``, ``lengths[i]`` steps once admitted into one of
-    ``capacity`` slots."""
-    import heapq
-
-    order = sorted(range(len(lengths)), key=lambda i: (ready[i], i))
-    done = [0] * len(lengths)
-    running: list[tuple[int, int]] = []  # (finish step, request)
-    now = q = 0
-    while q < len(order) or running:
-        while q < len(order) and ready[order[q]] <= now and len(running) < capacity:
-            heapq.heappush(running, (now + lengths[order[q]], order[q]))
-            q += 1
-        nxt = [running[0][0]] if running else []
-        if q < len(order) and len(running) < capacity:
-            nxt.append(ready[order[q]])
-        now = max(now, min(nxt))
-        while running and running[0][0] <= now:
-            f, i = heapq.heappop(running)
-            done[i] = f
-    return done
-
-
 def dependency_ideal(samples: int, replicas: int, a: argparse.Namespace, longest: int,
                      seeds: int = 3) -> tuple[float, float]:
     """(the engines' own bound, the best window any pipeline reaches) for a DarkForest
     workload of this shape, averaged over ``seeds`` draws of its lengths (log-normal, the
-    sweep's mean and shape 1.0, capped at the run's longest answer): every sample's
+    sweep's mean and shape `SIGMA`, capped at the run's longest answer): every sample's
     three agent calls waiting at the start, its coordinator call the moment its own agents
     have answered (no batch waits on its slowest), every engine first-come-first-served, a
     backbone's replicas pooled. The bound is each replica's own (all its calls waiting at the
@@ -231,18 +208,18 @@ def dependency_ideal(samples: int, replicas: int, a: argparse.Namespace, longest
     import math
     import random
 
-    from df_ray.engines.simulated import offline_time
+    from df_ray.engines.simulated import finish_steps, offline_time
 
     cap = a.capacity * replicas
-    mu = math.log(a.mean_tokens) - 0.5
+    mu = math.log(a.mean_tokens) - SIGMA * SIGMA / 2.0
     bounds, ideals = [], []
     for seed in range(seeds):
         rng = random.Random(seed)
-        draw = [[max(1, min(longest, round(math.exp(rng.gauss(mu, 1.0)))))
+        draw = [[max(1, min(longest, round(math.exp(rng.gauss(mu, SIGMA)))))
                  for _ in range(samples)] for _ in range(4)]
-        agents = [fcfs_finish_steps([0] * samples, d, cap) for d in draw[:3]]
+        agents = [finish_steps(d, cap) for d in draw[:3]]
         ready = [max(f[i] for f in agents) for i in range(samples)]
-        ideals.append(max(fcfs_finish_steps(ready, draw[3], cap)) * a.step_s)
+        ideals.append(max(finish_steps(draw[3], cap, ready)) * a.step_s)
         bounds.append(max(offline_time(d, cap, a.step_s) for d in draw))
     return sum(bounds) / seeds, sum(ideals) / seeds
 
