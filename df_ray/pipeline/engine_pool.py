@@ -3,7 +3,7 @@ stage, round and configuration of that job.
 
 Each replica is a Ray actor that owns one engine (a vLLM engine pinned to one GPU with
 ``num_gpus``, an embedded model on CPU threads, an HTTP client, or a scripted engine).
-`EngineClient` is what stages hold: it spreads a batch over the replicas of a backbone (the
+`EngineClient` is what stages hold: it spreads batches over the replicas of a backbone (the
 requests of all its threads go to a replica in one call per few milliseconds, and answers
 stream back a few engine steps' worth at a time: `df_ray.pipeline.engine_mux`), keeps every backbone's
 requests in flight together, and turns engine faults into bounded
@@ -64,6 +64,13 @@ CLIENT_CANCEL_TIMEOUTS = 3
 #: Times a request may meet its replica restarting (Ray's ``ActorUnavailableError``: the call
 #: never reached a live replica) without it counting as one of its retries.
 UNAVAILABLE_RETRIES = 5
+
+#: Requests of one backbone that a client sends one replica together, at least (a flight
+#: with fewer goes whole to one replica): an actor call costs each side about 0.7 CPU-ms
+#: whatever it carries, and each replica answers on a stream of its own
+#: (`jobs/perf/engine_costs.py`), so a batch spread thin over many replicas costs several
+#: times what it costs on one. More replicas share a flight only when it gives each a chunk.
+MIN_CHUNK = 16
 
 #: Seconds a job waits for its backbones' placement groups before it says what it asked for
 #: and what the cluster has (the pre-start check has found that they fit).
@@ -435,9 +442,12 @@ class _Flight:
 class EngineClient:
     """Sends requests to the pools; picklable, so stages get their own copy.
 
-    Each request is given to the replica of its backbone with the fewest requests
-    outstanding from this client (ties in turn), so a slow or busy replica gets less and a
-    free one more; the requests that go to one replica, from every thread of the process,
+    A batch's requests for one backbone go to as few of its replicas as keep the load
+    balanced: in chunks of at least `MIN_CHUNK` (a smaller batch whole to one replica), each
+    to the replica with the fewest requests outstanding from this client, all threads
+    counted (ties in turn), so a slow or busy replica gets less and a free one more, and
+    the balance holds over the many batches a stage runs at once; retries are placed the
+    same way. The requests that go to one replica, from every thread of the process,
     travel together (one ``EngineActor.submit`` per replica per few milliseconds, through
     the process's `Mux`), and answers come back on one stream per replica as their engine
     finishes them, a few engine steps' worth per Ray object, so a continuous-batching engine
@@ -518,23 +528,51 @@ class EngineClient:
         return route(request, self.specs)
 
     # -- dispatch
-    def _pick(self, name: str, avoid: set[tuple[str, int]] | frozenset = frozenset()
-              ) -> int | None:
-        """The replica of ``name`` with the fewest outstanding requests, of those not down
-        (and not in ``avoid``, when others are left); it gets one more. None: every replica
-        of the backbone is down."""
+    def _assign(self, name: str, n: int, avoid: set[tuple[str, int]] | frozenset = frozenset()
+                ) -> list[tuple[int, int]] | None:
+        """Where ``n`` requests of ``name`` go, as ``(replica, how many)``: as few chunks as
+        keep the load balanced (one per `MIN_CHUNK` requests, at most one per usable
+        replica), each to the replica with the fewest outstanding requests (ties in turn),
+        of those not down (and not in ``avoid``, when others are left); each chunk is added
+        to its replica's load before the next is placed. None: every replica is down."""
         with self._lock:
             load = self._load[name]
             up = [i for i in range(len(load)) if (name, i) not in self._down]
             usable = [i for i in up if (name, i) not in avoid] or up
             if not usable:
                 return None
-            low = min(load[i] for i in usable)
-            ties = [i for i in usable if load[i] == low]
-            k = ties[self._turn[name] % len(ties)]
-            self._turn[name] += 1
-            load[k] += 1
-            return k
+            chunks = max(1, min(len(usable), n // MIN_CHUNK))
+            out = []
+            for j in range(chunks):
+                size = n // chunks + (j < n % chunks)
+                low = min(load[i] for i in usable)
+                ties = [i for i in usable if load[i] == low]
+                k = ties[self._turn[name] % len(ties)]
+                self._turn[name] += 1
+                load[k] += size
+                out.append((k, size))
+            return out
+
+    def _place(self, pending: dict[tuple[str, frozenset], list[int]], calls: list[_Call],
+               outbox: dict[tuple[str, int], list[int]], parked: list[int]) -> None:
+        """Give the calls sent since the last pass their replicas (`_assign`), a backbone's
+        (that avoid the same replicas) together; calls whose backbone has no replica up wait
+        in ``parked``."""
+        for (name, avoid), idxs in pending.items():
+            where = self._assign(name, len(idxs), avoid)
+            if where is None:
+                now = time.monotonic()
+                for i in idxs:
+                    calls[i].parked_at = calls[i].parked_at or now
+                parked.extend(idxs)
+                continue
+            at = 0
+            for k, size in where:
+                for i in idxs[at:at + size]:
+                    calls[i].replica, calls[i].parked_at = k, 0.0
+                outbox.setdefault((name, k), []).extend(idxs[at:at + size])
+                at += size
+        pending.clear()
 
     def _release(self, name: str, k: int) -> None:
         with self._lock:
@@ -628,15 +666,10 @@ class EngineClient:
         probes: dict[Any, tuple[str, int, float]] = {}  # stats ref -> replica, sent
         killed: set[tuple[str, int]] = set()
 
+        pending: dict[tuple[str, frozenset], list[int]] = {}  # calls to place (`_place`)
+
         def send(i: int, avoid: frozenset | set = frozenset()) -> None:
-            c = calls[i]
-            k = self._pick(c.name, avoid)
-            if k is None:
-                c.parked_at = c.parked_at or time.monotonic()
-                parked.append(i)
-                return
-            c.replica, c.parked_at = k, 0.0
-            outbox.setdefault((c.name, k), []).append(i)
+            pending.setdefault((calls[i].name, frozenset(avoid)), []).append(i)
 
         def failed(i: int, error: str, avoid: frozenset | set = frozenset(),
                    charged: bool = True) -> None:
@@ -651,6 +684,7 @@ class EngineClient:
         for i in range(len(calls)):
             send(i)
         while True:
+            self._place(pending, calls, outbox, parked)
             self._flush(outbox, inflight, calls, inbox)
             if not (inflight or parked):
                 return

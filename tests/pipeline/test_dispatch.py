@@ -1,6 +1,7 @@
 """The engine client against real local Ray engine actors (scripted engines): each request
-goes to the least loaded replica, an engine error fails only its request, a token count goes
-through the fault path, and a request carries its backbone to the engine."""
+goes to the least loaded replica (a batch in chunks: `tests/pipeline/test_routing.py`), an
+engine error fails only its request, a token count goes through the fault path, and a
+request carries its backbone to the engine."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from df_ray.engines import ChatRequest, Message, SamplingParams, make_spec
 from df_ray.pipeline.engine_health import EngineFailure
-from df_ray.pipeline.engine_pool import EnginePool
+from df_ray.pipeline.engine_pool import MIN_CHUNK, EnginePool
 
 pytestmark = pytest.mark.slow
 
@@ -122,19 +123,22 @@ def test_identical_concurrent_requests_are_generated_once(pool_of):
 
 
 def test_answers_are_handed_on_as_they_come_not_when_the_round_ends(pool_of, tmp_path):
-    # Two requests on two replicas; whichever replica takes its request first sleeps 20 s on
-    # it. The other request's answer reaches on_answer while the sleeping one is still
-    # outstanding (the driver caches it then, so a kill does not lose it).
+    # Two chunks of requests on two replicas; whichever replica takes its chunk first sleeps
+    # 20 s on its first request (a static engine: its whole batch waits). The other chunk's
+    # answers reach on_answer while the sleeping chunk is still outstanding (the driver caches
+    # them then, so a kill does not lose them).
     pool = pool_of(b={"model": "m", "replicas": 2, "script": "echo",
                       "engine_args": {"hang_on_call": 1, "hang_s": 20,
                                       "fault_marker": str(tmp_path / "hung")}})
     client = pool.client(retries=0)
+    n = 2 * MIN_CHUNK
     seen: list[tuple[int, str, int]] = []
-    out = client.generate([req("a"), req("b")], on_answer=lambda i, c: seen.append(
+    out = client.generate([req(f"q{i}") for i in range(n)], on_answer=lambda i, c: seen.append(
         (i, c.text, sum(client.outstanding()["b"]))))
-    assert [c.text for c in out] == ["a", "b"]
-    assert sorted(i for i, *_ in seen) == [0, 1]
-    (first_i, first_text, outstanding_then), (_, _, outstanding_last) = seen
-    assert first_text == "ab"[first_i]
-    assert outstanding_then == 1  # the other request was still running
-    assert outstanding_last == 0
+    assert [c.text for c in out] == [f"q{i}" for i in range(n)]
+    assert sorted(i for i, *_ in seen) == list(range(n))
+    first = seen[:MIN_CHUNK]
+    assert {i // MIN_CHUNK for i, *_ in first} in ({0}, {1})  # one chunk, whole
+    assert all(text == f"q{i}" for i, text, _ in first)
+    assert min(o for *_, o in first) >= MIN_CHUNK  # the other chunk was still running
+    assert seen[-1][2] == 0
