@@ -95,21 +95,30 @@ def replica_label(backbone: str, replica: int) -> str:
 
 async def replica_answers(replica: Any, requests: list[dict],
                           journal: tuple[str, str] | None = None,
-                          journals: Any = None) -> list[dict]:
+                          journals: Any = None, mark: bool = False) -> list[dict]:
     """A replica's answers to requests as dicts (``Replica.submit``), in order, for a Ray
     actor or a Serve deployment to return: a request the engine raised on comes back as
     ``{"failed": "Type: message"}`` alone (the caller retries it). With ``journal`` the
     answers are journaled there first (``journals``: the replica's
-    `df_ray.pipeline.cache.journal.Journals`)."""
+    `df_ray.pipeline.cache.journal.Journals`); with ``mark`` too, each answer on disk is
+    marked ``"journaled": True`` (for a caller that reads the mark: its stage need not write
+    it at once, `df_ray.pipeline.cache.write_behind`)."""
     reqs = [ChatRequest.from_dict(r) for r in requests]
     futs = replica.submit(reqs)
     for f in futs:
         with contextlib.suppress(Exception):  # answer_of says what it raised
             await asyncio.wrap_future(f)
+    answers = [answer_of(f) for f in futs]
     if journal is not None and journals is not None:
-        journals.write([(tuple(journal), r, f.result()) for r, f in zip(reqs, futs, strict=True)
-                        if f.exception() is None])
-    return [answer_of(f) for f in futs]
+        target = tuple(journal)
+        on_disk = journals.write([(target, r, f.result())
+                                  for r, f, a in zip(reqs, futs, answers, strict=True)
+                                  if "failed" not in a])
+        if mark and target in on_disk:
+            for a in answers:
+                if "failed" not in a and a["error"] is None:
+                    a["journaled"] = True
+    return answers
 
 
 def smoke_test(engine: Any, spec: EngineSpec) -> None:

@@ -43,6 +43,8 @@ class ServedBackbone:
     #: the service journals a caller's answers (a service deployed by an earlier df_ray does
     #: not: its calls carry no journal)
     journals: bool = False
+    #: ... and marks each answer it journaled (an earlier one does not: its calls ask none)
+    marks: bool = False
 
 
 def is_served(handles: Any) -> bool:
@@ -71,7 +73,8 @@ def resolve_served(name: str, spec: EngineSpec) -> ServedBackbone:
     if kind == "engine":
         handle = serve.get_deployment_handle(ENGINE_DEPLOYMENT, app)
         info = handle.info.remote().result(timeout_s=120)
-        served = ServedBackbone(app, ENGINE_DEPLOYMENT, "engine", bool(info.get("journals")))
+        served = ServedBackbone(app, ENGINE_DEPLOYMENT, "engine", bool(info.get("journals")),
+                                bool(info.get("marks_journaled")))
         model, kind = info["spec"]["model"], info["spec"]["kind"]
         if model != spec.model:
             raise ConfigError(f"backbone {name!r}: application {app!r} serves model {model!r}, "
@@ -178,6 +181,9 @@ class ServeClient:
         self.retries = retries
         self._handles: dict[str, Any] = {}
         self.journal: tuple[str, str] | None = None
+        #: keys of answers the service journaled at ``journal`` before sending them (as
+        #: `EngineClient.journaled`: the stage's `WriteBehind` reads it)
+        self.journaled: set[str] = set()
 
     def journal_to(self, target: tuple[str, str] | None) -> None:
         """Have the service journal this client's answers at ``target`` (``(cache root,
@@ -215,7 +221,8 @@ class ServeClient:
             for name, idxs, resp in inflight:
                 spec = self.specs[name]
                 try:
-                    out = self._collect(name, resp, spec.request_timeout_s)
+                    out = self._collect(name, resp, spec.request_timeout_s,
+                                        [requests[i] for i in idxs])
                     for i, c in zip(idxs, out, strict=True):
                         if isinstance(c, str):  # the engine failed this request alone
                             failed.append(i)
@@ -256,8 +263,12 @@ class ServeClient:
                 for j in range(0, len(members), size):
                     chunk = members[j:j + size]
                     dicts = [requests[i].to_dict() for i in chunk]
-                    resp = (h.generate.remote(dicts, self.journal) if sb.journals
-                            else h.generate.remote(dicts))
+                    if sb.marks and self.journal is not None:
+                        resp = h.generate.remote(dicts, self.journal, True)
+                    elif sb.journals:
+                        resp = h.generate.remote(dicts, self.journal)
+                    else:
+                        resp = h.generate.remote(dicts)
                     inflight.append((name, chunk, resp))
             else:  # vLLM through ray.serve.llm: one chat request each, batched by vLLM
                 hs = h.options(stream=True)
@@ -265,12 +276,21 @@ class ServeClient:
                     inflight.append((name, [i], hs.chat.remote(to_chat_completion(requests[i]))))
         return inflight
 
-    def _collect(self, name: str, resp: Any, timeout_s: float) -> list[Completion | str]:
-        """The answers of one call; a request the engine failed alone is its error text."""
-        if self.served[name].protocol == "engine":
-            return [d["failed"] if "failed" in d else Completion(**d)
-                    for d in resp.result(timeout_s=timeout_s)]
-        return [from_chat_completion(_first(resp, timeout_s))]
+    def _collect(self, name: str, resp: Any, timeout_s: float,
+                 requests: Sequence[ChatRequest]) -> list[Completion | str]:
+        """The answers of one call to ``requests``; a request the engine failed alone is its
+        error text. An answer marked journaled has its key added to `journaled`."""
+        if self.served[name].protocol != "engine":
+            return [from_chat_completion(_first(resp, timeout_s))]
+        out: list[Completion | str] = []
+        for d, r in zip(resp.result(timeout_s=timeout_s), requests, strict=True):
+            if "failed" in d:
+                out.append(d["failed"])
+                continue
+            if d.pop("journaled", False):
+                self.journaled.add(r.key())
+            out.append(Completion(**d))
+        return out
 
     def _await_backbones(self, names: set[str], timeout_s: float = RECOVERY_WAIT_S) -> None:
         """Wait (bounded) until each backbone answers again: Serve replaces a lost replica,
@@ -319,6 +339,11 @@ class MixedClient:
         self.owned = (EngineClient(owned, {n: self.specs[n] for n in owned}, retries=retries)
                       if owned else None)
         self.served = ServeClient(served, self.specs, retries=retries)
+        #: keys of answers journaled before they came, from either side (one set: the
+        #: stage's `WriteBehind` reads it)
+        self.journaled: set[str] = self.served.journaled
+        if self.owned is not None:
+            self.owned.journaled = self.journaled
 
     def backbone_of(self, request: ChatRequest) -> str:
         return route(request, self.specs)

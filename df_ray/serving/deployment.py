@@ -59,19 +59,36 @@ class EngineServer:
         from df_ray.pipeline.cache.journal import Journals
 
         self.journals = Journals()  # each caller's answers, in that caller's cache root
+        self.journaling: dict[tuple[str, str], int] = {}  # calls in flight per journal
         log.info("df_ray engine %s (%s: %s) loaded in %.1fs", backbone, self.spec.kind,
                  self.spec.model, self.load_s)
 
-    async def generate(self, requests: list[dict],
-                       journal: tuple[str, str] | None = None) -> list[dict]:
+    async def generate(self, requests: list[dict], journal: tuple[str, str] | None = None,
+                       mark: bool = False) -> list[dict]:
         """One answer per request, in order; a request the engine raised on comes back as
         ``{"failed": "Type: message"}`` alone (the caller retries it). ``journal``: the
         caller's cache root and user, where its answers are journaled first
-        (`df_ray.pipeline.cache.journal`)."""
+        (`df_ray.pipeline.cache.journal`); ``mark``: each answer journaled says so
+        (``"journaled": True``; a caller of an earlier df_ray, which sends no ``mark``, could
+        not read it).
+
+        A journal is finished once no call for it is in flight here (the next call starts
+        another): a caller's run ends with its journals finished, and its end folds them
+        (this service outlives the run, and a replica is not reachable by name to be told)."""
         from df_ray.pipeline import engine_health
 
-        return await engine_health.replica_answers(self.batcher, requests, journal,
-                                                   self.journals)
+        if journal is None:
+            return await engine_health.replica_answers(self.batcher, requests)
+        target = (journal[0], journal[1])
+        self.journaling[target] = self.journaling.get(target, 0) + 1
+        try:
+            return await engine_health.replica_answers(self.batcher, requests, target,
+                                                       self.journals, mark)
+        finally:
+            self.journaling[target] -= 1
+            if not self.journaling[target]:
+                del self.journaling[target]
+                self.journals.close(target)
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
         return await asyncio.wrap_future(self.batcher.count_tokens(texts))
@@ -79,7 +96,8 @@ class EngineServer:
     def info(self) -> dict[str, Any]:
         """What this backbone is: the job checks its config against it before starting."""
         return {"backbone": self.backbone, "spec": self.spec.model_dump(mode="json"),
-                "journals": True}  # generate takes a caller's journal
+                # generate takes a caller's journal, and marks the answers journaled
+                "journals": True, "marks_journaled": True}
 
     def stats(self) -> dict[str, Any]:
         import ray

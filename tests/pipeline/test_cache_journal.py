@@ -124,7 +124,9 @@ def test_a_replicas_streams_journal_every_answer_before_it_is_sent(tmp_path):
 def test_a_served_replica_journals_each_callers_answers_in_its_own_root(tmp_path):
     """The per-call path of the actor and the Serve deployment (``replica_answers``): each
     caller's answers go to the journal its call names, under its user; a call without one
-    is not journaled."""
+    is not journaled. A call that asks (``mark``) has each answer on disk marked so; one
+    that does not (an earlier df_ray's client) gets the answers as they were, and a journal
+    that cannot be written marks nothing."""
     from df_ray.pipeline.engine_health import replica_answers
 
     engine = make_engine({"kind": "simulated", "model": "sim", "engine_args": {
@@ -134,17 +136,21 @@ def test_a_served_replica_journals_each_callers_answers_in_its_own_root(tmp_path
     ann.mkdir()
     bob.mkdir()
     reqs = [ChatRequest(model="sim", messages=(Message("user", f"Q{i}?"),), seed=i)
-            for i in range(6)]
+            for i in range(8)]
 
     async def run():
         return await asyncio.gather(
             replica_answers(replica, [r.to_dict() for r in reqs[:3]], (str(ann), "ann"),
-                            journals),
+                            journals, mark=True),
             replica_answers(replica, [r.to_dict() for r in reqs[3:5]], (str(bob), "bob"),
                             journals),
-            replica_answers(replica, [reqs[5].to_dict()], None, journals))
+            replica_answers(replica, [reqs[5].to_dict()], None, journals, mark=True),
+            replica_answers(replica, [r.to_dict() for r in reqs[6:]],
+                            (str(tmp_path / "gone"), "ann"), journals, mark=True))
 
-    a, b, _ = asyncio.run(run())
+    a, b, c, d = asyncio.run(run())
+    assert [x.pop("journaled") for x in a] == [True] * 3
+    assert not any("journaled" in x for x in b + c + d)
     journals.close()
     got_ann = GenerationCache(str(ann), user="ann")
     got_bob = GenerationCache(str(bob), user="bob")
@@ -152,3 +158,20 @@ def test_a_served_replica_journals_each_callers_answers_in_its_own_root(tmp_path
     assert [got_bob.get(r.key()) for r in reqs[3:5]] == [Completion(**d) for d in b]
     assert len(got_ann) == 3 and len(got_bob) == 2  # nobody's answer in the other's root
     assert GenerationCache(str(bob), user="ann").get(reqs[3].key()) is None  # bob's name
+
+
+def test_closing_one_target_finishes_its_journal_alone(tmp_path):
+    ann, bob = tmp_path / "ann", tmp_path / "bob"
+    ann.mkdir()
+    bob.mkdir()
+    js = J.Journals()
+    js.write([((str(ann), "ann"), req(0), comp(0)), ((str(bob), "bob"), req(1), comp(1))])
+    js.close((str(ann), "ann"))
+    assert GenerationCache(str(ann), user="ann").fold_journals() == 1
+    assert GenerationCache(str(bob), user="bob").fold_journals() == 0  # still written
+    js.write([((str(ann), "ann"), req(2), comp(2))])  # a new journal for a later answer
+    [path] = J.journal_paths(str(ann))
+    js.close()
+    c = GenerationCache(str(ann), user="ann")
+    assert c.fold_journals() == 1 and not os.path.exists(path)
+    assert [c.get(req(i).key()) for i in (0, 2)] == [comp(0), comp(2)]

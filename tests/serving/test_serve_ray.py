@@ -1,7 +1,8 @@
 """The engine service on a real (local) Ray: scripted backbones deployed as Serve applications,
 a sweep whose backbones are ``kind: serve`` gives exactly the job-owned engines' results
 (tests/pipeline/test_pipeline_ray.py's hand-computed metrics), and a second job asking the same
-calls is answered without generating them again."""
+calls is answered without generating them again; a served stage's answers come marked
+journaled, so its batches' ends write no cache part, and the run's end folds them."""
 
 from __future__ import annotations
 
@@ -9,9 +10,17 @@ import pytest
 
 from df_ray.config import ConfigError
 from df_ray.engines.spec import make_spec
+from df_ray.pipeline.cache import GenerationCache
+from df_ray.pipeline.cache import journal as J
 from df_ray.pipeline.runner import Runner, shared_backbones
 from df_ray.serving.apps import ServeOptions, deploy, status, stop
-from tests.helpers import PIPELINE_SCRIPT, pipeline_config, pipeline_samples, run_pipeline
+from tests.helpers import (
+    PIPELINE_SCRIPT,
+    cache_parts,
+    pipeline_config,
+    pipeline_samples,
+    run_pipeline,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -58,6 +67,10 @@ def test_served_backbones_give_the_job_owned_results(service, tmp_path):
     assert m["t_cross_per_sample"] > 0  # counted by the served coordinator's tokenizer
     after = {n: engine_stats(n)["generated"] for n in service}
     assert sum(after.values()) - sum(before.values()) == 20
+    # the service finished the run's journals once its calls were answered, and the run's
+    # end folded them: every answer in a part, no journal left
+    assert J.journal_paths(str(tmp_path / "cache")) == []
+    assert len(GenerationCache(str(tmp_path / "cache"))) == 20
 
     # Another job (its own cache, its own MLflow store): the service answers every call from
     # the requests it has just generated; the engines generate nothing.
@@ -68,6 +81,61 @@ def test_served_backbones_give_the_job_owned_results(service, tmp_path):
     assert res2.metrics["fresh_calls"] == 20  # fresh to that job (not in its cache) ...
     assert {n: engine_stats(n)["generated"] for n in service} == after  # ... generated once
     assert sum(engine_stats(n)["coalesced"] for n in service) >= 20
+
+
+def test_a_served_stage_writes_no_part_at_a_batch_end_when_every_answer_is_journaled(
+        service, tmp_path, monkeypatch):
+    """A stage (in this process, as a Ray Data actor runs it) over the service's agents and a
+    job-owned coordinator: every answer, from either side, comes marked journaled, so a
+    batch's end writes no part; the journals finished, the fold puts every answer in one
+    part. A service that does not mark its answers (deployed by an earlier df_ray) still
+    answers, and its stage writes a part at the batch's end."""
+    import dataclasses
+
+    import numpy as np
+
+    from df_ray.evaluation.plan import RunPlan
+    from df_ray.pipeline import faults, signals, stages
+    from df_ray.pipeline.cache import fold_root, write_behind
+    from df_ray.pipeline.rows import encode_sample
+    from df_ray.serving.client import ServingPool
+
+    # what a stage actor sets up for its process, left as it is here; and only a batch's
+    # end decides when a part is written
+    monkeypatch.setattr(faults, "install", lambda label: None)
+    monkeypatch.setattr(signals, "on_interrupt", lambda owner, fn: None)
+    monkeypatch.setattr(stages.pa, "set_memory_pool", lambda pool: None)
+    monkeypatch.setattr(write_behind, "FLUSH_S", float("inf"))
+    cfg = served_config(tmp_path)
+    cfg = cfg.model_copy(update={"backbones": {**cfg.backbones, "bc": make_spec(
+        kind="scripted", model="mc", script=PIPELINE_SCRIPT)}})
+    samples = pipeline_samples()
+    batches = [{"sample": np.array([encode_sample(s) for s in samples[i:i + 3]], dtype=object)}
+               for i in (0, 3)]
+    pool = ServingPool(shared_backbones([cfg]))
+    try:
+        pool.wait_ready()
+        stage = stages.EvaluationStage([RunPlan.of(cfg, samples)], pool.handles)
+        for b in batches:
+            stage(b)
+            assert cache_parts(tmp_path / "cache") == []  # held, on disk in the journals
+        assert len(stage.cache.pending) == 20 and set(stage.cache.pending) <= \
+            stage.client.journaled
+
+        old = cfg.model_copy(update={"cache_root": str(tmp_path / "old")})
+        unmarked = {n: [dataclasses.replace(h[0], marks=False)] if n != "bc" else h
+                    for n, h in pool.handles.items()}
+        stage2 = stages.EvaluationStage([RunPlan.of(old, samples)], unmarked)
+        stage2(batches[0])
+        assert len(cache_parts(tmp_path / "old")) == 1
+        assert len(GenerationCache(str(tmp_path / "old"))) == 12
+    finally:
+        pool.shutdown()  # the job-owned replica's journals finished
+    assert fold_root(str(tmp_path / "cache")) >= 2  # the service's and the coordinator's
+    assert len(cache_parts(tmp_path / "cache")) == 1
+    cache = GenerationCache(str(tmp_path / "cache"))
+    assert {k: cache.get(k) for k in stage.cache.pending} == {
+        k: stage.cache.get(k) for k in stage.cache.pending}
 
 
 def test_a_missing_or_mismatched_application_fails_before_anything_runs(service, tmp_path):

@@ -211,10 +211,11 @@ class Journals:
             with contextlib.suppress(OSError):
                 w.close()
 
-    def close(self) -> None:
-        """Finish every journal (a replica's graceful end, or its run's)."""
-        for target in list(self.writers):
-            self._drop(target)
+    def close(self, target: Target | None = None) -> None:
+        """Finish ``target``'s journal, or every journal (a replica's graceful end, or its
+        run's); a later answer for a finished target starts a new one."""
+        for t in [target] if target is not None else list(self.writers):
+            self._drop(t)
 
 
 # -- reading (a cache)
