@@ -1,9 +1,11 @@
 """A hung request fails alone, through real engine actors on a real local Ray: two stuck
 requests among 40 are exactly two failed calls and 38 answers, with no replica restarted, on
 the HTTP engine (a loopback server that hangs and trickles on purpose) and on the embedded
-engine (real llama.cpp, SmolLM2-135M; its stuck requests never stop: ``ignore_eos`` and a
-context's worth of ``max_tokens``). A replica that stops answering everything is restarted
-and its in-flight requests retried once on the other replica."""
+engine (real llama.cpp, SmolLM2-135M; its stuck requests would decode a context's worth of
+tokens: ``ignore_eos`` and ``max_tokens`` past the context, with a timeout set from this
+machine's measured speed far between what they would take and what the others need). A
+replica that stops answering everything is restarted and its in-flight requests retried once
+on the other replica."""
 
 from __future__ import annotations
 
@@ -11,15 +13,21 @@ import pytest
 
 from df_ray.engines import ChatRequest, Message, SamplingParams, make_spec
 from df_ray.engines.base import REQUEST_TIMEOUT_ERROR
-from df_ray.pipeline.engine_pool import EnginePool
+from df_ray.pipeline.engine_pool import CLIENT_CANCEL_TIMEOUTS, EnginePool
 from tests.engines.misbehaving_server import MisbehavingServer
 
 pytestmark = pytest.mark.slow
 
 
-def ask(prompt: str, backbone: str, model: str, *, stuck: bool = False) -> ChatRequest:
-    sampling = (SamplingParams(temperature=0.0, max_tokens=100_000, ignore_eos=True) if stuck
-                else SamplingParams(temperature=0.0, max_tokens=4))
+def ask(prompt: str, backbone: str, model: str, *, stuck: bool = False,
+        tokens: int | None = None) -> ChatRequest:
+    """An answered request (4 tokens), a stuck one (never stops before its context is full),
+    or one of exactly ``tokens`` tokens."""
+    if stuck or tokens is not None:
+        sampling = SamplingParams(temperature=0.0, max_tokens=tokens or 100_000,
+                                  ignore_eos=True)
+    else:
+        sampling = SamplingParams(temperature=0.0, max_tokens=4)
     return ChatRequest(model=model, messages=(Message("user", prompt),), sampling=sampling,
                        backbone=backbone)
 
@@ -58,14 +66,60 @@ def test_http_engine_two_hung_requests_fail_alone(ray_local):
             pool.shutdown()
 
 
+#: The embedded engine's context per sequence: a stuck request decodes this many tokens, less
+#: its prompt (about 40), before it would stop.
+EMBEDDED_CTX = 4096
+
+
+def embedded_speed(engine, model: str) -> tuple[float, float]:
+    """(seconds a wave of 4 answered requests takes, seconds a decode step of 4 sequences
+    takes) on the embedded engine, here and now (run in the engine's own process)."""
+    import time
+
+    def took(reqs: list[ChatRequest]) -> float:
+        t = time.monotonic()
+        engine.generate(reqs)
+        return time.monotonic() - t
+
+    wave = took([ask(f"Say one word about the letter {c}.", "b", model) for c in "PQRS"])
+    steps = [took([ask(f"Count on from {100 * n + i}.", "b", model, tokens=n)
+                   for i in range(4)]) for n in (4, 68)]
+    return wave, (steps[1] - steps[0]) / 64
+
+
+def embedded_timeout_s(model: str) -> float:
+    """A request timeout the test's outcome does not depend on, from this machine's speed now.
+
+    The answered requests (38, 4 at a time) must all come, and the stuck one sent later be
+    cancelled, before the client gives up on them, `CLIENT_CANCEL_TIMEOUTS` timeouts after it
+    sent them: the timeout must exceed ``lo``, their work over that many. A stuck request must
+    still be decoding at its deadline: the timeout must stay under ``hi``, its context's decode
+    steps (a step slows as the context fills). Their geometric mean leaves each side the same
+    factor, ``sqrt(hi / lo)`` (about 7 on a 2-core machine, loaded or not: both scale with
+    the load)."""
+    from tests.engines.isolated import IsolatedEngine
+
+    eng = IsolatedEngine(make_spec(kind="embedded", model=model, n_threads=1, n_ctx=256,
+                                   engine_args={"n_parallel": 4}))
+    try:
+        wave_s, step_s = eng.run(embedded_speed, model)
+    finally:
+        eng.close()
+    lo = 38 / 4 * wave_s / CLIENT_CANCEL_TIMEOUTS
+    hi = (EMBEDDED_CTX - 64) * step_s
+    assert hi >= 16 * lo, f"a wave of 4 answers takes {wave_s:.2f} s, a decode step " \
+        f"{step_s * 1000:.1f} ms: no timeout here separates stuck requests from answered ones"
+    return (lo * hi) ** 0.5
+
+
 @pytest.mark.embedded
 def test_embedded_engine_two_hung_requests_fail_alone(ray_local):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     model = "smollm2-135m-instruct"
-    # 15 s: a 4-token answer takes a few decode steps, a stuck request would need 4,000
-    # (about a minute at SmolLM2's ~60 steps/s here), so either side has a wide margin
-    pool = EnginePool({"b": make_spec(kind="embedded", model=model, n_threads=1, n_ctx=4096,
-                                      request_timeout_s=15, engine_args={"n_parallel": 4})})
+    pool = EnginePool({"b": make_spec(kind="embedded", model=model, n_threads=1,
+                                      n_ctx=EMBEDDED_CTX,
+                                      request_timeout_s=embedded_timeout_s(model),
+                                      engine_args={"n_parallel": 4})})
     try:
         pool.wait_ready(600)
         stuck = {7, 23}
