@@ -6,8 +6,9 @@ A client (``df_ray.pipeline.engine_mux.Mux``) opens a session (``EngineActor.ans
 streaming actor call) and hands it requests in batches (``EngineActor.submit``: a list of
 ``(tag, request dict, key)``); each request goes to the engine at once (``Replica.submit``:
 continuous batching keeps its own order) and its answer is yielded on the session's stream as
-``(tag, answer dict)``, with whatever else finished within `COALESCE_S` (at once when the
-session has nothing else outstanding: the last answers of a flight do not wait). A request the engine
+``(tag, answer dict)``, with whatever else finished within `COALESCE_S`, or longer (at most
+`COALESCE_MOST_S`) until `YIELD_FILL` answers are there, at once when the session has
+nothing else outstanding (the last answers of a flight do not wait). A request the engine
 raised on is answered ``{"failed": "Type: message"}`` alone.
 
 A session may name a journal (``(cache root, user)``): its answers are journaled there
@@ -38,6 +39,13 @@ from df_ray.pipeline.error_text import first_line
 #: `jobs/perf/engine_costs.py`), so fewer, fuller yields are what an answer costs; 100 ms is
 #: little beside an answer's seconds of generation, and the stage keeps enough in flight.
 COALESCE_S = 0.1
+
+#: Answers a stream waits for past `COALESCE_S`, at most until `COALESCE_MOST_S` after its
+#: first: a replica that answers a client slowly (a backbone's requests over several
+#: replicas, each a share of the rate) then yields a few full objects, not one of one or
+#: two answers every `COALESCE_S` (`jobs/perf/stream_fill.py`).
+YIELD_FILL = 8
+COALESCE_MOST_S = 0.3
 
 #: Seconds a stream with nothing outstanding and nothing to send waits before it ends.
 IDLE_S = 30.0
@@ -128,7 +136,8 @@ class AnswerStreams:
             if s.outstanding == 0:
                 s.drained.set()
 
-    async def stream(self, sid: str, coalesce_s: float = COALESCE_S, idle_s: float = IDLE_S):
+    async def stream(self, sid: str, coalesce_s: float = COALESCE_S, idle_s: float = IDLE_S,
+                     fill: int = YIELD_FILL, most_s: float = COALESCE_MOST_S):
         """Yield lists of ``(tag, answer dict)`` as they finish, until idle."""
         s = self._session(sid)
         while True:
@@ -141,8 +150,20 @@ class AnswerStreams:
                         return
                     continue
             if s.outstanding:  # more to come: gather what finishes meanwhile
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(s.drained.wait(), coalesce_s)
+                await _gather(s, coalesce_s, fill, most_s)
             s.event.clear()
             out, s.ready = s.ready, []
             yield out
+
+
+async def _gather(s: _Session, coalesce_s: float, fill: int, most_s: float) -> None:
+    """Wait ``coalesce_s`` for what finishes meanwhile, then on until ``fill`` answers are
+    ready or ``most_s`` has passed; at once when nothing is left outstanding."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + most_s
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(s.drained.wait(), coalesce_s)
+    while s.outstanding and len(s.ready) < fill and (left := until - loop.time()) > 0:
+        s.event.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(s.event.wait(), left)
