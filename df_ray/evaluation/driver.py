@@ -26,13 +26,14 @@ from typing import Any, Protocol
 from df_ray.core import CalibrationRecord
 from df_ray.engines.base import ChatRequest, Completion, repair_completion
 from df_ray.evaluation.context import build_context
+from df_ray.evaluation.planned import Answered, PlannedCall, Row
 from df_ray.evaluation.scoring import (
     STOPS_THE_RUN,
     ResultRow,
     describe_exception,
     finish_and_score,
 )
-from df_ray.methods.base import Call, CallRecord, Method, MethodContext, Outcome, SampleState
+from df_ray.methods.base import CallRecord, Method, MethodContext, Outcome, SampleState
 from df_ray.tasks.base import Sample
 
 log = logging.getLogger(__name__)
@@ -124,27 +125,6 @@ class Member:
                    for_calibration)
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedCall:
-    round: int
-    row: int
-    member: int
-    call: Call
-
-
-Row = list[SampleState]
-
-
-class _Answered:
-    """A round's answers, by planned call: the completion, whether it cost nothing (the row,
-    the cache, or a duplicate in the batch answered it) and the surrogates repaired in it."""
-
-    def __init__(self, n: int) -> None:
-        self.results: list[Completion | None] = [None] * n
-        self.cached = [False] * n
-        self.repaired = [0] * n
-
-
 @dataclass
 class Driver:
     """Runs the members' rounds for batches of rows (see the module docstring).
@@ -182,49 +162,75 @@ class Driver:
         if self.keep_plan:
             self.planned.extend(planned)
         keys = [p.call.request.key() for p in planned]
-        answered = _Answered(len(planned))
+        answered = Answered(len(planned))
         todo = self._known_answers(rows, planned, keys, answered)
         if todo:
             self._ask_engines(planned, todo, answered, busy)
+        self._record(rows, planned, keys, answered)
+
+    def run_rows(self, rows: Sequence[Row], busy: list[list[float]] | None = None) -> None:
+        """Every round over ``rows``, each row on to its next round as soon as its own calls
+        are answered, not when the batch's slowest call of the round is
+        (`df_ray.evaluation.rolling`): the same records, cached flags, tokens and cache
+        writes as ``run_round`` round after round. An engine client without
+        ``generate_rolling`` (the shared service's, the in-process ``EngineRouter``) runs
+        them round after round."""
+        if getattr(self.engine, "generate_rolling", None) is None:
+            for r in range(self.rounds):
+                self.run_round(r, rows, busy)
+            return
+        from df_ray.evaluation.rolling import RollingBatch
+
+        RollingBatch(self, rows, busy).run()
+
+    def _plan_round(self, round: int, rows: Sequence[Row],
+                    busy: list[list[float]] | None) -> list[PlannedCall]:
+        """Every live member's calls for every row this round (``_plan_row``)."""
+        return [p for i in range(len(rows)) for p in self._plan_row(round, i, rows[i], busy)]
+
+    def _plan_row(self, round: int, i: int, states: Row,
+                  busy: list[list[float]] | None) -> list[PlannedCall]:
+        """Every live member's calls for row ``i`` this round; a sample whose ``plan``
+        raises is done, with its error (its error row, not the batch's)."""
+        planned: list[PlannedCall] = []
+        for m, (member, st) in enumerate(zip(self.members, states, strict=True)):
+            if st.done or round >= member.rounds:
+                continue
+            t = time.perf_counter()
+            try:
+                # planned (and keyed) in full before any is kept: a plan that raises
+                # half-way leaves no calls behind
+                mine = [PlannedCall(round, i, m, call)
+                        for call in member.method.plan(round, st, member.ctx)]
+                for p in mine:
+                    p.call.request.key()
+            except STOPS_THE_RUN:  # the configuration's or an engine's: the run stops
+                raise
+            except Exception as e:  # this sample's fault: its error row, not the batch's
+                st.error = describe_exception(f"plan round {round}", e)
+                st.done = True
+                mine = []
+            planned.extend(mine)
+            if busy is not None:
+                busy[i][m] += time.perf_counter() - t
+        return planned
+
+    @staticmethod
+    def _record(rows: Sequence[Row], planned: Sequence[PlannedCall], keys: Sequence[str],
+                answered: Answered) -> None:
+        """Append each planned call's record to its state, in the planned order."""
         for j, p in enumerate(planned):
             comp = answered.results[j]
             assert comp is not None
             rows[p.row][p.member].calls.append(CallRecord(
-                round=round, role=p.call.role, agent=p.call.agent, key=keys[j], text=comp.text,
-                prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens,
-                cached=answered.cached[j], error=comp.error, finish_reason=comp.finish_reason,
+                round=p.round, role=p.call.role, agent=p.call.agent, key=keys[j],
+                text=comp.text, prompt_tokens=comp.prompt_tokens,
+                completion_tokens=comp.completion_tokens, cached=answered.cached[j],
+                error=comp.error, finish_reason=comp.finish_reason,
                 repaired=answered.repaired[j]))
 
-    def _plan_round(self, round: int, rows: Sequence[Row],
-                    busy: list[list[float]] | None) -> list[PlannedCall]:
-        """Every live member's calls for every row this round; a sample whose ``plan``
-        raises is done, with its error (its error row, not the batch's)."""
-        planned: list[PlannedCall] = []
-        for i, states in enumerate(rows):
-            for m, (member, st) in enumerate(zip(self.members, states, strict=True)):
-                if st.done or round >= member.rounds:
-                    continue
-                t = time.perf_counter()
-                try:
-                    # planned (and keyed) in full before any is kept: a plan that raises
-                    # half-way leaves no calls behind
-                    mine = [PlannedCall(round, i, m, call)
-                            for call in member.method.plan(round, st, member.ctx)]
-                    for p in mine:
-                        p.call.request.key()
-                except STOPS_THE_RUN:  # the configuration's or an engine's: the run stops
-                    raise
-                except Exception as e:  # this sample's fault: its error row, not the batch's
-                    st.error = describe_exception(f"plan round {round}", e)
-                    st.done = True
-                    mine = []
-                planned.extend(mine)
-                if busy is not None:
-                    busy[i][m] += time.perf_counter() - t
-        return planned
-
     def _known_answers(self, rows: Sequence[Row], planned: Sequence[PlannedCall],
-                       keys: Sequence[str], answered: _Answered) -> dict[str, list[int]]:
+                       keys: Sequence[str], answered: Answered) -> dict[str, list[int]]:
         """Answer what the rows already hold (calls another member made for the sample in an
         earlier round: they ride in the row; another stage's cache writes may not be listed
         yet), then what the cache holds; the rest by key (key -> the planned calls)."""
@@ -250,7 +256,7 @@ class Driver:
         return todo
 
     def _ask_engines(self, planned: Sequence[PlannedCall], todo: dict[str, list[int]],
-                     answered: _Answered, busy: list[list[float]] | None) -> None:
+                     answered: Answered, busy: list[list[float]] | None) -> None:
         """One engine call per distinct request of ``todo``, its answers cached (as they
         come when the engine client can say so) and given to every planned call of it."""
         cache = self.cache
@@ -258,12 +264,7 @@ class Driver:
         t = time.perf_counter()
         sink = None
         if cache is not None and getattr(self.engine, "answers_as_they_come", False):
-            # cached as they come, not when the round's slowest call ends: a run killed
-            # mid-round, or stopped by an engine failure, keeps the answers it had (a cache
-            # that holds its writes, a stage's WriteBehind, takes them its own way)
-            own = getattr(cache, "sink", None)
-            sink = own(reqs) if own is not None else _AnswerSink(cache, reqs,
-                                                                 self.on_interrupt)
+            sink = self._sink(reqs)
             try:
                 answers = self.engine.generate(reqs, on_answer=sink.add)
             finally:
@@ -284,6 +285,15 @@ class Driver:
                 answered.results[j] = comp
                 answered.repaired[j] = n_fixed
                 answered.cached[j] = n > 0  # a duplicate within the batch costs nothing
+
+    def _sink(self, requests: Sequence[ChatRequest]) -> Any:
+        """What caches the answers to ``requests`` (by index) as they come, not when the
+        round's slowest call ends: a run killed mid-round, or stopped by an engine failure,
+        keeps the answers it had (a cache that holds its writes, a stage's WriteBehind,
+        takes them its own way). ``add(i, completion)``, then ``flush()``."""
+        own = getattr(self.cache, "sink", None)
+        return own(requests) if own is not None else _AnswerSink(self.cache, requests,
+                                                                 self.on_interrupt)
 
     # ------------------------------------------------------------------ the end
     def finish(self, rows: Sequence[Row], busy: list[list[float]] | None = None

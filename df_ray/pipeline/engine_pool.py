@@ -610,24 +610,61 @@ class EngineClient:
                  ) -> list[Completion]:
         """Answer every request; all backbones and replicas work at once. ``on_answer(i,
         completion)`` is called, in this thread, for each request answered, as it is."""
-        calls = [_Call(self.backbone_of(r), "generate", (r.to_dict(), r.key())) for r in requests]
-        results: list[Completion | None] = [None] * len(requests)
+        def done(i: int, completion: Completion, ok: bool) -> Sequence[ChatRequest]:
+            if ok and on_answer is not None:
+                on_answer(i, completion)
+            return ()
+
+        return self._generate(requests, done)
+
+    def generate_rolling(self, first: Sequence[ChatRequest],
+                         on_answer: Callable[[int, Completion], Sequence[ChatRequest]]
+                         ) -> list[Completion]:
+        """``generate`` for requests that lead to more: ``on_answer(i, completion)`` is
+        called, in this thread, once for each request when its final answer comes (an
+        ``error`` completion when its retries ran out), and the requests it returns join the
+        serve at once (the next indices), sent with the other threads' at the loop's next
+        pass. Every answer, in index order. Should ``on_answer`` raise, the calls in flight
+        are forgotten (their answers, should they come, are dropped) and it raises."""
+        return self._generate(first, lambda i, c, _ok: on_answer(i, c))
+
+    def _generate(self, requests: Sequence[ChatRequest],
+                  done: Callable[[int, Completion, bool], Sequence[ChatRequest]]
+                  ) -> list[Completion]:
+        """Both ``generate``s: ``done(i, completion, answered)`` for each request's final
+        answer (``answered``: the engine's, not an error), its requests added to the serve."""
+        calls: list[_Call] = []
+        results: list[Completion | None] = []
+        raised: list[BaseException] = []  # what ``done`` raised: the serve stops
+
+        def add(more: Sequence[ChatRequest]) -> None:
+            for r in more:
+                calls.append(_Call(self.backbone_of(r), "generate", (r.to_dict(), r.key())))
+                results.append(None)
+
+        def finish(i: int, completion: Completion, ok: bool) -> None:
+            results[i] = completion
+            if raised:
+                return
+            try:  # raised at the loop's next pass, not from inside its fault handling
+                add(done(i, completion, ok))
+            except BaseException as e:
+                raised.append(e)
 
         def answered(i: int, d: Any) -> str | None:
             if "failed" in d:
                 return f"engine error: {d['failed']}"
             if d.pop("journaled", False):
                 self.journaled.add(calls[i].payload[1])
-            results[i] = Completion(**d)
-            if on_answer is not None:
-                on_answer(i, results[i])
+            finish(i, Completion(**d), True)
             return None
 
         def gave_up(i: int, completion: Completion | None) -> None:
-            results[i] = completion or Completion(
-                "", 0, 0, error=calls[i].last_error or "engine failed")
+            finish(i, completion or Completion(
+                "", 0, 0, error=calls[i].last_error or "engine failed"), False)
 
-        self._serve(calls, answered, gave_up)
+        add(requests)
+        self._serve(calls, answered, gave_up, lambda: raised[0] if raised else None)
         return [r if r is not None else Completion("", 0, 0, error="engine failed")
                 for r in results]
 
@@ -652,13 +689,16 @@ class EngineClient:
 
     # -- the one loop
     def _serve(self, calls: list[_Call], answered: Callable[[int, Any], str | None],
-               gave_up: Callable[[int, Completion | None], None]) -> None:
+               gave_up: Callable[[int, Completion | None], None],
+               halted: Callable[[], BaseException | None] = lambda: None) -> None:
         """Send every call and take each answer as it comes, through every fault (see the
         class docstring). Generations bound for one replica go as one flight (through the
         `Mux`: answers stream back as each finishes). ``answered(i, value)``
         returns an engine error for a value that is one (the call is retried), else None;
         ``gave_up(i, completion)`` ends a call whose retries ran out (``completion``: the
-        client's own timeout answer, or None)."""
+        client's own timeout answer, or None). Calls the two append to ``calls`` are sent
+        at the loop's next pass; once ``halted()`` gives an exception, the calls not
+        answered yet are forgotten and it is raised."""
         inflight: dict[int, _Flight] = {}  # the mux's flight id -> what it carries
         inbox: queue.SimpleQueue = queue.SimpleQueue()  # the mux's messages for this loop
         outbox: dict[tuple[str, int], list[int]] = {}  # replica -> calls to send it
@@ -681,19 +721,41 @@ class EngineClient:
             else:
                 send(i, avoid)
 
-        for i in range(len(calls)):
-            send(i)
-        while True:
-            self._place(pending, calls, outbox, parked)
-            self._flush(outbox, inflight, calls, inbox)
-            if not (inflight or parked):
-                return
-            self._take(inflight, inbox, calls, answered, failed,
-                       PARK_POLL_S if parked else 10.0)
-            if inflight:
-                self._police(inflight, calls, killed, failed, gave_up)
-            if parked:
-                self._unpark(parked, probes, calls, send, gave_up)
+        sent = 0
+        try:
+            while True:
+                stop = halted()
+                if stop is not None:
+                    raise stop
+                for i in range(sent, len(calls)):  # the first calls, then those answers added
+                    send(i)
+                sent = len(calls)
+                self._place(pending, calls, outbox, parked)
+                self._flush(outbox, inflight, calls, inbox)
+                if not (inflight or parked):
+                    return
+                self._take(inflight, inbox, calls, answered, failed,
+                           PARK_POLL_S if parked else 10.0)
+                if inflight:
+                    self._police(inflight, calls, killed, failed, gave_up)
+                if parked:
+                    self._unpark(parked, probes, calls, send, gave_up)
+        except BaseException:  # a callback raised (the run stops): nothing left in flight
+            self._abandon(outbox, inflight)
+            raise
+
+    def _abandon(self, outbox: dict[tuple[str, int], list[int]], inflight: dict) -> None:
+        """Forget the calls not sent yet and those in flight (their answers, should they
+        come, are dropped), and give their replicas back the load they counted."""
+        for (name, k), idxs in outbox.items():
+            for _ in idxs:
+                self._release(name, k)
+        outbox.clear()
+        for ref, f in list(inflight.items()):
+            self.mux.forget(ref)
+            for _ in f.take_all():
+                self._release(f.name, f.k)
+        inflight.clear()
 
     def _flush(self, outbox: dict[tuple[str, int], list[int]], inflight: dict,
                calls: list[_Call], inbox: queue.SimpleQueue) -> None:

@@ -84,6 +84,8 @@ class EvaluationStage:
     own, a JSON object), ``config`` (its index) and ``busy_s``; in
     a calibration pass ``sample_id``, ``record`` (JSON) and ``config``.
 
+    Each sample moves to its next round as soon as its own calls are answered, not when the
+    batch's slowest call of the round is (``Driver.run_rows``, `df_ray.evaluation.rolling`).
     One stage for all rounds, not one per round: a batch in flight mostly waits on engines,
     and the actor's other threads keep the engines fed meanwhile, so per-round stages bought
     no throughput, while each added an actor pool to start (a Ray worker process per actor,
@@ -130,9 +132,8 @@ class EvaluationStage:
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         rows = self.driver.new_rows([decode_sample(s) for s in batch["sample"]])
         busy = [[0.0] * len(self.members) for _ in rows]
-        try:
-            for r in range(self.driver.rounds):
-                self.driver.run_round(r, rows, busy=busy)
+        try:  # each sample on to its next round as soon as its own calls are answered
+            self.driver.run_rows(rows, busy=busy)
         finally:  # the batch's answers are in the cache (or journaled) before its rows leave
             self.cache.flush(batch_end=True)
         if self.for_calibration:
