@@ -72,7 +72,9 @@ class EngineRouter:
     a batch has each of its requests tried alone (``retries`` more times), and a request that
     still raises is one failed call (``engine error: ...``), not the batch's; an engine whose
     token count raises is an ``EngineFailure`` (the run stops, as a job's does). Answers
-    reach the driver's cache as each engine's batch returns (``on_answer``)."""
+    reach the driver's cache as each engine's batch returns (``on_answer``). In process the
+    driver runs rounds one after the other (``Driver.run``), so it has no
+    ``generate_rolling``: its engines answer a whole batch at a time anyway."""
 
     #: ``generate`` takes ``on_answer``: the driver then caches answers as they come.
     answers_as_they_come = True

@@ -7,11 +7,14 @@ call another member made in an earlier round), then from the generation cache, t
 the rest to the engine client, once per distinct request (the first member to ask pays, the
 others read it as cached), persists the new completions and appends the call records.
 After the last round ``finish`` scores every state (``ResultRow``) or, for a calibration
-pass, turns it into a calibration record.
+pass, turns it into a calibration record. ``run_rows`` runs every round of a batch with no
+barrier between rounds: each row moves to its next round as soon as its own calls are
+answered (``df_ray.evaluation.rolling``; what the Ray stage runs), with the same results.
 
 The same driver runs inside a Ray Data stage (``df_ray.pipeline.stages``), in the tests and
 in a plain Python process (``df_ray.evaluate``): the engine client is anything with
-``generate(requests) -> completions``, the cache anything with ``get``/``put_many``.
+``generate(requests) -> completions`` (and ``generate_rolling`` for ``run_rows`` to roll),
+the cache anything with ``get``/``put_many``.
 """
 
 from __future__ import annotations

@@ -478,6 +478,10 @@ class EngineClient:
 
     When the retries run out a request is answered with its last error (a token count raises
     `EngineFailure`); its batch-mates are not.
+
+    ``generate_rolling`` is ``generate`` for calls that lead to more (a sample's next round
+    once its own calls are answered, `df_ray.evaluation.rolling`): the calls its answer
+    callback returns join the same loop, and every fault path above applies to them.
     """
 
     def __init__(self, handles: Mapping[str, list[Any]], specs: Mapping[str, EngineSpec],

@@ -17,11 +17,13 @@ from df_ray.tasks.base import Sample
 #: 1,024 sequences (an H100 of vLLM's defaults).
 MAX_BATCHES_IN_FLIGHT = 1024
 
-#: Requests kept in flight per request an engine schedules at once. A batch moves to its next
-#: round only when its slowest call is answered, and completion lengths are long-tailed, so
-#: the calls of a batch finish one by one while the batch keeps its place: with only the
-#: engine's capacity in flight, a vLLM engine ran 47 of its 128 sequences on average
-#: (jobs/perf/vllm_throughput.py). The surplus waits in the engine's own queue, where the
+#: Requests kept in flight per request an engine schedules at once. A sample moves to its
+#: next round as soon as its own calls are answered (`df_ray.evaluation.rolling`), but a
+#: batch keeps its place until its slowest sample is done, and completion lengths are
+#: long-tailed, so the samples of a batch finish one by one while the batch keeps its place
+#: (measured when a batch moved to its next round only once its slowest call was answered):
+#: with only the engine's capacity in flight, a vLLM engine ran 47 of its 128 sequences on
+#: average (jobs/perf/vllm_throughput.py). The surplus waits in the engine's own queue, where the
 #: scheduler admits it the moment a sequence finishes. At 3, the slowest of a batch's 48
 #: calls (four to five times the mean at the simulated engine's log-normal shape 1.0) held
 #: its place so long that the agents' engines emptied while the coordinator's round ran and
@@ -96,13 +98,13 @@ def stage_plan(cfg: RunConfig, n_blocks: int, rounds: int = 1,
     engines' capacity (what they schedule at once: vLLM's ``max_num_seqs``, llama.cpp's
     ``n_parallel``, a static engine's batch size; ``capacities`` when the running engines
     reported it, else the spec's figure), times the replicas, times ``HEADROOM`` for the
-    calls that wait on their batch's slowest. That is ``rounds`` times the batches that hold
+    samples that wait on their batch's slowest. That is ``rounds`` times the batches that hold
     it, plus one to overlap the CPU work, never more than there are blocks (nor
-    ``MAX_BATCHES_IN_FLIGHT``). Batches at different rounds are in flight together, so
-    one batch's coordinator round overlaps the next batches' agent rounds. A batch in flight
-    mostly waits on engines, so the batches share ``cfg.concurrency`` actors as threads:
-    every actor is a process start (seconds on a small machine, paid once per pipeline), a
-    thread is free.
+    ``MAX_BATCHES_IN_FLIGHT``). Batches (and a batch's samples) at different rounds are in
+    flight together, so one batch's coordinator calls overlap the next batches' agent
+    rounds. A batch in flight mostly waits on engines, so the batches share
+    ``cfg.concurrency`` actors as threads: every actor is a process start (seconds on a
+    small machine, paid once per pipeline), a thread is free.
     """
     capacities = capacities or {}
     need = max(-(-HEADROOM * (capacities.get(name) or spec.replicas * spec.capacity)

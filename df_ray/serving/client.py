@@ -327,7 +327,9 @@ class ServeClient:
 
 
 class MixedClient:
-    """The EngineClient interface over job-owned and served backbones together."""
+    """The EngineClient interface over job-owned and served backbones together. It has no
+    ``generate_rolling`` (its served and owned requests go by different paths): a stage over
+    it runs a batch's rounds one after the other (``Driver.run_rows``)."""
 
     def __init__(self, handles: Mapping[str, list[Any]], specs: Mapping[str, EngineSpec],
                  retries: int = 2) -> None:

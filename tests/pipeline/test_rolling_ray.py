@@ -1,7 +1,8 @@
 """Rows that move on as soon as their own calls are answered, through the real engine client
 and stage on a local Ray with scripted engines: the same rows and cache as round by round,
 a sample's coordinator call sent while another sample's agent call is still held by its
-engine, and a run stopped mid-batch with nothing left in flight.
+engine, a run stopped mid-batch with nothing left in flight, and an added call through the
+client's fault path.
 
 Agent a1's backbone has two replicas, so one replica can hold one sample's call (the
 responder below waits on a file) while the other answers the other sample's."""
@@ -162,3 +163,24 @@ def test_a_run_stopped_mid_batch_leaves_nothing_in_flight(pool, tmp_path):
                         sampling=SamplingParams(max_tokens=16), backbone="bhold")
     (again,) = client.generate([after])
     assert again.error is None
+
+
+def test_a_call_added_to_the_serve_goes_through_the_fault_path(ray_local, tmp_path):
+    # The coordinator's replica exits on its second request, a call added to the serve when
+    # its sample's agents answered: it meets the replica gone, is retried on the restarted
+    # replica, and the rows are whole
+    cfg = config(tmp_path)
+    backbones = {**cfg.backbones, "bc": cfg.backbones["bc"].model_copy(update={
+        "engine_args": {"exit_on_call": [2], "fault_marker": str(tmp_path / "exited")}})}
+    pool = EnginePool(backbones)
+    try:
+        pool.wait_ready(120)
+        driver = Driver([Member.from_config(cfg)], pool.client(retries=2))
+        rows = driver.new_rows(samples(4))
+        driver.run_rows(rows)
+    finally:
+        pool.shutdown()
+    assert (tmp_path / "exited").exists()
+    calls = [c for sts in rows for st in sts for c in st.calls]
+    assert len(calls) == 16 and all(c.error is None for c in calls)
+    assert sum(c.role == "coordinator" for c in calls) == 4
