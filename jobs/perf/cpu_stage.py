@@ -153,6 +153,17 @@ class LocalEngines:
         self.requests += len(requests)
         return out
 
+    def generate_rolling(self, first, on_answer):
+        """The stage's path (each sample on to its next round as its own calls are
+        answered): every request answered in the order it came, the requests each answer
+        leads to after those already waiting."""
+        todo, out = list(first), []
+        while len(out) < len(todo):
+            (c,) = self.generate([todo[len(out)]])
+            out.append(c)
+            todo.extend(on_answer(len(out) - 1, c))
+        return out
+
     def count_tokens(self, backbone: str, texts) -> list[int]:
         return [self.engines[backbone].count_tokens(t) for t in texts]
 
