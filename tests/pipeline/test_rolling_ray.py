@@ -4,8 +4,8 @@ a sample's coordinator call sent while another sample's agent call is still held
 engine, a run stopped mid-batch with nothing left in flight, and an added call through the
 client's fault path.
 
-Agent a1's backbone has two replicas, so one replica can hold one sample's call (the
-responder below waits on a file) while the other answers the other sample's."""
+Agent a1's backbone takes one request at a time, in the order they came: the responder below
+holds the last sample's a1 call (it waits on a file), after the others' were answered."""
 
 from __future__ import annotations
 
@@ -33,33 +33,33 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = "tests.pipeline.test_rolling_ray:respond"
 GATE = re.compile(r"gate=(\S+)")
+HOLD = re.compile(r"hold=(\S+)")
 HOLD_S = 60.0  # the most the held call waits (only a stage that never sends the call does)
 
 
 def respond(request: ChatRequest) -> str:
     """Answers fixed by the model and the prompt, agreeing on some samples only. A prompt
-    naming a gate folder: s0's a1 call (model m1) is held until ``release`` or
-    ``coordinator-s1`` is in it (the latter written when s1's coordinator call arrives),
-    and says in ``held`` which it saw."""
+    naming a gate folder: s0's coordinator call writes ``coordinator-s0`` in it as it
+    arrives; the a1 call (model m1) of a sample whose question says ``hold=NAME`` is held
+    until NAME is in the folder, and writes in ``held`` whether it came (``HOLD_S``)."""
     text = "\n".join(m.content for m in request.messages)
     gate = GATE.search(text)
     if gate is not None:
         folder = Path(gate.group(1))
-        if request.model == "mc" and "[s1]" in text:
-            (folder / "coordinator-s1").touch()
-        if request.model == "m1" and "[s0]" in last_user_content(request):
-            seen = _wait_for(folder, ("coordinator-s1", "release"))
-            (folder / "held").write_text(seen)
+        if request.model == "mc" and "[s0]" in text:
+            (folder / "coordinator-s0").touch()
+        hold = HOLD.search(last_user_content(request))
+        if request.model == "m1" and hold is not None:
+            (folder / "held").write_text(_wait_for(folder, hold.group(1)))
     h = hashlib.sha256(f"{request.model}|{last_user_content(request)}".encode()).digest()
     return f"Reasoning.\nAnswer: {'BBBC'[h[0] % 4]}\nConfidence: 0.{5 + h[1] % 5}"
 
 
-def _wait_for(folder: Path, names: tuple[str, ...]) -> str:
+def _wait_for(folder: Path, name: str) -> str:
     deadline = time.monotonic() + HOLD_S
     while time.monotonic() < deadline:
-        for n in names:
-            if (folder / n).exists():
-                return n
+        if (folder / name).exists():
+            return name
         time.sleep(0.05)
     return "nothing"
 
@@ -67,7 +67,7 @@ def _wait_for(folder: Path, names: tuple[str, ...]) -> str:
 def config(tmp_path: Path, method: str = "darkforest", **over) -> RunConfig:
     spec = {"kind": "scripted", "script": SCRIPT}
     d = {"name": over.pop("name", method), "benchmark": "mmlu_pro", "method": method,
-         "backbones": {"bhold": {**spec, "model": "m1", "replicas": 2},
+         "backbones": {"bhold": {**spec, "model": "m1", "max_batch_size": 1},
                        "b2": {**spec, "model": "m2"}, "b3": {**spec, "model": "m3"},
                        "bc": {**spec, "model": "mc"}},
          "agents": [{"id": "a1", "backbone": "bhold"}, {"id": "a2", "backbone": "b2"},
@@ -79,10 +79,15 @@ def config(tmp_path: Path, method: str = "darkforest", **over) -> RunConfig:
     return RunConfig.model_validate(d)
 
 
-def samples(n: int, gate: Path | None = None) -> list[Sample]:
-    where = f" gate={gate}" if gate is not None else ""
-    return [Sample(id=f"s{i}", task="mmlu_pro", question=f"[s{i}]{where} Which option fits "
-                   f"item {i}? (A) one (B) two (C) three (D) four", gold="B",
+def samples(n: int, gate: Path | None = None, hold: str = "") -> list[Sample]:
+    """``n`` samples; with a gate folder, the last one's a1 call held until ``hold``."""
+    def where(i: int) -> str:
+        if gate is None:
+            return ""
+        return f" gate={gate}" + (f" hold={hold}" if i == n - 1 else "")
+
+    return [Sample(id=f"s{i}", task="mmlu_pro", question=f"[s{i}]{where(i)} Which option "
+                   f"fits item {i}? (A) one (B) two (C) three (D) four", gold="B",
                    meta={"n_options": 4, "category": "math"}) for i in range(n)]
 
 
@@ -133,10 +138,11 @@ def test_a_samples_coordinator_call_goes_while_another_samples_call_is_held(pool
     gate = tmp_path / "gate"
     gate.mkdir()
     cfg = config(tmp_path)
-    out = list(stream_batches(pool.handles, [RunPlan.of(cfg)], samples(2, gate)))
+    out = list(stream_batches(pool.handles, [RunPlan.of(cfg)],
+                              samples(2, gate, hold="coordinator-s0")))
     assert sum(t.num_rows for t in out) == 2
-    # s0's held a1 call was released by s1's coordinator call, not by waiting it out
-    assert (gate / "held").read_text() == "coordinator-s1"
+    # s1's held a1 call was released by s0's coordinator call, not by waiting it out
+    assert (gate / "held").read_text() == "coordinator-s0"
 
 
 class _StopsOnS1(DarkForest):
@@ -153,9 +159,9 @@ def test_a_run_stopped_mid_batch_leaves_nothing_in_flight(pool, tmp_path):
     member.method.__class__ = _StopsOnS1
     client = pool.client()
     driver = Driver([member], client, WriteBehind(GenerationCache(str(tmp_path / "c"))))
-    # s0's a1 call is held by its replica while s1's first round ends and its plan stops
+    # s2's a1 call is held by its replica while s1's first round ends and its plan stops
     with pytest.raises(MethodArgsError, match="stop on s1"):
-        driver.run_rows(driver.new_rows(samples(3, gate)))
+        driver.run_rows(driver.new_rows(samples(3, gate, hold="release")))
     assert not (gate / "held").exists()  # it was still in flight
     assert all(n == 0 for loads in client.outstanding().values() for n in loads)
     (gate / "release").touch()
