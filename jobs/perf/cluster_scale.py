@@ -21,7 +21,11 @@ made: costs per second (Ray's daemons, idle replicas) are then charged to reques
 rate this machine served them. With two sample counts (``--samples 1000 2000``) each size
 runs both, and what each EXTRA request costs is printed too: the two whole jobs' CPU
 differenced by role (fixed costs cancel), and that less the idle cluster's own CPU per second
-(sampled for ``--idle-s`` after the job) over the extra wall time.
+(sampled for ``--idle-s`` after the job) over the extra wall time. One pair of jobs moves that
+figure by half a millisecond or more on a shared two-core machine (each job's wall, and so its
+costs per second, is the machine's); with three or more counts (``--samples 700 1400 2100``)
+it is the least-squares slope of each role's CPU on the requests over every job, printed with
+its 95% interval (statsmodels' OLS).
 
 Head capacity, labelled: ``[old figure]`` 1000 / (the busiest single head process's CPU-ms
 per request while the engines ran: a stage actor's share or the driver) / 40; ``[new
@@ -349,6 +353,53 @@ def marginal(small: dict, big: dict, a: argparse.Namespace) -> dict | None:
             "head_gpus": head_feeds(slope, a, "each extra request")}
 
 
+def fit_slope(x: list[float], y: list[float]) -> tuple[float, float, float]:
+    """The least-squares slope of ``y`` on ``x`` and its 95% confidence interval
+    (statsmodels' OLS, intercept fitted): what one more unit of ``x`` adds to ``y``."""
+    import statsmodels.api as sm
+
+    fit = sm.OLS(list(y), sm.add_constant(list(x))).fit()
+    lo, hi = fit.conf_int(0.05)[1]
+    return float(fit.params[1]), float(lo), float(hi)
+
+
+def marginal_fit(runs: list[dict], a: argparse.Namespace) -> dict:
+    """What each extra request costs, fitted over three or more jobs of different sample
+    counts: each role's whole-job CPU regressed on the requests served (the fixed costs are
+    the intercept), with a 95% interval that says how far one machine's noise moves it; then
+    the same for each job's CPU less the idle cluster's CPU per second over its wall (Ray's
+    daemons and idle replicas, a cost per second, not per request)."""
+    x = [r["requests"] for r in runs]
+
+    def total(r: dict, net: bool) -> dict[str, float]:
+        d = {k: r["cpu"][k] for k in ROLES + RAY_NODES}
+        if net:  # the idle cluster's own CPU per second over this job's wall, taken out
+            for k in RAY_NODES:
+                d[k] -= r["idle"].get(k, 0.0) * r["wall"]
+            d["ray"] = d["ray_head"] + d["ray_workers"]
+        d["all"] = sum(d[k] for k in ROLES)
+        return d
+
+    print(f"\n## {runs[-1]['gpus']} declared GPUs, each extra request (fitted over "
+          f"{len(runs)} jobs: {', '.join(str(n) for n in x)} requests; 95% intervals)")
+    out = {}
+    for net in (False, True):
+        fits = {k: tuple(1000.0 * v for v in fit_slope(x, [total(r, net)[k] for r in runs]))
+                for k in (*ROLES, *RAY_NODES, "all")}
+        label = ("less the idle cluster's CPU per second over each job's wall" if net
+                 else "CPU-ms per extra request")
+        print(f"{label}: " + ", ".join(f"{k} {fits[k][0]:.2f}" for k in ROLES)
+              + f" (Ray on the head {fits['ray_head'][0]:.2f}); all but the simulated "
+                f"engines' loop {fits['all'][0]:.2f} [{fits['all'][1]:.2f}, "
+                f"{fits['all'][2]:.2f}]")
+        out["net" if net else "gross"] = fits["all"]
+        if not net:
+            slope = {k: v[0] for k, v in fits.items()}
+            out["head_gpus"] = head_feeds(slope, a, "each extra request, fitted")
+    return {"gross": out["gross"][0], "net": out["net"][0], "ci": out["gross"][1:],
+            "net_ci": out["net"][1:], "head_gpus": out["head_gpus"]}
+
+
 def summary(rows: list[tuple[dict, dict | None]]) -> None:
     """One line per size against the issue's goals (at most 1 CPU-ms per request, a head
     feeding at least 64 GPUs, the engines at 0.9 of their bound over their window at 4)."""
@@ -360,7 +411,12 @@ def summary(rows: list[tuple[dict, dict | None]]) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for r, m in rows:
         steady = sum(r["ms_steady"][k] for k in ROLES)
-        extra = (f"{m['gross']:.2f} | {m['net']:.2f}" if m else "- | -")
+        extra = "- | -"
+        if m and "ci" in m:
+            extra = (f"{m['gross']:.2f} [{m['ci'][0]:.2f}, {m['ci'][1]:.2f}] | {m['net']:.2f} "
+                     f"[{m['net_ci'][0]:.2f}, {m['net_ci'][1]:.2f}]")
+        elif m:
+            extra = f"{m['gross']:.2f} | {m['net']:.2f}"
         head_extra = f"{m['head_gpus']:.0f}" if m else "-"
         print(f"| {r['gpus']} | {r['requests']} | {r['bound'] / r['window']:.2f} | {steady:.2f} "
               f"| {extra} | {r['head_gpus']:.0f} / {r['head_gpus_new']:.0f} | {head_extra} |")
@@ -370,8 +426,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpus", type=int, nargs="+", default=[4, 8, 16])
     p.add_argument("--samples", type=int, nargs="+", default=[2000],
-                   help="one count, or two (each size runs both and prints what each extra "
-                        "request costs)")
+                   help="one count, two (each size runs both and prints what each extra "
+                        "request costs, the jobs differenced) or more (that cost fitted over "
+                        "them, with a 95%% interval)")
     p.add_argument("--source", help="an MMLU-Pro file in GoA's schema (default: synthetic)")
     p.add_argument("--nodes", type=int, default=2, help="worker nodes (the head has no GPU)")
     p.add_argument("--head-cpus", type=int, default=8)
@@ -403,7 +460,8 @@ def main() -> int:
                     runs.append(measure(gpus, samples, a, Path(tmp), tree))
                     report(runs[-1], a)
                     sys.stdout.flush()
-            m = marginal(runs[0], runs[-1], a) if len(runs) > 1 else None
+            m = (marginal_fit(runs, a) if len(runs) > 2
+                 else marginal(runs[0], runs[-1], a) if len(runs) > 1 else None)
             rows[tree].append((runs[-1], m))
             sys.stdout.flush()
     for tree in trees:
