@@ -162,11 +162,7 @@ class Driver:
         planned = self._plan_round(round, rows, busy)
         if not planned:
             return
-        if self.keep_plan:
-            self.planned.extend(planned)
-        keys = [p.call.request.key() for p in planned]
-        answered = Answered(len(planned))
-        todo = self._known_answers(rows, planned, keys, answered)
+        keys, answered, todo = self._resolve(rows, planned)
         if todo:
             self._ask_engines(planned, todo, answered, busy)
         self._record(rows, planned, keys, answered)
@@ -231,6 +227,16 @@ class Driver:
                 completion_tokens=comp.completion_tokens, cached=answered.cached[j],
                 error=comp.error, finish_reason=comp.finish_reason,
                 repaired=answered.repaired[j]))
+
+    def _resolve(self, rows: Sequence[Row], planned: Sequence[PlannedCall]
+                 ) -> tuple[list[str], Answered, dict[str, list[int]]]:
+        """A round's planned calls keyed and answered from what is known (and kept, with
+        ``keep_plan``): their keys, their answers so far, the rest by key."""
+        if self.keep_plan:
+            self.planned.extend(planned)
+        keys = [p.call.request.key() for p in planned]
+        answered = Answered(len(planned))
+        return keys, answered, self._known_answers(rows, planned, keys, answered)
 
     def _known_answers(self, rows: Sequence[Row], planned: Sequence[PlannedCall],
                        keys: Sequence[str], answered: Answered) -> dict[str, list[int]]:

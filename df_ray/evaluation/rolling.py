@@ -100,11 +100,7 @@ class RollingBatch:
             planned = d._plan_row(r, i, self.rows[i], self.busy)
             if not planned:
                 continue
-            if d.keep_plan:
-                d.planned.extend(planned)
-            keys = [p.call.request.key() for p in planned]
-            answered = Answered(len(planned))
-            todo = d._known_answers(self.rows, planned, keys, answered)
+            keys, answered, todo = d._resolve(self.rows, planned)
             left = self._ask(i, planned, todo, answered, new)
             if left:
                 self.open[i] = _Open(r, planned, keys, answered, left)

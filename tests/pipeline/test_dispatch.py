@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from df_ray.engines import ChatRequest, Message, SamplingParams, make_spec
+from df_ray.engines import ChatRequest, Message, SamplingParams
 from df_ray.pipeline.engine_health import EngineFailure
 from df_ray.pipeline.engine_pool import MIN_CHUNK, EnginePool
 
@@ -19,21 +19,6 @@ pytestmark = pytest.mark.slow
 def req(prompt: str, backbone: str | None = "b", model: str = "m") -> ChatRequest:
     return ChatRequest(model=model, messages=(Message("user", prompt),),
                        sampling=SamplingParams(max_tokens=16), backbone=backbone)
-
-
-@pytest.fixture
-def pool_of(ray_local):
-    pools: list[EnginePool] = []
-
-    def make(**backbones: dict) -> EnginePool:
-        pool = EnginePool({n: make_spec(kind="scripted", **kw) for n, kw in backbones.items()})
-        pool.wait_ready(120)
-        pools.append(pool)
-        return pool
-
-    yield make
-    for p in pools:
-        p.shutdown()
 
 
 def served(pool: EnginePool) -> list[int]:

@@ -67,22 +67,6 @@ def test_down_and_avoided_replicas_get_nothing_while_others_are_up():
 
 # -- on real local Ray
 
-@pytest.fixture
-def pool_of(ray_local):
-    pools: list[EnginePool] = []
-
-    def make(replicas: int) -> EnginePool:
-        pool = EnginePool({"b": make_spec(kind="scripted", model="m", replicas=replicas,
-                                          script="echo")})
-        pool.wait_ready(120)
-        pools.append(pool)
-        return pool
-
-    yield make
-    for p in pools:
-        p.shutdown()
-
-
 def served(pool: EnginePool, replicas: range | list[int]) -> list[int]:
     import ray
 
@@ -91,7 +75,7 @@ def served(pool: EnginePool, replicas: range | list[int]) -> list[int]:
 
 @pytest.mark.slow
 def test_a_batch_goes_to_as_few_replicas_as_keep_the_balance(pool_of, monkeypatch):
-    pool = pool_of(4)
+    pool = pool_of(b={"model": "m", "replicas": 4, "script": "echo"})
     submits: list[int] = []  # requests per EngineActor.submit the pump makes
     real = engine_mux.Mux._submit
 
@@ -130,7 +114,7 @@ def test_a_batch_goes_to_as_few_replicas_as_keep_the_balance(pool_of, monkeypatc
 def test_a_down_replicas_requests_go_to_the_others(pool_of):
     import ray
 
-    pool = pool_of(3)
+    pool = pool_of(b={"model": "m", "replicas": 3, "script": "echo"})
     ray.kill(pool.handles["b"][0], no_restart=True)
     client = pool.client(retries=1)
     prompts = [f"q{j}" for j in range(3 * MIN_CHUNK)]
