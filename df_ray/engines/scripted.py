@@ -103,7 +103,7 @@ def majority(request: ChatRequest) -> str:
     # 60% first candidate, 25% second, 15% third.
     r = h % 100
     idx = 0 if r < 60 else (1 if r < 85 else 2)
-    answer = candidates[idx]
+    answer = candidates[min(idx, len(candidates) - 1)]  # two options: the third is the second
     confidence = 0.5 + ((h >> 16) % 50) / 100.0
     return (
         "Let me work through this step by step.\n"

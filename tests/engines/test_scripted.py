@@ -85,6 +85,15 @@ def test_majority_multiple_choice_gives_letters():
     assert len(letters) >= 2
 
 
+
+def test_majority_two_options_answers_one_of_them():
+    """With two option letters the third candidate (15% of seeds) is the second option."""
+    prompt = "True or false?\n(A) true\n(B) false\nAnswer with the letter."
+    letters = [re.search(r"\\boxed\{(.*?)\}", majority(req(prompt, seed=s))).group(1)
+               for s in range(60)]
+    assert set(letters) == {"A", "B"}
+
+
 def test_resolve_responder_forms(tmp_path):
     assert resolve_responder("echo") is echo
     assert resolve_responder("constant:ok")(req("x")) == "ok"

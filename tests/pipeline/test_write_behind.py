@@ -97,3 +97,21 @@ def test_journaled_answers_are_written_once_flush_s_passes_or_on_a_full_flush(tm
     assert len(cache_parts(tmp_path / "c")) == 1
     wb.flush()  # an interrupt's, or the last: everything held
     assert len(cache_parts(tmp_path / "c")) == 2 and wb.pending == {}
+
+
+def test_a_batch_end_reads_a_mark_that_came_after_its_answer(tmp_path):
+    """A held answer not journaled when it came makes a batch's end write, unless its mark
+    has come since; marks are checked as answers come, not per held answer at each end."""
+    journaled: set[str] = set()
+    wb = WriteBehind(GenerationCache(str(tmp_path / "c")), journaled=journaled)
+    wb.put_many([(req(0), Completion("a", 1, 1)), (req(1), Completion("b", 1, 1))])
+    assert wb.unjournaled == {req(0).key(), req(1).key()}
+    journaled.update({req(0).key(), req(1).key()})  # their marks, late
+    wb.flush(batch_end=True)
+    assert cache_parts(tmp_path / "c") == [] and wb.unjournaled == set()
+    wb.put_many([(req(0), Completion("a2", 1, 1))])  # held already: the first stays
+    wb.put_many([(req(2), Completion("c", 1, 1))])  # no mark ever
+    wb.flush(batch_end=True)
+    assert len(cache_parts(tmp_path / "c")) == 1 and wb.unjournaled == set()
+    again = GenerationCache(str(tmp_path / "c"))
+    assert [again.get(req(i).key()).text for i in range(3)] == ["a", "b", "c"]

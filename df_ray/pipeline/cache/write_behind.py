@@ -41,6 +41,9 @@ class WriteBehind:
         self.cache = cache
         self.journaled = journaled  # keys on disk in a journal (the engine client's set)
         self.pending: dict[str, tuple[ChatRequest, Completion]] = {}
+        # held keys not journaled when they came (a batch's end must write those): checked
+        # as each comes, so a batch's end costs nothing per held answer
+        self.unjournaled: set[str] = set()
         self.last = time.monotonic()
         self._lock = threading.Lock()
         self._writing = threading.Lock()
@@ -63,7 +66,11 @@ class WriteBehind:
         with self._lock:
             for req, comp in items:
                 if comp.error is None:
-                    self.pending.setdefault(req.key(), (req, comp))
+                    key = req.key()
+                    if key not in self.pending:
+                        self.pending[key] = (req, comp)
+                        if self.journaled is None or key not in self.journaled:
+                            self.unjournaled.add(key)
         if time.monotonic() - self.last >= FLUSH_S:
             self.flush()
 
@@ -78,15 +85,19 @@ class WriteBehind:
         with self._writing:
             with self._lock:
                 items = dict(self.pending)
+                if self.journaled is not None:  # a mark that came after its answer
+                    self.unjournaled.difference_update(
+                        [k for k in self.unjournaled if k in self.journaled])
+                unjournaled = bool(self.unjournaled)
             if (batch_end and self.journaled is not None
-                    and time.monotonic() - self.last < FLUSH_S
-                    and all(k in self.journaled for k in items)):
+                    and time.monotonic() - self.last < FLUSH_S and not unjournaled):
                 return
             if items:
                 self.cache.put_many(items.values())
             with self._lock:
                 for k in items:
                     self.pending.pop(k, None)
+                    self.unjournaled.discard(k)
                 if self.journaled is not None:  # only what is still held (never grows old)
                     self.journaled.intersection_update(self.pending)
             self.last = time.monotonic()
