@@ -85,7 +85,6 @@ def test_majority_multiple_choice_gives_letters():
     assert len(letters) >= 2
 
 
-
 def test_majority_two_options_answers_one_of_them():
     """With two option letters the third candidate (15% of seeds) is the second option."""
     prompt = "True or false?\n(A) true\n(B) false\nAnswer with the letter."
