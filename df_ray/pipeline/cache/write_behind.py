@@ -41,8 +41,9 @@ class WriteBehind:
         self.cache = cache
         self.journaled = journaled  # keys on disk in a journal (the engine client's set)
         self.pending: dict[str, tuple[ChatRequest, Completion]] = {}
-        # held keys not journaled when they came (a batch's end must write those): checked
-        # as each comes, so a batch's end costs nothing per held answer
+        # held keys not journaled when they came (a batch's end must write those), noted
+        # as each comes when there is a journal, so a batch's end costs nothing per held
+        # answer
         self.unjournaled: set[str] = set()
         self.last = time.monotonic()
         self._lock = threading.Lock()
@@ -69,7 +70,7 @@ class WriteBehind:
                     key = req.key()
                     if key not in self.pending:
                         self.pending[key] = (req, comp)
-                        if self.journaled is None or key not in self.journaled:
+                        if self.journaled is not None and key not in self.journaled:
                             self.unjournaled.add(key)
         if time.monotonic() - self.last >= FLUSH_S:
             self.flush()
@@ -86,8 +87,7 @@ class WriteBehind:
             with self._lock:
                 items = dict(self.pending)
                 if self.journaled is not None:  # a mark that came after its answer
-                    self.unjournaled.difference_update(
-                        [k for k in self.unjournaled if k in self.journaled])
+                    self.unjournaled = {k for k in self.unjournaled if k not in self.journaled}
                 unjournaled = bool(self.unjournaled)
             if (batch_end and self.journaled is not None
                     and time.monotonic() - self.last < FLUSH_S and not unjournaled):
