@@ -26,7 +26,11 @@ differenced by role (fixed costs cancel), and that less the idle cluster's own C
 figure by half a millisecond or more on a shared two-core machine (each job's wall, and so its
 costs per second, is the machine's); with three or more counts (``--samples 700 1400 2100``)
 it is the least-squares slope of each role's CPU on the requests over every job, printed with
-its 95% interval (statsmodels' OLS).
+its 95% interval (statsmodels' OLS). The idle correction assumes the cluster spends per
+second while a job runs what it spends idle after it; with two engine speeds (``--step-s 0.02
+0.04``: every sample count at each, the same requests over longer walls) the script assumes
+nothing and fits each role's CPU on the requests and the wall together, printing what each
+extra request costs with the costs per second apart, and those costs per second.
 
 Head capacity, labelled: ``[old figure]`` 1000 / (the busiest single head process's CPU-ms
 per request while the engines ran: a stage actor's share or the driver) / 40; ``[new
@@ -272,7 +276,8 @@ def measure(gpus: int, samples: int, a: argparse.Namespace, tmp: Path, tree: Pat
     steady["engine"] -= sim["loop_cpu"]
     ms_steady = {k: 1000.0 * v / n for k, v in steady.items()}
     bottleneck = max(ms_steady["stage"] / a.concurrency, ms_steady["driver"])
-    return {"gpus": gpus, "samples": samples, "tree": tree, "requests": sim["requests"],
+    return {"gpus": gpus, "samples": samples, "step_s": a.step_s, "tree": tree,
+            "requests": sim["requests"],
             "wall": wall, "ms_steady": ms_steady, "cpu": job_cpu, "idle": idle,
             "window": sim["last"] - sim["first"], "bound": sim["bound"],
             "ideal": dependency_ideal(sim["requests"] // 4, max(1, gpus // 4), a,
@@ -288,6 +293,7 @@ def report(r: dict, a: argparse.Namespace) -> None:
     ms = r["ms"]
     tree = "" if r["tree"] == ROOT else f" [{r['tree']}]"
     print(f"\n## {r['gpus']} declared GPUs{tree}: {r['requests']} engine requests, "
+          f"{1000 * r['step_s']:.0f} ms steps, "
           f"wall {r['wall']:.1f}s,"
           f" engines' window {r['window']:.1f}s, their own bound {r['bound']:.1f}s")
     print(f"bound/wall {r['bound'] / r['wall']:.2f}   bound/window "
@@ -364,6 +370,21 @@ def fit_slope(x: list[float], y: list[float]) -> tuple[float, float, float]:
     return float(fit.params[1]), float(lo), float(hi)
 
 
+def fit_request_and_second(requests: list[float], walls: list[float],
+                           y: list[float]) -> tuple[tuple[float, float, float], ...]:
+    """``y`` regressed on the requests and the wall together (statsmodels' OLS, intercept
+    fitted): (per request, its 95% interval) and (per second, its 95% interval). The two are
+    told apart only where the walls do not move in step with the requests: jobs of the same
+    requests on engines of different speeds (``--step-s``)."""
+    import statsmodels.api as sm
+
+    fit = sm.OLS(list(y), sm.add_constant([[n, w] for n, w in zip(requests, walls,
+                                                                  strict=True)])).fit()
+    ci = fit.conf_int(0.05)
+    return ((float(fit.params[1]), float(ci[1][0]), float(ci[1][1])),
+            (float(fit.params[2]), float(ci[2][0]), float(ci[2][1])))
+
+
 def marginal_fit(runs: list[dict], a: argparse.Namespace) -> dict:
     """What each extra request costs, fitted over three or more jobs of different sample
     counts: each role's whole-job CPU regressed on the requests served (the fixed costs are
@@ -397,8 +418,35 @@ def marginal_fit(runs: list[dict], a: argparse.Namespace) -> dict:
         if not net:
             slope = {k: v[0] for k, v in fits.items()}
             out["head_gpus"] = head_feeds(slope, a, "each extra request, fitted")
-    return {"gross": out["gross"][0], "net": out["net"][0], "ci": out["gross"][1:],
-            "net_ci": out["net"][1:], "head_gpus": out["head_gpus"]}
+    res = {"gross": out["gross"][0], "net": out["net"][0], "ci": out["gross"][1:],
+           "net_ci": out["net"][1:], "head_gpus": out["head_gpus"]}
+    if len({r["step_s"] for r in runs}) > 1 and len(runs) > 3:
+        res["apart"] = request_and_second(runs, a)
+    return res
+
+
+def request_and_second(runs: list[dict], a: argparse.Namespace) -> tuple[float, float, float]:
+    """What each extra request costs with the costs per second fitted apart: each role's
+    whole-job CPU regressed on the requests and the wall together, over jobs whose engines
+    ran at different speeds (the same requests, other walls). No idle rate is assumed: what
+    the cluster spends per second while a job runs is fitted from the jobs themselves."""
+    n = [r["requests"] for r in runs]
+    w = [r["wall"] for r in runs]
+    fits = {k: fit_request_and_second(n, w, [sum(r["cpu"][j] for j in ROLES) if k == "all"
+                                              else r["cpu"][k] for r in runs])
+            for k in (*ROLES, *RAY_NODES, "all")}
+    per_req = {k: 1000.0 * v[0][0] for k, v in fits.items()}
+    (b, lo, hi), (c, clo, chi) = fits["all"]
+    print(f"with the costs per second fitted apart (engine steps of "
+          f"{', '.join(sorted({str(r['step_s']) for r in runs}))} s: the same requests over "
+          "other walls), CPU-ms per extra request: "
+          + ", ".join(f"{k} {per_req[k]:.2f}" for k in ROLES)
+          + f" (Ray on the head {per_req['ray_head']:.2f}); all but the simulated engines' loop "
+            f"{1000 * b:.2f} [{1000 * lo:.2f}, {1000 * hi:.2f}]; and per second of wall "
+            f"{1000 * c:.0f} [{1000 * clo:.0f}, {1000 * chi:.0f}] CPU-ms (the idle cluster "
+            f"after the job: {1000 * sum(runs[-1]['idle'].get(k, 0.0) for k in RAY_NODES):.0f})")
+    head_feeds(per_req, a, "each extra request, costs per second apart")
+    return 1000 * b, 1000 * lo, 1000 * hi
 
 
 def summary(rows: list[tuple[dict, dict | None]]) -> None:
@@ -407,9 +455,10 @@ def summary(rows: list[tuple[dict, dict | None]]) -> None:
     print("\n## Summary (goals: <= 1 CPU-ms per request but the simulated loop; one head feeds "
           ">= 64 GPUs; bound/window >= 0.9 at 4 GPUs)")
     print("| GPUs | requests | bound/window | CPU-ms/request while the engines ran | per extra "
-          "request | less the idle cluster per second | head feeds, old / new figure (GPUs) "
-          "| new figure at each extra request |")
-    print("|---|---|---|---|---|---|---|---|")
+          "request | less the idle cluster per second | per extra request, costs per second "
+          "fitted apart | head feeds, old / new figure (GPUs) | new figure at each extra "
+          "request |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r, m in rows:
         steady = sum(r["ms_steady"][k] for k in ROLES)
         extra = "- | -"
@@ -418,6 +467,8 @@ def summary(rows: list[tuple[dict, dict | None]]) -> None:
                      f"[{m['net_ci'][0]:.2f}, {m['net_ci'][1]:.2f}]")
         elif m:
             extra = f"{m['gross']:.2f} | {m['net']:.2f}"
+        apart = m.get("apart") if m else None
+        extra += (f" | {apart[0]:.2f} [{apart[1]:.2f}, {apart[2]:.2f}]" if apart else " | -")
         head_extra = f"{m['head_gpus']:.0f}" if m else "-"
         print(f"| {r['gpus']} | {r['requests']} | {r['bound'] / r['window']:.2f} | {steady:.2f} "
               f"| {extra} | {r['head_gpus']:.0f} / {r['head_gpus_new']:.0f} | {head_extra} |")
@@ -443,7 +494,11 @@ def main() -> int:
                         "set it (each batch costs the stage and the driver a Ray Data task: "
                         "16 cost about 0.16 CPU-ms more per request at 4 GPUs)")
     p.add_argument("--capacity", type=int, default=256)
-    p.add_argument("--step-s", type=float, default=0.02)
+    p.add_argument("--step-s", type=float, nargs="+", default=[0.02],
+                   help="the simulated engines' decode step (H100-like: 0.02); with two or "
+                        "more, every sample count runs at each, and each extra request's cost "
+                        "is also fitted with the costs per second apart (the same requests "
+                        "over other walls)")
     p.add_argument("--mean-tokens", type=float, default=70.0)
     p.add_argument("--baseline", type=Path,
                    help="a checkout of another commit (e.g. `git worktree add DIR <commit>`): "
@@ -459,11 +514,13 @@ def main() -> int:
     for gpus in a.gpus:
         for tree in trees:
             runs = []
-            for samples in sorted(a.samples):
-                with tempfile.TemporaryDirectory(prefix=f"dfscale{gpus}-") as tmp:
-                    runs.append(measure(gpus, samples, a, Path(tmp), tree))
-                    report(runs[-1], a)
-                    sys.stdout.flush()
+            for step_s in a.step_s:
+                job = argparse.Namespace(**{**vars(a), "step_s": step_s})
+                for samples in sorted(a.samples):
+                    with tempfile.TemporaryDirectory(prefix=f"dfscale{gpus}-") as tmp:
+                        runs.append(measure(gpus, samples, job, Path(tmp), tree))
+                        report(runs[-1], job)
+                        sys.stdout.flush()
             m = (marginal_fit(runs, a) if len(runs) > 2
                  else marginal(runs[0], runs[-1], a) if len(runs) > 1 else None)
             rows[tree].append((runs[-1], m))
