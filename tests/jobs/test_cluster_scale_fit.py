@@ -91,4 +91,6 @@ def test_marginal_fit_tells_costs_per_request_from_costs_per_second(capsys) -> N
     per_request = sum(ms.values())
     assert m["apart"] == pytest.approx((per_request, per_request, per_request), abs=1e-6)
     assert m["net"] < per_request - 0.05  # the idle rate taken out over-corrects
-    assert "per second of wall 90 [90, 90]" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "per second of wall 90 [90, 90]" in out
+    assert "after each job, the mean: 140" in out
