@@ -360,29 +360,42 @@ def marginal(small: dict, big: dict, a: argparse.Namespace) -> dict | None:
             "head_gpus": head_feeds(slope, a, "each extra request")}
 
 
-def fit_slope(x: list[float], y: list[float]) -> tuple[float, float, float]:
-    """The least-squares slope of ``y`` on ``x`` and its 95% confidence interval
-    (statsmodels' OLS, intercept fitted): what one more unit of ``x`` adds to ``y``."""
+def _ols(columns: list[list[float]], y: list[float]) -> list[tuple[float, float, float]]:
+    """``y`` regressed on ``columns`` (statsmodels' OLS, intercept fitted): each column's
+    coefficient and its 95% confidence interval."""
     import statsmodels.api as sm
 
-    fit = sm.OLS(list(y), sm.add_constant(list(x))).fit()
-    lo, hi = fit.conf_int(0.05)[1]
-    return float(fit.params[1]), float(lo), float(hi)
+    fit = sm.OLS(list(y), sm.add_constant(list(zip(*columns, strict=True)))).fit()
+    ci = fit.conf_int(0.05)
+    return [(float(fit.params[i]), float(ci[i][0]), float(ci[i][1]))
+            for i in range(1, len(columns) + 1)]
+
+
+def fit_slope(x: list[float], y: list[float]) -> tuple[float, float, float]:
+    """The least-squares slope of ``y`` on ``x`` and its 95% confidence interval: what one
+    more unit of ``x`` adds to ``y``."""
+    return _ols([x], y)[0]
 
 
 def fit_request_and_second(requests: list[float], walls: list[float],
                            y: list[float]) -> tuple[tuple[float, float, float], ...]:
-    """``y`` regressed on the requests and the wall together (statsmodels' OLS, intercept
-    fitted): (per request, its 95% interval) and (per second, its 95% interval). The two are
-    told apart only where the walls do not move in step with the requests: jobs of the same
-    requests on engines of different speeds (``--step-s``)."""
-    import statsmodels.api as sm
+    """``y`` regressed on the requests and the wall together: (per request, its 95%
+    interval) and (per second, its 95% interval). The two are told apart only where the
+    walls do not move in step with the requests: jobs of the same requests on engines of
+    different speeds (``--step-s``)."""
+    return tuple(_ols([requests, walls], y))
 
-    fit = sm.OLS(list(y), sm.add_constant([[n, w] for n, w in zip(requests, walls,
-                                                                  strict=True)])).fit()
-    ci = fit.conf_int(0.05)
-    return ((float(fit.params[1]), float(ci[1][0]), float(ci[1][1])),
-            (float(fit.params[2]), float(ci[2][0]), float(ci[2][1])))
+
+def job_cpu(r: dict, net: bool = False) -> dict[str, float]:
+    """A job's whole CPU-s by role, and ``all`` (every role but Ray's node split); with
+    ``net``, less the idle cluster's own CPU per second over the job's wall."""
+    d = {k: r["cpu"][k] for k in ROLES + RAY_NODES}
+    if net:
+        for k in RAY_NODES:
+            d[k] -= r["idle"].get(k, 0.0) * r["wall"]
+        d["ray"] = d["ray_head"] + d["ray_workers"]
+    d["all"] = sum(d[k] for k in ROLES)
+    return d
 
 
 def marginal_fit(runs: list[dict], a: argparse.Namespace) -> dict:
@@ -393,20 +406,11 @@ def marginal_fit(runs: list[dict], a: argparse.Namespace) -> dict:
     daemons and idle replicas, a cost per second, not per request)."""
     x = [r["requests"] for r in runs]
 
-    def total(r: dict, net: bool) -> dict[str, float]:
-        d = {k: r["cpu"][k] for k in ROLES + RAY_NODES}
-        if net:  # the idle cluster's own CPU per second over this job's wall, taken out
-            for k in RAY_NODES:
-                d[k] -= r["idle"].get(k, 0.0) * r["wall"]
-            d["ray"] = d["ray_head"] + d["ray_workers"]
-        d["all"] = sum(d[k] for k in ROLES)
-        return d
-
     print(f"\n## {runs[-1]['gpus']} declared GPUs, each extra request (fitted over "
           f"{len(runs)} jobs: {', '.join(str(n) for n in x)} requests; 95% intervals)")
     out = {}
     for net in (False, True):
-        fits = {k: tuple(1000.0 * v for v in fit_slope(x, [total(r, net)[k] for r in runs]))
+        fits = {k: tuple(1000.0 * v for v in fit_slope(x, [job_cpu(r, net)[k] for r in runs]))
                 for k in (*ROLES, *RAY_NODES, "all")}
         label = ("less the idle cluster's CPU per second over each job's wall" if net
                  else "CPU-ms per extra request")
@@ -432,8 +436,7 @@ def request_and_second(runs: list[dict], a: argparse.Namespace) -> tuple[float, 
     the cluster spends per second while a job runs is fitted from the jobs themselves."""
     n = [r["requests"] for r in runs]
     w = [r["wall"] for r in runs]
-    fits = {k: fit_request_and_second(n, w, [sum(r["cpu"][j] for j in ROLES) if k == "all"
-                                              else r["cpu"][k] for r in runs])
+    fits = {k: fit_request_and_second(n, w, [job_cpu(r)[k] for r in runs])
             for k in (*ROLES, *RAY_NODES, "all")}
     per_req = {k: 1000.0 * v[0][0] for k, v in fits.items()}
     (b, lo, hi), (c, clo, chi) = fits["all"]
